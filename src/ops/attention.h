@@ -1,0 +1,43 @@
+// Causal self-attention with grouped-query heads, computed flash-style: keys
+// are visited in blocks with an online softmax, so memory stays O(seq * dim)
+// and the [seq, seq] score matrix never exists.
+//
+// Contract:
+//   q   [batch, seq, q_heads * head_dim]    (the q projection's output as is)
+//   k,v [batch, seq, kv_heads * head_dim]   q_heads % kv_heads == 0; query head
+//                                           h reads kv head h / (q_heads / kv_heads)
+//   out [batch, seq, q_heads * head_dim]
+//   lse [batch, q_heads, seq]  log-sum-exp of row t's scaled scores, for backward
+//   scores s[t, u] = scale * q[t] . k[u] for u <= t; out[t] = softmax(s[t]) v
+//
+// Backward (FlashAttention-2): with P = exp(s - lse) rebuilt block by block
+// and D[t] = dout[t] . out[t]:
+//   dv[u] = sum_t P[t,u] dout[t]          (summed over the query heads of the group)
+//   dS    = P * (dout v^T - D)
+//   dq[t] = scale * sum_u dS[t,u] k[u]
+//   dk[u] = scale * sum_t dS[t,u] q[t]    (summed over the query heads of the group)
+// dq, dk, dv are overwritten; every sum runs in a fixed order.
+#pragma once
+
+#include <cstdint>
+
+namespace spillway::ops {
+
+struct AttentionShape {
+  int64_t batch = 1;
+  int64_t seq = 1;
+  int64_t q_heads = 1;
+  int64_t kv_heads = 1;
+  int64_t head_dim = 1;
+};
+
+template <typename T>
+void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
+                       const AttentionShape& shape, double scale);
+
+template <typename T>
+void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* out,
+                        const T* lse, T* dq, T* dk, T* dv, const AttentionShape& shape,
+                        double scale);
+
+}  // namespace spillway::ops

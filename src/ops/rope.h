@@ -1,0 +1,44 @@
+// Rotary position embedding, in Hugging Face LLaMA's "rotate half" layout:
+// within each head, element i pairs with element i + head_dim/2.
+//
+// Contract: x, out [batch, seq, heads * head_dim] (out may alias x);
+// inv_freq [head_dim / 2] from rope_inv_freq(); position of token t is pos0 + t.
+//   angle    = float(pos) * inv_freq[i]   (computed in T)
+//   out[i]      = x[i] * cos(angle) - x[i + h] * sin(angle)
+//   out[i + h]  = x[i + h] * cos(angle) + x[i] * sin(angle),   h = head_dim / 2
+// Backward rotates by -angle: dx = R(-angle) dout. dx may alias dout.
+//
+// rope_inv_freq follows transformers' default and "llama3" rope types,
+// computed in float32 as transformers does, so logits match it:
+//   inv_freq[i] = 1 / theta^(2i / head_dim)
+//   llama3: wavelength = 2 pi / inv_freq;
+//     wavelength > original_max / low_freq_factor  -> inv_freq / factor
+//     wavelength < original_max / high_freq_factor -> inv_freq unchanged
+//     otherwise smooth = (original_max / wavelength - low) / (high - low),
+//               inv_freq = (1 - smooth) * inv_freq / factor + smooth * inv_freq
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace spillway::ops {
+
+struct RopeScaling {
+  bool llama3 = false;  // false: plain RoPE, the fields below are unused
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+std::vector<float> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling);
+
+template <typename T>
+void rope_forward(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+                  const float* inv_freq, int64_t pos0);
+
+template <typename T>
+void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t heads,
+                   int64_t head_dim, const float* inv_freq, int64_t pos0);
+
+}  // namespace spillway::ops

@@ -1,0 +1,69 @@
+#include "exec/cpu_executor.h"
+
+#include "base/status.h"
+#include "exec/run_node_cpu.h"
+
+namespace spillway::exec {
+
+using graph::Value;
+using graph::ValueRole;
+
+CpuExecutor::CpuExecutor(const graph::Graph& graph, MemorySpace& space)
+    : graph_(graph),
+      space_(space),
+      liveness_(graph::analyze_liveness(graph, [](uint64_t n) { return MemorySpace::accounted_bytes(n); })),
+      data_(graph.values().size(), nullptr) {}
+
+CpuExecutor::~CpuExecutor() { release_outputs(); }
+
+void CpuExecutor::check_binding(Value v, uint64_t bytes) const {
+  const auto& info = graph_.value(v);
+  SPW_CHECK(bytes == info.bytes(), info.name, "bound buffer holds ", bytes, " bytes, the value needs ",
+            info.bytes(), " (", info.shape.str(), " ", dtype_name(info.dtype), ")");
+}
+
+void CpuExecutor::bind(Value v, void* data) {
+  const auto& info = graph_.value(v);
+  SPW_CHECK(info.role != ValueRole::computed, info.name,
+            "only inputs and parameters are bound; computed values belong to the executor");
+  data_[static_cast<size_t>(v.id)] = data;
+}
+
+void CpuExecutor::release_outputs() {
+  for (Value v : graph_.outputs()) {
+    auto& ptr = data_[static_cast<size_t>(v.id)];
+    if (liveness_.of[static_cast<size_t>(v.id)].managed && ptr) {
+      space_.free(ptr);
+      ptr = nullptr;
+    }
+  }
+}
+
+void CpuExecutor::run() {
+  release_outputs();
+  const auto& values = graph_.values();
+  for (size_t v = 0; v < values.size(); ++v) {
+    SPW_CHECK(values[v].role == ValueRole::computed || data_[v], values[v].name,
+              "input or parameter was not bound before the step");
+  }
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    for (Value v : liveness_.born_at[i]) {
+      const auto& info = graph_.value(v);
+      data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
+    }
+    run_node_cpu(graph_, nodes[i], data_);
+    for (Value v : liveness_.dies_at[i]) {
+      space_.free(data_[static_cast<size_t>(v.id)]);
+      data_[static_cast<size_t>(v.id)] = nullptr;
+    }
+  }
+}
+
+const void* CpuExecutor::data(Value v) const {
+  const void* p = data_.at(static_cast<size_t>(v.id));
+  SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step, or not bound)");
+  return p;
+}
+
+}  // namespace spillway::exec

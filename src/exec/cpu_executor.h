@@ -1,0 +1,53 @@
+// Runs a graph on the CPU backend, node after node, allocating each computed
+// value from a memory space just before its producer runs and freeing it right
+// after its last use (graph/liveness.h), so the space's peak is exactly the
+// peak liveness predicts.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "device/memory_space.h"
+#include "graph/graph.h"
+#include "graph/liveness.h"
+
+namespace spillway::exec {
+
+class CpuExecutor {
+ public:
+  CpuExecutor(const graph::Graph& graph, MemorySpace& space);
+  ~CpuExecutor();
+  CpuExecutor(const CpuExecutor&) = delete;
+  CpuExecutor& operator=(const CpuExecutor&) = delete;
+
+  // Inputs and parameters live in the caller's memory; bind them before run().
+  void bind(graph::Value v, void* data);
+  template <typename T>
+  void bind(graph::Value v, std::span<T> data) {
+    check_binding(v, data.size() * sizeof(T));
+    bind(v, static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())));
+  }
+
+  // One step. Graph outputs stay allocated until the next run() or until the
+  // executor goes away; everything else is freed as soon as it is dead.
+  void run();
+
+  const void* data(graph::Value v) const;
+  template <typename T>
+  std::span<const T> read(graph::Value v) const {
+    return {static_cast<const T*>(data(v)), static_cast<size_t>(graph_.value(v).shape.numel())};
+  }
+
+  const graph::Liveness& liveness() const { return liveness_; }
+
+ private:
+  void check_binding(graph::Value v, uint64_t bytes) const;
+  void release_outputs();
+
+  const graph::Graph& graph_;
+  MemorySpace& space_;
+  graph::Liveness liveness_;
+  std::vector<void*> data_;  // by value id
+};
+
+}  // namespace spillway::exec

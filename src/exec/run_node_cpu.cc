@@ -1,0 +1,142 @@
+#include "exec/run_node_cpu.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/status.h"
+#include "ops/add.h"
+#include "ops/attention.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace spillway::exec {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+namespace {
+
+template <typename T>
+class Operands {
+ public:
+  Operands(const Graph& g, const Node& n, const std::vector<void*>& data) : g_(g), n_(n), data_(data) {}
+  T* in(size_t i) const { return static_cast<T*>(data_[static_cast<size_t>(n_.inputs[i].id)]); }
+  const int32_t* ids(size_t i) const { return static_cast<const int32_t*>(data_[static_cast<size_t>(n_.inputs[i].id)]); }
+  T* out(size_t i) const { return static_cast<T*>(data_[static_cast<size_t>(n_.outputs[i].id)]); }
+  const Shape& in_shape(size_t i) const { return g_.value(n_.inputs[i]).shape; }
+  const Shape& out_shape(size_t i) const { return g_.value(n_.outputs[i]).shape; }
+
+ private:
+  const Graph& g_;
+  const Node& n_;
+  const std::vector<void*>& data_;
+};
+
+ops::AttentionShape attention_shape(const Shape& q, const graph::NodeAttrs& a) {
+  return ops::AttentionShape{q[0], q[1], a.heads, a.kv_heads, q.last() / a.heads};
+}
+
+template <typename T>
+void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
+  Operands<T> x(g, n, data);
+  const auto& a = n.attrs;
+  switch (n.kind) {
+    case OpKind::fill:
+      std::fill_n(x.out(0), x.out_shape(0).numel(), static_cast<T>(a.fill_value));
+      break;
+    case OpKind::embedding: {
+      const Shape& table = x.in_shape(0);
+      ops::embedding_forward(x.ids(1), x.in(0), x.out(0), x.in_shape(1).numel(), table[0], table[1]);
+      break;
+    }
+    case OpKind::embedding_backward: {
+      const Shape& dtable = x.out_shape(0);
+      ops::embedding_backward(x.ids(0), x.in(1), x.out(0), x.in_shape(0).numel(), dtable[0], dtable[1]);
+      break;
+    }
+    case OpKind::rmsnorm:
+      ops::rmsnorm_forward(x.in(0), x.in(1), x.out(0), x.out(1), x.in_shape(0).rows(),
+                           x.in_shape(0).last(), a.eps);
+      break;
+    case OpKind::rmsnorm_backward:
+      ops::rmsnorm_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.out(0), x.out(1),
+                            x.in_shape(1).rows(), x.in_shape(1).last());
+      break;
+    case OpKind::matmul: {
+      const Shape& sa = x.in_shape(0);
+      const Shape& sb = x.in_shape(1);
+      int64_t m = a.trans_a ? sa.last() : sa.rows();
+      int64_t k = a.trans_a ? sa.rows() : sa.last();
+      int64_t nn = a.trans_b ? sb.rows() : sb.last();
+      ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(0), x.out(0));
+      break;
+    }
+    case OpKind::rope:
+    case OpKind::rope_backward: {
+      const Shape& s = x.in_shape(0);
+      int64_t head_dim = s.last() / a.heads;
+      if (n.kind == OpKind::rope) {
+        ops::rope_forward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0);
+      } else {
+        ops::rope_backward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0);
+      }
+      break;
+    }
+    case OpKind::attention:
+      ops::attention_forward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1),
+                             attention_shape(x.in_shape(0), a), a.scale);
+      break;
+    case OpKind::attention_backward:
+      ops::attention_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.in(4), x.in(5), x.out(0),
+                              x.out(1), x.out(2), attention_shape(x.in_shape(1), a), a.scale);
+      break;
+    case OpKind::swiglu:
+      ops::swiglu_forward(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel());
+      break;
+    case OpKind::swiglu_backward:
+      ops::swiglu_backward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1), x.out_shape(0).numel());
+      break;
+    case OpKind::add:
+      ops::add(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel());
+      break;
+    case OpKind::cross_entropy:
+      ops::cross_entropy_forward(x.in(0), x.ids(1), x.out(1), x.out(0), x.in_shape(0).rows(),
+                                 x.in_shape(0).last());
+      break;
+    case OpKind::cross_entropy_backward:
+      ops::cross_entropy_backward(x.in(0), x.ids(1), x.in(2), x.in(3), x.out(0), x.in_shape(0).rows(),
+                                  x.in_shape(0).last());
+      break;
+    case OpKind::cast:
+      break;  // dtype-generic, handled by run_node_cpu
+  }
+}
+
+}  // namespace
+
+void run_node_cpu(const Graph& g, const Node& n, const std::vector<void*>& data) {
+  if (n.kind == OpKind::cast) {
+    const auto& in = g.value(n.inputs[0]);
+    const auto& out = g.value(n.outputs[0]);
+    ops::cast(data[static_cast<size_t>(n.inputs[0].id)], in.dtype, data[static_cast<size_t>(n.outputs[0].id)],
+              out.dtype, in.shape.numel());
+    return;
+  }
+  DType t = g.value(n.outputs[0]).dtype;
+  switch (t) {
+    case DType::f32: run_typed<float>(g, n, data); break;
+    case DType::f64: run_typed<double>(g, n, data); break;
+    default:
+      throw Error(std::string(graph::op_name(n.kind)) + " '" + n.name + "'",
+                  "the CPU backend computes in f32 or f64, not " + std::string(dtype_name(t)));
+  }
+}
+
+}  // namespace spillway::exec

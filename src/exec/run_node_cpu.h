@@ -1,0 +1,15 @@
+// Runs one graph node on the CPU: the single place that maps an op of the IR
+// onto its kernel in src/ops/.
+#pragma once
+
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace spillway::exec {
+
+// `data[v]` is the memory of value id v (all of the node's inputs and
+// outputs must be there).
+void run_node_cpu(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data);
+
+}  // namespace spillway::exec

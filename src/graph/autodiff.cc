@@ -1,0 +1,156 @@
+#include "graph/autodiff.h"
+
+#include <string>
+
+#include "base/status.h"
+
+namespace spillway::graph {
+
+Value Gradients::operator[](Value v) const {
+  auto it = of.find(v.id);
+  SPW_CHECK(it != of.end(), "autodiff", "no gradient for value ", v.id);
+  return it->second;
+}
+
+namespace {
+
+class Backward {
+ public:
+  Backward(Builder& b, const std::vector<Value>& wrt)
+      : b_(b), g_(b.graph()), grad_(g_.values().size()), needs_(g_.values().size(), false) {
+    for (Value v : wrt) needs_[static_cast<size_t>(v.id)] = true;
+    // A value needs a gradient when some value asked for flows into it.
+    for (const Node& node : g_.nodes()) {
+      bool any = false;
+      for (Value in : node.inputs) any = any || needs_[static_cast<size_t>(in.id)];
+      for (Value out : node.outputs) needs_[static_cast<size_t>(out.id)] = any;
+    }
+  }
+
+  void run(Value loss) {
+    SPW_CHECK(g_.value(loss).shape.numel() == 1, "autodiff",
+              "loss '", g_.value(loss).name, "' must hold one element, has shape ",
+              g_.value(loss).shape.str());
+    b_.set_backward(true);
+    const auto forward_nodes = static_cast<int32_t>(g_.nodes().size());
+    grad_.resize(g_.values().size());
+    grad_[static_cast<size_t>(loss.id)] = b_.fill(g_.value(loss).name + ".grad", g_.value(loss).shape, 1.0);
+    for (int32_t i = forward_nodes - 1; i >= 0; --i) {
+      // Copy: emitting backward nodes grows the node list under us.
+      const Node node = g_.nodes()[static_cast<size_t>(i)];
+      if (node.backward) continue;
+      Value dout = grad_of(node.outputs[0]);
+      if (!dout.valid()) continue;
+      apply_rule(node, dout);
+    }
+    b_.set_backward(false);
+  }
+
+  Value grad_of(Value v) const {
+    size_t i = static_cast<size_t>(v.id);
+    return i < grad_.size() ? grad_[i] : Value{};
+  }
+
+ private:
+  // Adds `g` into the gradient of `v`, summing when v is used more than once.
+  void accumulate(Value v, Value g) {
+    size_t i = static_cast<size_t>(v.id);
+    if (!needs_[i]) return;
+    if (grad_.size() < g_.values().size()) grad_.resize(g_.values().size());
+    if (!grad_[i].valid()) {
+      grad_[i] = g;
+    } else {
+      grad_[i] = b_.add(grad_[i], g, g_.value(v).name + ".grad_sum");
+    }
+  }
+  bool needs(Value v) const { return needs_[static_cast<size_t>(v.id)]; }
+
+  void apply_rule(const Node& n, Value dout) {
+    const std::string name = n.name + ".backward";
+    const auto& in = n.inputs;
+    switch (n.kind) {
+      case OpKind::embedding:
+        accumulate(in[0], b_.embedding_backward(in[1], dout, g_.value(in[0]).shape[0], name));
+        break;
+      case OpKind::rmsnorm: {
+        auto d = b_.rmsnorm_backward(dout, in[0], in[1], n.outputs[1], name);
+        accumulate(in[0], d[0]);
+        accumulate(in[1], d[1]);
+        break;
+      }
+      case OpKind::matmul:
+        matmul_rule(n, dout, name);
+        break;
+      case OpKind::rope:
+        accumulate(in[0], b_.rope_backward(dout, n.attrs, name));
+        break;
+      case OpKind::attention: {
+        auto d = b_.attention_backward(dout, in[0], in[1], in[2], n.outputs[0], n.outputs[1], n.attrs, name);
+        for (int j = 0; j < 3; ++j) accumulate(in[static_cast<size_t>(j)], d[static_cast<size_t>(j)]);
+        break;
+      }
+      case OpKind::swiglu: {
+        auto d = b_.swiglu_backward(dout, in[0], in[1], name);
+        accumulate(in[0], d[0]);
+        accumulate(in[1], d[1]);
+        break;
+      }
+      case OpKind::add:
+        accumulate(in[0], dout);
+        accumulate(in[1], dout);
+        break;
+      case OpKind::cross_entropy:
+        accumulate(in[0], b_.cross_entropy_backward(in[0], in[1], n.outputs[1], dout, name));
+        break;
+      case OpKind::cast:
+        accumulate(in[0], b_.cast(dout, g_.value(in[0]).dtype, name));
+        break;
+      case OpKind::fill:
+        break;  // a constant
+      default:
+        throw Error("autodiff", "no gradient rule for op " + std::string(op_name(n.kind)) + " '" + n.name + "'");
+    }
+  }
+
+  // For Y = op(A) op(B); each gradient is one more matmul (see ops/matmul.h).
+  void matmul_rule(const Node& n, Value dy, const std::string& name) {
+    Value a = n.inputs[0], bv = n.inputs[1];
+    const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
+    const Shape a_shape = g_.value(a).shape, b_shape = g_.value(bv).shape;
+    if (needs(a)) {
+      Value da = !ta ? b_.matmul(dy, bv, false, !tb, name + ".da", &a_shape)
+                     : (!tb ? b_.matmul(bv, dy, false, true, name + ".da", &a_shape)
+                            : b_.matmul(bv, dy, true, true, name + ".da", &a_shape));
+      accumulate(a, da);
+    }
+    if (needs(bv)) {
+      Value db = !tb ? (!ta ? b_.matmul(a, dy, true, false, name + ".db", &b_shape)
+                            : b_.matmul(a, dy, false, false, name + ".db", &b_shape))
+                     : (!ta ? b_.matmul(dy, a, true, false, name + ".db", &b_shape)
+                            : b_.matmul(dy, a, true, true, name + ".db", &b_shape));
+      accumulate(bv, db);
+    }
+  }
+
+  Builder& b_;
+  Graph& g_;
+  std::vector<Value> grad_;
+  std::vector<bool> needs_;
+};
+
+}  // namespace
+
+Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt) {
+  Backward backward(b, wrt);
+  backward.run(loss);
+  Gradients grads;
+  for (Value v : wrt) {
+    Value g = backward.grad_of(v);
+    if (!g.valid()) g = b.fill(b.graph().value(v).name + ".grad", b.graph().value(v).shape, 0.0);
+    b.graph().mark_output(g);
+    grads.of[v.id] = g;
+  }
+  return grads;
+}
+
+}  // namespace spillway::graph

@@ -1,0 +1,77 @@
+#include "graph/graph.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+
+namespace spillway::graph {
+
+std::string_view op_name(OpKind kind) {
+  static constexpr std::string_view kNames[] = {
+      "fill",      "embedding",          "embedding_backward", "rmsnorm",
+      "rmsnorm_backward", "matmul",      "rope",               "rope_backward",
+      "attention", "attention_backward", "swiglu",             "swiglu_backward",
+      "add",       "cross_entropy",      "cross_entropy_backward", "cast",
+  };
+  return kNames[static_cast<int>(kind)];
+}
+
+Value Graph::add_value(ValueInfo info) {
+  values_.push_back(std::move(info));
+  return Value{static_cast<int32_t>(values_.size() - 1)};
+}
+
+int32_t Graph::add_node(Node node) {
+  auto index = static_cast<int32_t>(nodes_.size());
+  for (Value out : node.outputs) {
+    ValueInfo& info = values_.at(static_cast<size_t>(out.id));
+    SPW_CHECK(info.producer < 0 && info.role == ValueRole::computed, info.name,
+              "value already has a producer");
+    info.producer = index;
+  }
+  nodes_.push_back(std::move(node));
+  return index;
+}
+
+void Graph::mark_output(Value v) {
+  if (!is_output(v)) outputs_.push_back(v);
+}
+
+bool Graph::is_output(Value v) const {
+  return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end();
+}
+
+std::vector<Value> Graph::parameters() const {
+  std::vector<Value> params;
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].role == ValueRole::parameter) params.push_back(Value{static_cast<int32_t>(i)});
+  }
+  return params;
+}
+
+Value Graph::find(std::string_view name) const {
+  for (size_t i = 0; i < values_.size(); ++i) {
+    if (values_[i].name == name) return Value{static_cast<int32_t>(i)};
+  }
+  return Value{};
+}
+
+std::string Graph::str() const {
+  std::string s;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node& n = nodes_[i];
+    s += std::to_string(i) + (n.backward ? " B " : " F ") + std::string(op_name(n.kind)) + " " + n.name + " (";
+    for (size_t j = 0; j < n.inputs.size(); ++j) {
+      s += (j ? ", " : "") + value(n.inputs[j]).name;
+    }
+    s += ") -> ";
+    for (size_t j = 0; j < n.outputs.size(); ++j) {
+      const ValueInfo& v = value(n.outputs[j]);
+      s += (j ? ", " : "") + v.name + v.shape.str();
+    }
+    s += "\n";
+  }
+  return s;
+}
+
+}  // namespace spillway::graph

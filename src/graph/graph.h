@@ -1,0 +1,107 @@
+// The dataflow IR of one training step: values (tensors with a shape, a dtype
+// and one producer) and nodes (op calls). Nodes are stored in the order they
+// were built, which is always a valid execution order: a node can only name
+// values that already exist.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/shape.h"
+
+namespace spillway::graph {
+
+enum class OpKind : uint8_t {
+  fill,  // a constant: the loss's seed gradient
+  embedding,
+  embedding_backward,
+  rmsnorm,
+  rmsnorm_backward,
+  matmul,
+  rope,
+  rope_backward,
+  attention,
+  attention_backward,
+  swiglu,
+  swiglu_backward,
+  add,
+  cross_entropy,
+  cross_entropy_backward,
+  cast,
+};
+std::string_view op_name(OpKind kind);
+
+// Handle to a value of a graph. Cheap to copy; meaningful only with its graph.
+struct Value {
+  int32_t id = -1;
+  bool valid() const { return id >= 0; }
+  bool operator==(const Value&) const = default;
+};
+
+enum class ValueRole : uint8_t {
+  input,      // fed by the caller each step (token ids, targets)
+  parameter,  // a trainable weight, owned by the caller
+  computed,   // produced by a node
+};
+
+struct ValueInfo {
+  std::string name;
+  Shape shape;
+  DType dtype = DType::f32;
+  ValueRole role = ValueRole::computed;
+  int32_t producer = -1;  // node index, -1 for inputs and parameters
+  uint64_t bytes() const { return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype); }
+};
+
+// Everything any op needs besides its tensors. Each op reads the fields its
+// contract names and ignores the rest.
+struct NodeAttrs {
+  bool trans_a = false, trans_b = false;  // matmul
+  double eps = 0;                         // rmsnorm
+  double scale = 0;                       // attention
+  double fill_value = 0;                  // fill
+  int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
+  int64_t pos0 = 0;                       // rope: position of the first token
+  std::shared_ptr<const std::vector<float>> inv_freq;  // rope
+};
+
+struct Node {
+  OpKind kind;
+  std::string name;  // scope path, e.g. "layers.0.attn.q_proj"
+  std::vector<Value> inputs;
+  std::vector<Value> outputs;
+  NodeAttrs attrs;
+  bool backward = false;  // emitted by autodiff
+};
+
+class Graph {
+ public:
+  Value add_value(ValueInfo info);
+  int32_t add_node(Node node);  // sets each output's producer
+
+  const ValueInfo& value(Value v) const { return values_.at(static_cast<size_t>(v.id)); }
+  const std::vector<ValueInfo>& values() const { return values_; }
+  const std::vector<Node>& nodes() const { return nodes_; }
+
+  // Values the caller reads after a step (loss, gradients): they stay alive
+  // to the end of the step.
+  void mark_output(Value v);
+  const std::vector<Value>& outputs() const { return outputs_; }
+  bool is_output(Value v) const;
+
+  std::vector<Value> parameters() const;
+  Value find(std::string_view name) const;  // invalid when absent
+
+  std::string str() const;  // one line per node, for debugging and `plan`
+
+ private:
+  std::vector<ValueInfo> values_;
+  std::vector<Node> nodes_;
+  std::vector<Value> outputs_;
+};
+
+}  // namespace spillway::graph

@@ -1,0 +1,60 @@
+#include "model/llama_graph.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+namespace spillway::model {
+
+LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, int64_t seq) {
+  c.validate("llama config");
+  LlamaGraph m;
+  const int64_t d = c.hidden_size, hd = c.head_dim();
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  auto param = [&](const std::string& name, Shape shape) {
+    graph::Value v = b.parameter(name, std::move(shape));
+    m.parameters.push_back(v);
+    return v;
+  };
+  auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(hd, c.rope_theta, c.rope_scaling));
+
+  m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
+  m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
+  graph::Value embed = param("model.embed_tokens.weight", Shape{c.vocab_size, d});
+  graph::Value h = b.embedding(embed, m.tokens, "model.embed_tokens");
+
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    auto layer = b.scope("model.layers." + std::to_string(i));
+    graph::Value ln1 = param("input_layernorm.weight", Shape{d});
+    graph::Value wq = param("self_attn.q_proj.weight", Shape{heads * hd, d});
+    graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
+    graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
+    graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
+    graph::Value ln2 = param("post_attention_layernorm.weight", Shape{d});
+    graph::Value wg = param("mlp.gate_proj.weight", Shape{c.intermediate_size, d});
+    graph::Value wu = param("mlp.up_proj.weight", Shape{c.intermediate_size, d});
+    graph::Value wd = param("mlp.down_proj.weight", Shape{d, c.intermediate_size});
+
+    graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
+    graph::Value q = b.rope(b.linear(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
+    graph::Value k = b.rope(b.linear(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
+    graph::Value v = b.linear(x, wv, "self_attn.v_proj");
+    graph::Value a = b.attention(q, k, v, heads, kv_heads, 1.0 / std::sqrt(static_cast<double>(hd)),
+                                 "self_attn.attention");
+    h = b.add(h, b.linear(a, wo, "self_attn.o_proj"), "attn_residual");
+
+    x = b.rmsnorm(h, ln2, c.rms_norm_eps, "post_attention_layernorm");
+    graph::Value gate = b.linear(x, wg, "mlp.gate_proj");
+    graph::Value up = b.linear(x, wu, "mlp.up_proj");
+    h = b.add(h, b.linear(b.swiglu(gate, up, "mlp.swiglu"), wd, "mlp.down_proj"), "mlp_residual");
+  }
+
+  graph::Value norm = param("model.norm.weight", Shape{d});
+  h = b.rmsnorm(h, norm, c.rms_norm_eps, "model.norm");
+  graph::Value head = c.tie_word_embeddings ? embed : param("lm_head.weight", Shape{c.vocab_size, d});
+  m.logits = b.linear(h, head, "lm_head");
+  m.loss = b.cross_entropy(m.logits, m.targets, "loss");
+  return m;
+}
+
+}  // namespace spillway::model

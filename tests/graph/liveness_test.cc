@@ -1,0 +1,45 @@
+#include "graph/liveness.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/builder.h"
+
+namespace spillway::graph {
+namespace {
+
+uint64_t exact(uint64_t n) { return n; }
+
+TEST(Liveness, FirstAndLastUseAndPeak) {
+  Graph g;
+  Builder b(g, DType::f32);
+  Value x = b.input("x", Shape{4}, DType::f32);   // 16 bytes, the caller's
+  Value a = b.add(x, x, "a");                      // node 0
+  Value c = b.add(a, a, "c");                      // node 1: a dies here
+  Value d = b.add(c, x, "d");                      // node 2: c dies here
+  Value e = b.add(x, x, "e");                      // node 3: never read, dies at once
+  g.mark_output(d);
+  Liveness live = analyze_liveness(g, exact);
+
+  EXPECT_FALSE(live.of[static_cast<size_t>(x.id)].managed);
+  EXPECT_EQ(live.of[static_cast<size_t>(a.id)].def, 0);
+  EXPECT_EQ(live.of[static_cast<size_t>(a.id)].last_use, 1);
+  EXPECT_EQ(live.of[static_cast<size_t>(c.id)].last_use, 2);
+  EXPECT_EQ(live.of[static_cast<size_t>(d.id)].last_use, Liveness::kEndOfStep);
+  EXPECT_EQ(live.of[static_cast<size_t>(e.id)].last_use, 3);
+  // In use while each node runs: {a}, {a, c}, {c, d}, {d, e}.
+  EXPECT_EQ(live.bytes_in_use, (std::vector<uint64_t>{16, 32, 32, 32}));
+  EXPECT_EQ(live.peak_bytes, 32u);
+  EXPECT_EQ(live.peak_node, 1);
+}
+
+TEST(Liveness, CountsBytesAsTheAllocatorDoes) {
+  Graph g;
+  Builder b(g, DType::f32);
+  Value x = b.input("x", Shape{3}, DType::f32);
+  g.mark_output(b.add(x, x));
+  Liveness live = analyze_liveness(g, [](uint64_t n) { return (n + 255) / 256 * 256; });
+  EXPECT_EQ(live.peak_bytes, 256u);
+}
+
+}  // namespace
+}  // namespace spillway::graph

@@ -1,0 +1,117 @@
+// The whole LLaMA graph, differentiated by autodiff, against finite
+// differences of the loss: every parameter of a 2-layer model with grouped
+// query heads, in float64.
+#include "model/llama_graph.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "device/cpu/cpu_device.h"
+#include "exec/cpu_executor.h"
+#include "graph/autodiff.h"
+#include "testing/numeric.h"
+
+namespace spillway::model {
+namespace {
+
+using graph::Value;
+
+LlamaConfig tiny_config(bool tied) {
+  LlamaConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 8;
+  c.intermediate_size = 12;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.rope_theta = 10000;
+  c.rope_scaling.llama3 = true;
+  c.rope_scaling.factor = 4;
+  c.rope_scaling.original_max_position_embeddings = 4;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+struct Inputs {
+  std::vector<int32_t> tokens, targets;
+};
+
+Inputs random_inputs(const LlamaConfig& c, int64_t batch, int64_t seq, uint64_t seed) {
+  Inputs in;
+  auto u = testing::random_vector(batch * seq * 2, seed, 0, static_cast<double>(c.vocab_size));
+  for (int64_t i = 0; i < batch * seq; ++i) {
+    in.tokens.push_back(static_cast<int32_t>(u[static_cast<size_t>(i)]));
+    in.targets.push_back(static_cast<int32_t>(u[static_cast<size_t>(batch * seq + i)]));
+  }
+  in.targets[1] = -100;  // one position that does not count
+  return in;
+}
+
+class LlamaGradient : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LlamaGradient, EveryParameterMatchesFiniteDifferences) {
+  const LlamaConfig config = tiny_config(GetParam());
+  const int64_t batch = 2, seq = 5;
+  auto space_ptr = make_host_heap_space("test:device", MemorySpace::kUnlimited);
+  MemorySpace& space = *space_ptr;
+
+  graph::Graph fwd_graph;
+  graph::Builder fwd_builder(fwd_graph, DType::f64);
+  LlamaGraph fwd = build_llama(fwd_builder, config, batch, seq);
+  fwd_graph.mark_output(fwd.loss);
+
+  graph::Graph train_graph;
+  graph::Builder train_builder(train_graph, DType::f64);
+  LlamaGraph train = build_llama(train_builder, config, batch, seq);
+  train_graph.mark_output(train.loss);
+  graph::Gradients grads = graph::append_backward(train_builder, train.loss, train.parameters);
+
+  Inputs in = random_inputs(config, batch, seq, 7);
+  std::vector<std::vector<double>> params;
+  for (size_t i = 0; i < fwd.parameters.size(); ++i) {
+    params.push_back(testing::random_vector(fwd_graph.value(fwd.parameters[i]).shape.numel(), 100 + i, -0.6, 0.6));
+  }
+
+  exec::CpuExecutor forward(fwd_graph, space);
+  exec::CpuExecutor step(train_graph, space);
+  for (auto* e : {&forward, &step}) {
+    const auto& m = e == &forward ? fwd : train;
+    e->bind(m.tokens, std::span<int32_t>(in.tokens));
+    e->bind(m.targets, std::span<int32_t>(in.targets));
+    for (size_t i = 0; i < params.size(); ++i) e->bind(m.parameters[i], std::span<double>(params[i]));
+  }
+  step.run();
+  forward.run();
+  EXPECT_NEAR(step.read<double>(train.loss)[0], forward.read<double>(fwd.loss)[0], 1e-12);
+
+  auto loss = [&] {
+    forward.run();
+    return forward.read<double>(fwd.loss)[0];
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::span<const double> g = step.read<double>(grads[train.parameters[i]]);
+    std::vector<double> analytic(g.begin(), g.end());
+    std::vector<double> numeric = testing::numeric_gradient(params[i], loss, 1e-5);
+    EXPECT_LT(testing::rel_error(analytic, numeric), 1e-6) << fwd_graph.value(fwd.parameters[i]).name;
+    double norm = 0;
+    for (double x : numeric) norm += x * x;
+    EXPECT_GT(norm, 0) << fwd_graph.value(fwd.parameters[i]).name << " has no gradient at all";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntied, LlamaGradient, ::testing::Values(false, true));
+
+TEST(LlamaGraph, ParametersHaveHuggingFaceNames) {
+  graph::Graph g;
+  graph::Builder b(g, DType::f32);
+  LlamaGraph m = build_llama(b, tiny_config(false), 1, 3);
+  EXPECT_EQ(g.value(m.parameters.front()).name, "model.embed_tokens.weight");
+  EXPECT_EQ(g.value(m.parameters[1]).name, "model.layers.0.input_layernorm.weight");
+  EXPECT_EQ(g.value(m.parameters.back()).name, "lm_head.weight");
+  EXPECT_EQ(m.parameters.size(), 1u + 2 * 9 + 2);
+  EXPECT_EQ(g.value(m.logits).shape, (Shape{1, 3, 11}));
+}
+
+}  // namespace
+}  // namespace spillway::model

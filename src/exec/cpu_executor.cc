@@ -47,16 +47,27 @@ void CpuExecutor::run() {
               "input or parameter was not bound before the step");
   }
   const auto& nodes = graph_.nodes();
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    for (Value v : liveness_.born_at[i]) {
-      const auto& info = graph_.value(v);
-      data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
+  try {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      for (Value v : liveness_.born_at[i]) {
+        const auto& info = graph_.value(v);
+        data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
+      }
+      run_node_cpu(graph_, nodes[i], data_);
+      for (Value v : liveness_.dies_at[i]) {
+        space_.free(data_[static_cast<size_t>(v.id)]);
+        data_[static_cast<size_t>(v.id)] = nullptr;
+      }
     }
-    run_node_cpu(graph_, nodes[i], data_);
-    for (Value v : liveness_.dies_at[i]) {
-      space_.free(data_[static_cast<size_t>(v.id)]);
-      data_[static_cast<size_t>(v.id)] = nullptr;
+  } catch (...) {
+    // A failed step leaves nothing of its own allocated.
+    for (size_t v = 0; v < data_.size(); ++v) {
+      if (liveness_.of[v].managed && data_[v]) {
+        space_.free(data_[v]);
+        data_[v] = nullptr;
+      }
     }
+    throw;
   }
 }
 

@@ -87,6 +87,7 @@ TEST(CpuExecutor, RunsUnderABudgetOfExactlyThePeakAndFailsBelowIt) {
   CpuExecutor fails(s.graph, *tight);
   bind_all(fails, s);
   EXPECT_THROW(fails.run(), Error);
+  EXPECT_EQ(tight->in_use(), 0u);  // nothing half-allocated is left behind
 }
 
 TEST(CpuExecutor, UnboundParameterIsNamed) {

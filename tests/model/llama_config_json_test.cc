@@ -1,0 +1,97 @@
+#include "model/llama_config_json.h"
+
+#include <gtest/gtest.h>
+
+#include "base/status.h"
+
+namespace spillway::model {
+namespace {
+
+using nlohmann::json;
+
+json llama32_1b_config() {
+  // The fields of meta-llama/Llama-3.2-1B's config.json (values as published).
+  return json::parse(R"({
+    "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": false, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": true, "vocab_size": 128256})");
+}
+
+TEST(LlamaConfigJson, ReadsHuggingFaceConfig) {
+  LlamaConfig c = config_from_json(llama32_1b_config(), "config.json");
+  EXPECT_EQ(c.hidden_size, 2048);
+  EXPECT_EQ(c.num_key_value_heads, 8);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  EXPECT_TRUE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_scaling.factor, 32.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  LlamaConfig preset = preset_config("llama3.2-1b");
+  EXPECT_EQ(config_to_json(c), config_to_json(preset));
+  // 1.24 billion parameters, as published.
+  EXPECT_NEAR(static_cast<double>(parameter_count(c)), 1.2358e9, 0.001e9);
+}
+
+TEST(LlamaConfigJson, RoundTrips) {
+  for (const auto& name : preset_names()) {
+    LlamaConfig c = preset_config(name);
+    EXPECT_EQ(config_to_json(config_from_json(config_to_json(c), name)), config_to_json(c)) << name;
+  }
+}
+
+void expect_error(json j, const std::string& part) {
+  try {
+    config_from_json(j, "my/config.json");
+    FAIL() << "expected an error with " << part;
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("my/config.json: ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(part), std::string::npos) << msg;
+  }
+}
+
+TEST(LlamaConfigJson, RejectsWhatItCannotHonour) {
+  json j = llama32_1b_config();
+  j["sliding_window"] = 4096;
+  expect_error(j, "unknown config key 'sliding_window'");
+  j = llama32_1b_config();
+  j["hidden_act"] = "gelu";
+  expect_error(j, "hidden_act");
+  j = llama32_1b_config();
+  j["num_key_value_heads"] = 5;
+  expect_error(j, "num_key_value_heads 5");
+  j = llama32_1b_config();
+  j["hidden_size"] = "big";
+  expect_error(j, "hidden_size must be an integer");
+  j = llama32_1b_config();
+  j["rope_scaling"]["rope_type"] = "yarn";
+  expect_error(j, "rope_scaling type 'yarn'");
+  j = llama32_1b_config();
+  j.erase("vocab_size");
+  expect_error(j, "vocab_size must be positive");
+}
+
+TEST(LlamaConfigJson, UnknownPresetListsTheKnownOnes) {
+  try {
+    preset_config("llama5");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown preset 'llama5' (known: tiny, llama3.2-1b"), std::string::npos);
+  }
+}
+
+TEST(LlamaConfigJson, FlopsPerTokenFollowDesign) {
+  LlamaConfig c = preset_config("llama3.2-1b");
+  // 6 P + 6 L s d with P the matmul weights (lm_head counted once).
+  double p = 16.0 * (2048.0 * 2048 * 2 + 2048.0 * 512 * 2 + 3.0 * 2048 * 8192) + 128256.0 * 2048;
+  EXPECT_DOUBLE_EQ(training_flops_per_token(c, 4096), 6 * p + 6.0 * 16 * 4096 * 2048);
+}
+
+}  // namespace
+}  // namespace spillway::model

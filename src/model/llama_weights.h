@@ -1,0 +1,52 @@
+// The parameters of a LLaMA model as named float32 tensors, in the order
+// build_llama declares them (so index i binds graph parameter i).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/shape.h"
+#include "model/llama_config.h"
+
+namespace spillway::model {
+
+struct NamedTensor {
+  std::string name;
+  Shape shape;
+  std::vector<float> data;
+};
+
+struct ParameterSpec {
+  std::string name;
+  Shape shape;
+};
+
+// Names and shapes of a config's parameters, read off the graph builder so
+// that there is one description of the model, not two.
+std::vector<ParameterSpec> parameter_specs(const LlamaConfig& config);
+
+class LlamaWeights {
+ public:
+  LlamaWeights() = default;
+  // Hugging Face's initialization: matrices ~ N(0, std), norm weights 1,
+  // each tensor from its own stream of the seed.
+  static LlamaWeights random(const LlamaConfig& config, uint64_t seed, double std = 0.02);
+  // Zeros of the same layout (gradient accumulators, optimizer moments).
+  static LlamaWeights zeros(const LlamaConfig& config);
+
+  const LlamaConfig& config() const { return config_; }
+  std::vector<NamedTensor>& tensors() { return tensors_; }
+  const std::vector<NamedTensor>& tensors() const { return tensors_; }
+  // Throws Error naming the tensor when it is not part of the model.
+  NamedTensor& at(std::string_view name);
+  const NamedTensor& at(std::string_view name) const;
+  int64_t numel() const;
+
+ private:
+  LlamaConfig config_;
+  std::vector<NamedTensor> tensors_;
+};
+
+}  // namespace spillway::model

@@ -1,0 +1,43 @@
+// One micro-step of training on the CPU backend: the LLaMA graph with its
+// backward, compiled once for a batch shape and replayed on every batch.
+#pragma once
+
+#include <memory>
+#include <span>
+
+#include "device/memory_space.h"
+#include "exec/cpu_executor.h"
+#include "graph/autodiff.h"
+#include "model/llama_graph.h"
+#include "model/llama_weights.h"
+
+namespace spillway::train {
+
+class TrainStep {
+ public:
+  // `with_backward` false gives a forward-only step (evaluation).
+  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
+            bool with_backward = true);
+
+  int64_t batch() const { return batch_; }
+  int64_t seq() const { return seq_; }
+
+  // tokens and targets are [batch, seq]. Returns the mean loss.
+  double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
+             std::span<const int32_t> targets);
+
+  // grads[i] (+)= scale * gradient of parameter i from the last run.
+  void write_gradients(model::LlamaWeights& grads, float scale, bool accumulate) const;
+  std::span<const float> logits() const { return executor_->read<float>(model_.logits); }
+  const graph::Graph& graph() const { return graph_; }
+  const exec::CpuExecutor& executor() const { return *executor_; }
+
+ private:
+  int64_t batch_, seq_;
+  graph::Graph graph_;
+  model::LlamaGraph model_;
+  graph::Gradients grads_;
+  std::unique_ptr<exec::CpuExecutor> executor_;
+};
+
+}  // namespace spillway::train

@@ -1,0 +1,43 @@
+// LLaMA inference with a key/value cache, batch one: each call feeds new
+// tokens at the next positions and returns their logits, reusing the keys and
+// values of everything fed before. Reads the weights in place (float32).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/llama_weights.h"
+
+namespace spillway::infer {
+
+class LlamaDecoder {
+ public:
+  // `max_len` bounds prompt plus generated tokens (the cache's capacity).
+  LlamaDecoder(const model::LlamaWeights& weights, int64_t max_len);
+
+  // Logits [tokens.size(), vocab] for the fed tokens. Throws Error when the
+  // cache would overflow or a token is outside the vocabulary.
+  std::vector<float> forward(std::span<const int32_t> tokens);
+
+  int64_t position() const { return pos_; }
+  int64_t capacity() const { return max_len_; }
+  void reset() { pos_ = 0; }
+
+ private:
+  struct Layer {
+    const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *gate, *up, *down;
+    std::vector<float> k_cache, v_cache;  // [max_len, kv_heads * head_dim]
+  };
+
+  const model::LlamaConfig config_;
+  const int64_t max_len_;
+  std::vector<float> inv_freq_;
+  const float* embed_;
+  const float* final_norm_;
+  const float* lm_head_;
+  std::vector<Layer> layers_;
+  int64_t pos_ = 0;
+};
+
+}  // namespace spillway::infer

@@ -1,3 +1,36 @@
+// spillway: train, fine-tune and run LLaMA-family models.
 #include <cstdio>
+#include <map>
 
-int main() { std::puts("spillway"); return 0; }
+#include "base/status.h"
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"spillway: train, fine-tune and run LLaMA-family models"};
+  app.require_subcommand(1);
+  std::map<CLI::App*, spillway::cli::Runner> runners;
+  auto add = [&](spillway::cli::Runner (*adder)(CLI::App&)) {
+    size_t before = app.get_subcommands({}).size();
+    spillway::cli::Runner r = adder(app);
+    runners[app.get_subcommands({})[before]] = std::move(r);
+  };
+  add(spillway::cli::add_train);
+  add(spillway::cli::add_finetune);
+  add(spillway::cli::add_generate);
+  add(spillway::cli::add_tokenize);
+  CLI11_PARSE(app, argc, argv);
+  try {
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed()) return run();
+    }
+  } catch (const spillway::Error& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "spillway: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "spillway: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

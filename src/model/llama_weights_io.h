@@ -1,0 +1,22 @@
+// A LLaMA model on disk, in Hugging Face's layout: config.json beside
+// model.safetensors (or its shards and index), parameters under their
+// transformers names, so transformers and spillway read each other's files.
+#pragma once
+
+#include <string>
+
+#include "model/llama_weights.h"
+
+namespace spillway::model {
+
+// Reads config.json and every parameter (f32, f16 or bf16 on disk, float32
+// in memory). A missing tensor, or one whose shape disagrees with the config,
+// is an Error naming the file and the tensor.
+LlamaWeights load_llama(const std::string& dir);
+
+// Writes config.json and the weights as float32 into `dir` (created if
+// needed), each file atomically; shards past `max_shard_bytes`.
+void save_llama(const std::string& dir, const LlamaWeights& weights,
+                uint64_t max_shard_bytes = 5'000'000'000);
+
+}  // namespace spillway::model

@@ -1,0 +1,43 @@
+// Training checkpoints.
+//
+// A checkpoint is a folder RUN/step-NNNNNNN/ that is first of all a Hugging
+// Face model directory (config.json, model.safetensors, tokenizer.json), so
+// `generate`, `finetune` and transformers read it as is, plus what resuming
+// needs: optimizer.safetensors (AdamW moments) and trainer_state.json (step,
+// data position, options). It is written under a temporary name, fsynced and
+// renamed into place; then RUN/latest, itself replaced atomically, names it.
+// A crash at any moment leaves the previous checkpoint intact and named.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/bpe_tokenizer.h"
+#include "model/llama_weights.h"
+#include "train/optimizer.h"
+
+namespace spillway::train {
+
+inline constexpr const char* kTrainerStateFormat = "spillway-trainer-state/1";
+
+// Writes the checkpoint of `step` and points RUN/latest at it; keeps the
+// newest `keep` step folders and removes older ones. Returns the folder.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
+                            const AdamW& optimizer, const BpeTokenizer& tokenizer,
+                            const nlohmann::json& trainer_state, int keep = 2);
+
+// A run folder (one holding `latest`) resolves to its newest checkpoint; any
+// other folder is taken to be a model folder itself. Error naming the path
+// when it does not exist.
+std::string resolve_checkpoint(const std::string& path);
+
+// The AdamW moments and step count saved beside the weights. Error naming
+// the file when it is absent or does not match the model.
+AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig& config);
+// trainer_state.json; Error naming the file when it is absent, not JSON, or
+// not a spillway trainer state (a foreign checkpoint).
+nlohmann::json load_trainer_state(const std::string& checkpoint_dir);
+
+}  // namespace spillway::train

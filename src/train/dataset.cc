@@ -1,0 +1,142 @@
+#include "train/dataset.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+
+#include "base/status.h"
+#include "model/bpe_train.h"
+#include "model/tokenizer_json.h"
+
+namespace spillway::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kTrainFile = "train.bin";
+constexpr const char* kValidationFile = "val.bin";
+constexpr const char* kTokenizerFile = "tokenizer.json";
+
+bool is_prepared_folder(const fs::path& p) {
+  return fs::is_directory(p) && fs::exists(p / kTrainFile) && fs::exists(p / kValidationFile) &&
+         fs::exists(p / kTokenizerFile);
+}
+
+// Text files named directly, and the regular files of named folders (sorted,
+// hidden files skipped), so the corpus order is the same on every machine.
+std::vector<std::string> expand_text_paths(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& p : paths) {
+    SPW_CHECK(fs::exists(p), p, "no such corpus file or folder");
+    if (fs::is_directory(p)) {
+      std::vector<std::string> inside;
+      for (const auto& e : fs::directory_iterator(p)) {
+        if (e.is_regular_file() && e.path().filename().string()[0] != '.') inside.push_back(e.path().string());
+      }
+      std::sort(inside.begin(), inside.end());
+      SPW_CHECK(!inside.empty(), p, "corpus folder holds no files");
+      files.insert(files.end(), inside.begin(), inside.end());
+    } else {
+      files.push_back(p);
+    }
+  }
+  return files;
+}
+
+}  // namespace
+
+std::vector<std::string> default_corpus_files() {
+  SPW_CHECK(fs::is_directory(kDefaultCorpusDir), kDefaultCorpusDir,
+            "default corpus missing: install it with scripts/setup.sh (Debian package 'fortunes')");
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(kDefaultCorpusDir)) {
+    const auto name = e.path().filename().string();
+    // Plain fortune files have no extension; .dat indexes them, .u8 are
+    // links to the same text, and ascii-art is pictures, not English.
+    if (e.is_regular_file() && e.path().extension().empty() && name != "ascii-art") {
+      files.push_back(e.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  SPW_CHECK(!files.empty(), kDefaultCorpusDir, "holds no fortune files");
+  return files;
+}
+
+double unigram_entropy(const TokenFile& tokens) {
+  std::vector<uint64_t> counts(static_cast<size_t>(tokens.vocab_size()));
+  for (uint64_t i = 0; i < tokens.size(); ++i) counts[tokens[i]]++;
+  double h = 0, n = static_cast<double>(tokens.size());
+  for (uint64_t c : counts) {
+    if (c) h -= static_cast<double>(c) / n * std::log(static_cast<double>(c) / n);
+  }
+  return h;
+}
+
+TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, const BpeTokenizer& tokenizer,
+                                   const std::string& folder, const CorpusOptions& options) {
+  fs::create_directories(folder);
+  auto result = text_to_tokens(text_files, tokenizer, (fs::path(folder) / kTrainFile).string(),
+                               (fs::path(folder) / kValidationFile).string(), options);
+  // The tokenizer goes last: its presence marks the folder complete.
+  save_tokenizer_json(tokenizer, (fs::path(folder) / kTokenizerFile).string());
+  return result;
+}
+
+Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir, const BpeTokenizer* tokenizer,
+                        bool quiet) {
+  Dataset ds;
+  fs::path folder;
+  if (options.paths.size() == 1 && is_prepared_folder(options.paths[0])) {
+    folder = options.paths[0];
+  } else {
+    const bool default_corpus = options.paths.empty();
+    std::vector<std::string> files = default_corpus ? default_corpus_files() : expand_text_paths(options.paths);
+    CorpusOptions corpus;
+    corpus.document_separator = default_corpus && options.document_separator.empty() ? kFortuneSeparator
+                                                                                    : options.document_separator;
+    corpus.validation_fraction = options.validation_fraction;
+    corpus.seed = options.seed;
+    folder = fs::path(work_dir) / "data";
+    bool reusable = is_prepared_folder(folder);
+    if (reusable && tokenizer) {
+      reusable = load_tokenizer_json((folder / kTokenizerFile).string()).fingerprint() == tokenizer->fingerprint();
+    }
+    if (!reusable) {
+      std::unique_ptr<BpeTokenizer> trained;
+      if (!tokenizer) {
+        if (!quiet) std::printf("training a %d-token BPE tokenizer on %zu files\n", options.vocab_size, files.size());
+        std::vector<std::string> texts;
+        for (const auto& f : files) texts.push_back(read_corpus_file(f));
+        std::vector<std::string_view> views(texts.begin(), texts.end());
+        BpeTrainOptions bpe;
+        bpe.vocab_size = options.vocab_size;
+        trained = std::make_unique<BpeTokenizer>(train_bpe(views, bpe));
+        tokenizer = trained.get();
+      }
+      auto stats = tokenize_to_folder(files, *tokenizer, folder.string(), corpus);
+      if (!quiet) {
+        std::printf("tokenized %.1f MB: %llu train tokens (%llu documents), %llu validation tokens (%llu documents)\n",
+                    static_cast<double>(stats.bytes) / 1e6, static_cast<unsigned long long>(stats.train_tokens),
+                    static_cast<unsigned long long>(stats.train_documents),
+                    static_cast<unsigned long long>(stats.validation_tokens),
+                    static_cast<unsigned long long>(stats.validation_documents));
+      }
+    }
+  }
+  ds.folder = folder.string();
+  ds.tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json((folder / kTokenizerFile).string()));
+  if (tokenizer) {
+    SPW_CHECK(ds.tokenizer->fingerprint() == tokenizer->fingerprint(), (folder / kTokenizerFile).string(),
+              "this data was made with a different tokenizer than the model's");
+  }
+  ds.train = std::make_unique<TokenFile>((folder / kTrainFile).string());
+  ds.validation = std::make_unique<TokenFile>((folder / kValidationFile).string());
+  ds.train->require_tokenizer(ds.tokenizer->fingerprint());
+  ds.validation->require_tokenizer(ds.tokenizer->fingerprint());
+  ds.unigram_entropy = unigram_entropy(*ds.train);
+  return ds;
+}
+
+}  // namespace spillway::train

@@ -1,0 +1,60 @@
+// The data a run trains on: a tokenizer and a train and a validation token
+// file, prepared from text when needed.
+//
+// `--data` may name a prepared folder (tokenizer.json, train.bin, val.bin, as
+// `spillway tokenize` writes), or text files and folders of text files. Text
+// is tokenized into RUN/data/ once; a later run (a resume) finds it there. A
+// run that starts from a checkpoint uses the checkpoint's tokenizer; one that
+// starts from scratch trains a byte-level BPE on the text first.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/bpe_tokenizer.h"
+#include "train/text_to_tokens.h"
+#include "train/token_file.h"
+
+namespace spillway::train {
+
+// Where setup.sh's `fortunes` package puts its English text, and the line
+// that separates one fortune from the next.
+inline constexpr const char* kDefaultCorpusDir = "/usr/share/games/fortunes";
+inline constexpr const char* kFortuneSeparator = "%";
+
+// The default corpus's text files; Error naming the folder when the package
+// is not installed (with the command that installs it).
+std::vector<std::string> default_corpus_files();
+
+struct DataOptions {
+  std::vector<std::string> paths;        // empty: the default corpus
+  std::string document_separator;        // empty: "%" for the default corpus, else whole files
+  int32_t vocab_size = 4096;             // for a tokenizer trained here
+  double validation_fraction = 0.05;
+  uint64_t seed = 1;
+};
+
+struct Dataset {
+  std::unique_ptr<BpeTokenizer> tokenizer;
+  std::unique_ptr<TokenFile> train;
+  std::unique_ptr<TokenFile> validation;
+  std::string folder;  // where the three files live
+  // Entropy (nats per token) of the training tokens' unigram distribution:
+  // the loss of a model that knows only token frequencies.
+  double unigram_entropy = 0;
+};
+
+// `tokenizer`: use this one (fine-tuning, resuming) instead of training one.
+// Writes into `work_dir` when it has to tokenize.
+Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
+                        const BpeTokenizer* tokenizer, bool quiet = false);
+
+// Turns text files into a prepared folder (`spillway tokenize`).
+TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, const BpeTokenizer& tokenizer,
+                                   const std::string& folder, const CorpusOptions& options);
+
+double unigram_entropy(const TokenFile& tokens);
+
+}  // namespace spillway::train

@@ -1,0 +1,163 @@
+// Writing safetensors: a sorted header padded so the data starts 8-byte
+// aligned, then each tensor's bytes straight from the caller's memory, all
+// through a temporary file that is renamed into place only when complete.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "model/safetensors.h"
+
+namespace spillway {
+
+namespace {
+
+std::string errno_text() { return std::strerror(errno); }
+
+// nlohmann refuses to dump strings that are not UTF-8; finding out at add()
+// names the culprit, where finding out at write() could only name the file.
+bool is_valid_utf8(const std::string& text) {
+  try {
+    (void)nlohmann::json(text).dump();
+    return true;
+  } catch (const nlohmann::json::type_error&) {
+    return false;
+  }
+}
+
+void fsync_folder(const std::string& path) {
+  std::filesystem::path folder = std::filesystem::path(path).parent_path();
+  if (folder.empty()) folder = ".";
+  int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  SPW_CHECK(fd >= 0, path, "written, but its folder cannot be opened to sync it: ", errno_text());
+  int rc = ::fsync(fd);
+  int sync_errno = errno;
+  ::close(fd);
+  SPW_CHECK(rc == 0, path, "written, but syncing its folder failed: ", std::strerror(sync_errno));
+}
+
+}  // namespace
+
+void FileSink::write(const void* bytes, size_t count) {
+  const char* p = static_cast<const char*>(bytes);
+  while (count > 0) {
+    // Linux moves at most ~2 GiB per call; smaller pieces keep that explicit.
+    size_t piece = std::min<size_t>(count, size_t{1} << 30);
+    ssize_t done = ::write(fd_, p, piece);
+    if (done < 0 && errno == EINTR) continue;
+    SPW_CHECK(done > 0, path_, "cannot write: ", done < 0 ? errno_text() : std::string("no progress"));
+    p += done;
+    count -= static_cast<size_t>(done);
+  }
+}
+
+void write_file_atomically(const std::string& path, const std::function<void(FileSink&)>& fill) {
+  const std::string temp = path + ".tmp." + std::to_string(::getpid());
+  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  SPW_CHECK(fd >= 0, path, "cannot create the temporary file ", temp, ": ", errno_text());
+  try {
+    FileSink sink(fd, path);
+    fill(sink);
+    SPW_CHECK(::fsync(fd) == 0, path, "cannot sync the temporary file ", temp, ": ", errno_text());
+    int rc = ::close(fd);
+    fd = -1;
+    SPW_CHECK(rc == 0, path, "cannot close the temporary file ", temp, ": ", errno_text());
+    SPW_CHECK(::rename(temp.c_str(), path.c_str()) == 0, path, "cannot rename the temporary file ", temp,
+              " into place: ", errno_text());
+  } catch (...) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
+  }
+  // Without this the rename itself may not survive a power cut.
+  fsync_folder(path);
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const void* data) {
+  SPW_CHECK(!name.empty(), "safetensors writer", "a tensor name must not be empty");
+  SPW_CHECK(is_valid_utf8(name), "safetensors writer", "tensor name is not valid UTF-8");
+  SPW_CHECK(name != "__metadata__", name, "is reserved for metadata and cannot name a tensor");
+  SPW_CHECK(!tensors_.contains(name), name, "tensor added twice to one safetensors file");
+  uint64_t bytes = dtype_size(dtype);
+  for (int64_t d : shape.dims()) {
+    SPW_CHECK(d >= 0, name, "negative dimension in shape ", shape.str());
+    SPW_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), name, "shape ",
+              shape.str(), " is too large to address");
+  }
+  SPW_CHECK(data != nullptr || bytes == 0, name, "no data given for ", bytes, " bytes");
+  (void)safetensors_dtype_name(dtype);  // a dtype without a safetensors name is refused here
+  Pending pending{name, dtype, std::move(shape), data, bytes};
+  tensors_.emplace(std::move(name), std::move(pending));
+}
+
+void SafetensorsWriter::add_metadata(std::string key, std::string value) {
+  SPW_CHECK(is_valid_utf8(key) && is_valid_utf8(value), "safetensors writer",
+            "metadata key or value is not valid UTF-8");
+  metadata_.insert_or_assign(std::move(key), std::move(value));
+}
+
+std::vector<std::pair<const SafetensorsWriter::Pending*, uint64_t>> SafetensorsWriter::data_order() const {
+  std::vector<const Pending*> order;
+  for (const auto& [name, p] : tensors_) order.push_back(&p);
+  std::stable_sort(order.begin(), order.end(), [](const Pending* a, const Pending* b) {
+    return dtype_size(a->dtype) > dtype_size(b->dtype);
+  });
+  std::vector<std::pair<const Pending*, uint64_t>> placed;
+  uint64_t offset = 0;
+  for (const Pending* p : order) {
+    placed.emplace_back(p, offset);
+    offset += p->bytes;
+  }
+  return placed;
+}
+
+uint64_t SafetensorsWriter::data_bytes() const {
+  uint64_t total = 0;
+  for (const auto& [name, p] : tensors_) total += p.bytes;
+  return total;
+}
+
+std::string SafetensorsWriter::header_json() const {
+  std::map<std::string_view, uint64_t> begin_of;
+  for (const auto& [p, begin] : data_order()) begin_of.emplace(p->name, begin);
+
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata_.empty()) {
+    nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata_) metadata[key] = value;
+    header["__metadata__"] = std::move(metadata);
+  }
+  for (const auto& [name, p] : tensors_) {
+    const uint64_t begin = begin_of.at(name);
+    nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+    entry["dtype"] = safetensors_dtype_name(p.dtype);
+    entry["shape"] = p.shape.dims();
+    entry["data_offsets"] = nlohmann::ordered_json::array({begin, begin + p.bytes});
+    header[name] = std::move(entry);
+  }
+  std::string text = header.dump();
+  // Spaces after the JSON are allowed by the format; they put the data
+  // buffer at a multiple of 8 bytes from the start of the file.
+  const uint64_t unpadded = 8 + text.size();
+  text.append(align_up(unpadded, 8) - unpadded, ' ');
+  return text;
+}
+
+void SafetensorsWriter::write(const std::string& path) const {
+  const std::string header = header_json();
+  const auto order = data_order();
+  write_file_atomically(path, [&](FileSink& sink) {
+    const uint64_t header_size = header.size();
+    sink.write(&header_size, 8);
+    sink.write(header.data(), header.size());
+    for (const auto& [p, begin] : order) sink.write(p->data, p->bytes);
+  });
+}
+
+}  // namespace spillway

@@ -88,6 +88,7 @@ Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
                         bool quiet) {
   Dataset ds;
   fs::path folder;
+  const BpeTokenizer* required = tokenizer;  // the caller's, which the data must match
   if (options.paths.size() == 1 && is_prepared_folder(options.paths[0])) {
     folder = options.paths[0];
   } else {
@@ -104,7 +105,7 @@ Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
       reusable = load_tokenizer_json((folder / kTokenizerFile).string()).fingerprint() == tokenizer->fingerprint();
     }
     if (!reusable) {
-      std::unique_ptr<BpeTokenizer> trained;
+      std::unique_ptr<BpeTokenizer> trained;  // lives until the data is written
       if (!tokenizer) {
         if (!quiet) std::printf("training a %d-token BPE tokenizer on %zu files\n", options.vocab_size, files.size());
         std::vector<std::string> texts;
@@ -127,8 +128,8 @@ Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
   }
   ds.folder = folder.string();
   ds.tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json((folder / kTokenizerFile).string()));
-  if (tokenizer) {
-    SPW_CHECK(ds.tokenizer->fingerprint() == tokenizer->fingerprint(), (folder / kTokenizerFile).string(),
+  if (required) {
+    SPW_CHECK(ds.tokenizer->fingerprint() == required->fingerprint(), (folder / kTokenizerFile).string(),
               "this data was made with a different tokenizer than the model's");
   }
   ds.train = std::make_unique<TokenFile>((folder / kTrainFile).string());

@@ -1,0 +1,137 @@
+#include "train/text_to_tokens.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "base/status.h"
+#include "train/token_file.h"
+
+namespace spillway {
+namespace {
+
+bool only_whitespace(std::string_view text) {
+  return std::all_of(text.begin(), text.end(), [](char c) {
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+  });
+}
+
+// One draw per call, so the sequence of draws (and hence the shuffle) does
+// not depend on how a library implements uniform_int_distribution.
+uint64_t below(std::mt19937_64& rng, uint64_t n) {
+  return static_cast<uint64_t>((static_cast<unsigned __int128>(rng()) * n) >> 64);
+}
+
+}  // namespace
+
+std::string read_corpus_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path, std::string("cannot open corpus file: ") + std::strerror(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) throw Error(path, "read failed");
+  std::string bytes = text.str();
+  SPW_CHECK(!bytes.empty(), path, "corpus file is empty");
+  return bytes;
+}
+
+std::vector<std::string_view> split_documents(std::string_view text, std::string_view separator) {
+  std::vector<std::string_view> documents;
+  const auto keep = [&](std::string_view doc) {
+    if (!only_whitespace(doc)) documents.push_back(doc);
+  };
+  if (separator.empty()) {
+    keep(text);
+    return documents;
+  }
+  size_t doc_begin = 0;
+  size_t line_begin = 0;
+  while (line_begin < text.size()) {
+    size_t line_end = text.find('\n', line_begin);
+    const size_t next = line_end == std::string_view::npos ? text.size() : line_end + 1;
+    if (line_end == std::string_view::npos) line_end = text.size();
+    std::string_view line = text.substr(line_begin, line_end - line_begin);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line == separator) {
+      keep(text.substr(doc_begin, line_begin - doc_begin));
+      doc_begin = next;
+    }
+    line_begin = next;
+  }
+  keep(text.substr(doc_begin));
+  return documents;
+}
+
+std::vector<uint64_t> pick_validation_documents(uint64_t documents, double fraction, uint64_t seed) {
+  SPW_CHECK(fraction >= 0.0 && fraction < 1.0, "validation fraction", fraction, " is not in [0, 1)");
+  if (fraction == 0.0 || documents == 0) return {};
+  SPW_CHECK(documents >= 2, "corpus", "holds one document; a train/validation split needs at least two ",
+            "(set a document separator, or a validation fraction of 0)");
+  auto count = static_cast<uint64_t>(std::llround(fraction * static_cast<double>(documents)));
+  count = std::clamp<uint64_t>(count, 1, documents - 1);
+  std::vector<uint64_t> order(documents);
+  for (uint64_t i = 0; i < documents; ++i) order[i] = i;
+  std::mt19937_64 rng(seed);
+  // Only the first `count` places need shuffling.
+  for (uint64_t i = 0; i < count; ++i) std::swap(order[i], order[i + below(rng, documents - i)]);
+  order.resize(count);
+  std::sort(order.begin(), order.end());
+  return order;
+}
+
+TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const BpeTokenizer& tokenizer,
+                               const std::string& train_path, const std::string& validation_path,
+                               const CorpusOptions& options) {
+  SPW_CHECK(!text_paths.empty(), "corpus", "no text files given");
+  const int32_t eos = tokenizer.eos_id();
+
+  uint64_t documents = 0;
+  for (const std::string& path : text_paths) {
+    const std::string text = read_corpus_file(path);
+    const uint64_t here = split_documents(text, options.document_separator).size();
+    SPW_CHECK(here > 0, path, "corpus file holds no document, only whitespace and separators");
+    documents += here;
+  }
+  const std::vector<uint64_t> validation =
+      pick_validation_documents(documents, options.validation_fraction, options.seed);
+
+  TokenFileWriter train(train_path, tokenizer.vocab_size(), tokenizer.fingerprint());
+  TokenFileWriter held_out(validation_path, tokenizer.vocab_size(), tokenizer.fingerprint());
+  TokenizedCorpus result;
+  std::vector<int32_t> ids;
+  uint64_t index = 0;
+  size_t next_validation = 0;
+  for (const std::string& path : text_paths) {
+    const std::string text = read_corpus_file(path);
+    for (std::string_view document : split_documents(text, options.document_separator)) {
+      ids.clear();
+      tokenizer.encode_append(document, /*allow_special=*/false, ids);
+      ids.push_back(eos);
+      result.bytes += document.size();
+      const bool is_validation = next_validation < validation.size() && validation[next_validation] == index;
+      if (is_validation) {
+        ++next_validation;
+        held_out.append(ids);
+        ++result.validation_documents;
+        result.validation_tokens += ids.size();
+      } else {
+        train.append(ids);
+        ++result.train_documents;
+        result.train_tokens += ids.size();
+      }
+      ++index;
+    }
+  }
+  // The files changed between the passes if the counts disagree.
+  SPW_CHECK(index == documents, "corpus", "held ", documents, " documents when counted but ", index,
+            " when encoded; a file changed while being read");
+  train.commit();
+  held_out.commit();
+  return result;
+}
+
+}  // namespace spillway

@@ -1,0 +1,325 @@
+#include "train/token_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include "base/status.h"
+
+namespace spillway {
+
+static_assert(std::endian::native == std::endian::little,
+              "token files are little-endian and are read by mapping them");
+
+namespace {
+
+constexpr size_t kBufferBytes = 1 << 20;
+constexpr const char* kFormat = "spillway-tokens";
+
+const char* dtype_name(TokenDType d) { return d == TokenDType::u16 ? "uint16" : "uint32"; }
+size_t dtype_bytes(TokenDType d) { return d == TokenDType::u16 ? 2 : 4; }
+
+std::string folder_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+std::string errno_text() { return std::strerror(errno); }
+
+void write_all(int fd, const void* data, size_t bytes) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw std::system_error(errno, std::generic_category());
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+}
+
+// Makes the renames themselves durable.
+void sync_folder(const std::string& path) {
+  const int fd = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
+
+TokenDType token_dtype_for(int64_t vocab_size) {
+  SPW_CHECK(vocab_size > 0 && vocab_size <= (int64_t{1} << 32), "token file", "vocabulary of ", vocab_size,
+            " tokens");
+  return vocab_size <= 65536 ? TokenDType::u16 : TokenDType::u32;
+}
+
+std::string token_sidecar_path(const std::string& path) { return path + ".json"; }
+
+// --- writing ---------------------------------------------------------------
+
+TokenFileWriter::TokenFileWriter(std::string path, int64_t vocab_size, std::string tokenizer_fingerprint)
+    : path_(std::move(path)),
+      vocab_size_(vocab_size),
+      fingerprint_(std::move(tokenizer_fingerprint)),
+      dtype_(token_dtype_for(vocab_size)) {
+  temp_path_ = path_ + ".tmp-XXXXXX";
+  fd_ = ::mkstemp(temp_path_.data());
+  if (fd_ < 0) {
+    temp_path_.clear();
+    throw Error(path_, "cannot create a temporary file beside it: " + errno_text());
+  }
+  buffer_.reserve(kBufferBytes);
+}
+
+TokenFileWriter::~TokenFileWriter() {
+  if (!done_) abandon();
+}
+
+void TokenFileWriter::abandon() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  temp_path_.clear();
+  done_ = true;
+}
+
+void TokenFileWriter::fail(const std::string& problem) {
+  abandon();
+  throw Error(path_, problem);
+}
+
+void TokenFileWriter::append(std::span<const int32_t> ids) {
+  SPW_CHECK(!done_, path_, "append after the write was committed or abandoned");
+  const size_t width = dtype_bytes(dtype_);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t id = ids[i];
+    if (id < 0 || id >= vocab_size_) {
+      fail("token " + std::to_string(tokens_ + i) + " is " + std::to_string(id) +
+           ", outside the vocabulary of " + std::to_string(vocab_size_) + " tokens");
+    }
+    const auto value = static_cast<uint32_t>(id);
+    const size_t at = buffer_.size();
+    buffer_.resize(at + width);
+    std::memcpy(buffer_.data() + at, &value, width);  // little-endian: the low bytes first
+    if (buffer_.size() + width > kBufferBytes) flush();
+  }
+  tokens_ += ids.size();
+}
+
+void TokenFileWriter::flush() {
+  try {
+    write_all(fd_, buffer_.data(), buffer_.size());
+  } catch (const std::system_error& e) {
+    fail(std::string("write failed: ") + e.what());
+  }
+  buffer_.clear();
+}
+
+void TokenFileWriter::commit() {
+  SPW_CHECK(!done_, path_, "commit after the write was committed or abandoned");
+  flush();
+  if (::fchmod(fd_, 0644) != 0) fail("cannot set permissions: " + errno_text());
+  if (::fsync(fd_) != 0) fail("fsync failed: " + errno_text());
+  if (::close(fd_) != 0) {
+    fd_ = -1;
+    fail("close failed: " + errno_text());
+  }
+  fd_ = -1;
+
+  const nlohmann::ordered_json sidecar = {{"format", kFormat},
+                                          {"dtype", dtype_name(dtype_)},
+                                          {"tokens", tokens_},
+                                          {"vocab_size", vocab_size_},
+                                          {"tokenizer", fingerprint_}};
+  const std::string text = sidecar.dump(2) + "\n";
+  const std::string sidecar_path = token_sidecar_path(path_);
+  std::string sidecar_temp = sidecar_path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(sidecar_temp.data());
+  if (fd < 0) fail("cannot create a temporary sidecar: " + errno_text());
+  const auto drop_sidecar = [&](const std::string& problem) {
+    ::close(fd);
+    ::unlink(sidecar_temp.c_str());
+    fail(problem);
+  };
+  try {
+    write_all(fd, text.data(), text.size());
+  } catch (const std::system_error& e) {
+    drop_sidecar(std::string("sidecar write failed: ") + e.what());
+  }
+  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) drop_sidecar("sidecar fsync failed: " + errno_text());
+  ::close(fd);
+
+  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(sidecar_temp.c_str());
+    fail("cannot rename the temporary file into place: " + reason);
+  }
+  temp_path_.clear();  // now the real file
+  if (::rename(sidecar_temp.c_str(), sidecar_path.c_str()) != 0) {
+    const std::string reason = errno_text();
+    ::unlink(sidecar_temp.c_str());
+    ::unlink(path_.c_str());  // data without its sidecar would be unreadable
+    fail("cannot rename the sidecar into place: " + reason);
+  }
+  sync_folder(path_);
+  done_ = true;
+}
+
+void write_token_file(const std::string& path, std::span<const int32_t> ids, int64_t vocab_size,
+                      const std::string& tokenizer_fingerprint) {
+  TokenFileWriter writer(path, vocab_size, tokenizer_fingerprint);
+  writer.append(ids);
+  writer.commit();
+}
+
+// --- reading ---------------------------------------------------------------
+
+TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
+  const std::string sidecar_path = token_sidecar_path(path_);
+  std::ifstream sidecar_in(sidecar_path);
+  if (!sidecar_in) {
+    throw Error(path_, "its sidecar " + sidecar_path + " cannot be opened (" + errno_text() +
+                           "); it records the dtype, length and tokenizer and is written with the data");
+  }
+  std::ostringstream sidecar_text;
+  sidecar_text << sidecar_in.rdbuf();
+  nlohmann::json sidecar;
+  try {
+    sidecar = nlohmann::json::parse(sidecar_text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(sidecar_path, std::string("not valid JSON: ") + e.what());
+  }
+  const auto field = [&](const char* key, bool (nlohmann::json::*is_type)() const noexcept,
+                         const char* kind) -> const nlohmann::json& {
+    SPW_CHECK(sidecar.is_object() && sidecar.contains(key), sidecar_path, "missing field ", key);
+    const nlohmann::json& value = sidecar[key];
+    SPW_CHECK((value.*is_type)(), sidecar_path, "field ", key, " is not ", kind);
+    return value;
+  };
+  SPW_CHECK(field("format", &nlohmann::json::is_string, "a string") == kFormat, sidecar_path,
+            "format is not ", kFormat);
+  const std::string dtype = field("dtype", &nlohmann::json::is_string, "a string").get<std::string>();
+  SPW_CHECK(dtype == "uint16" || dtype == "uint32", sidecar_path, "dtype ", dtype,
+            " is not uint16 or uint32");
+  dtype_ = dtype == "uint16" ? TokenDType::u16 : TokenDType::u32;
+  tokens_ = field("tokens", &nlohmann::json::is_number_unsigned, "a count").get<uint64_t>();
+  vocab_size_ = field("vocab_size", &nlohmann::json::is_number_unsigned, "a count").get<int64_t>();
+  SPW_CHECK(vocab_size_ > 0 && token_dtype_for(vocab_size_) == dtype_, sidecar_path, "vocab_size ",
+            vocab_size_, " does not go with dtype ", dtype);
+  fingerprint_ = field("tokenizer", &nlohmann::json::is_string, "a string").get<std::string>();
+
+  const int fd = ::open(path_.c_str(), O_RDONLY);
+  if (fd < 0) throw Error(path_, "cannot open: " + errno_text());
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const std::string reason = errno_text();
+    ::close(fd);
+    throw Error(path_, "cannot stat: " + reason);
+  }
+  const uint64_t want = tokens_ * dtype_bytes(dtype_);
+  if (static_cast<uint64_t>(st.st_size) != want) {
+    ::close(fd);
+    throw Error(path_, "holds " + std::to_string(st.st_size) + " bytes but its sidecar says " +
+                           std::to_string(tokens_) + " " + dtype + " tokens (" + std::to_string(want) +
+                           " bytes): truncated or overwritten");
+  }
+  if (want > 0) {
+    map_ = ::mmap(nullptr, want, PROT_READ, MAP_SHARED, fd, 0);
+    if (map_ == MAP_FAILED) {
+      map_ = nullptr;
+      const std::string reason = errno_text();
+      ::close(fd);
+      throw Error(path_, "cannot map: " + reason);
+    }
+    map_bytes_ = want;
+    ::madvise(map_, map_bytes_, MADV_WILLNEED);
+  }
+  ::close(fd);  // the mapping stays valid
+
+  // Checking every id now costs one pass; an id past the vocabulary would
+  // otherwise index past the embedding table mid-training.
+  const auto check = [&](const auto* ids) {
+    for (uint64_t i = 0; i < tokens_; ++i) {
+      if (static_cast<int64_t>(ids[i]) >= vocab_size_) {
+        const uint64_t bad = ids[i];
+        unmap();
+        throw Error(path_, "token " + std::to_string(i) + " is " + std::to_string(bad) +
+                               ", outside the vocabulary of " + std::to_string(vocab_size_) + " tokens");
+      }
+    }
+  };
+  if (dtype_ == TokenDType::u16) {
+    check(static_cast<const uint16_t*>(map_));
+  } else {
+    check(static_cast<const uint32_t*>(map_));
+  }
+}
+
+TokenFile::~TokenFile() { unmap(); }
+
+TokenFile::TokenFile(TokenFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      tokens_(other.tokens_),
+      vocab_size_(other.vocab_size_),
+      dtype_(other.dtype_),
+      fingerprint_(std::move(other.fingerprint_)),
+      map_(std::exchange(other.map_, nullptr)),
+      map_bytes_(std::exchange(other.map_bytes_, 0)) {
+  other.tokens_ = 0;
+}
+
+TokenFile& TokenFile::operator=(TokenFile&& other) noexcept {
+  if (this != &other) {
+    unmap();
+    path_ = std::move(other.path_);
+    tokens_ = std::exchange(other.tokens_, 0);
+    vocab_size_ = other.vocab_size_;
+    dtype_ = other.dtype_;
+    fingerprint_ = std::move(other.fingerprint_);
+    map_ = std::exchange(other.map_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
+  }
+  return *this;
+}
+
+void TokenFile::unmap() noexcept {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+  map_ = nullptr;
+  map_bytes_ = 0;
+}
+
+void TokenFile::require_tokenizer(const std::string& fingerprint) const {
+  SPW_CHECK(fingerprint == fingerprint_, path_, "was made by tokenizer ", fingerprint_,
+            " but the tokenizer in use is ", fingerprint, "; tokenize the corpus again");
+}
+
+uint32_t TokenFile::operator[](uint64_t i) const {
+  SPW_CHECK(i < tokens_, path_, "token ", i, " is past the end (", tokens_, " tokens)");
+  return dtype_ == TokenDType::u16 ? static_cast<const uint16_t*>(map_)[i]
+                                   : static_cast<const uint32_t*>(map_)[i];
+}
+
+void TokenFile::copy(uint64_t begin, std::span<int32_t> out) const {
+  SPW_CHECK(begin <= tokens_ && out.size() <= tokens_ - begin, path_, "tokens [", begin, ", ",
+            begin + out.size(), ") run past the end (", tokens_, " tokens)");
+  if (dtype_ == TokenDType::u16) {
+    const uint16_t* ids = static_cast<const uint16_t*>(map_) + begin;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = ids[i];
+  } else {
+    const uint32_t* ids = static_cast<const uint32_t*>(map_) + begin;
+    for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(ids[i]);
+  }
+}
+
+}  // namespace spillway

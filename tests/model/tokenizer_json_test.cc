@@ -1,0 +1,257 @@
+#include "model/tokenizer_json.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "base/status.h"
+#include "model/bpe_train.h"
+#include "model/byte_level.h"
+
+namespace spillway {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TokenizerJson : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "spillway-tokjson-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string write(const std::string& name, const std::string& text) {
+    const std::string path = (dir_ / name).string();
+    std::ofstream(path, std::ios::binary) << text;
+    return path;
+  }
+
+  // Expects loading `text` to fail with the file's name and `problem` in
+  // the message.
+  void expect_refused(const std::string& text, const std::string& problem) {
+    const std::string path = write("bad.json", text);
+    try {
+      load_tokenizer_json(path);
+      ADD_FAILURE() << "loaded: " << text.substr(0, 200);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(path + ": ", 0), 0u) << what;
+      EXPECT_NE(what.find(problem), std::string::npos) << what;
+    }
+  }
+
+  fs::path dir_;
+};
+
+const std::string& sample_text() {
+  static const std::string text =
+      "The quick brown fox jumps over the lazy dog. It's 2024; numbers 1234567 and "
+      "caf\xC3\xA9s, \xE6\x97\xA5\xE6\x9C\xAC, \xF0\x9F\x99\x82\xF0\x9F\x99\x82.\n\n   indented\tline\r\n"
+      "The dog sleeps. The fox runs. Over and over the fox jumps the dog.";
+  return text;
+}
+
+BpeTokenizer small_trained() {
+  std::string corpus;
+  for (int i = 0; i < 20; ++i) corpus += sample_text() + " " + std::to_string(i * 7919) + "\n";
+  return train_bpe(corpus, 420, {"<|begin_of_text|>", "<|end_of_text|>"});
+}
+
+// A minimal tokenizer.json in Hugging Face's layout: bytes in byte order,
+// then the given merges, then <|end_of_text|>.
+json minimal_json(const std::vector<std::pair<std::string, std::string>>& merges, bool merges_as_strings) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level::to_symbols(std::string(1, static_cast<char>(b)))] = b;
+  json merge_list = json::array();
+  for (const auto& [l, r] : merges) {
+    const std::string ls = byte_level::to_symbols(l), rs = byte_level::to_symbols(r);
+    if (!vocab.contains(ls + rs)) vocab[ls + rs] = static_cast<int>(vocab.size());
+    if (merges_as_strings) {
+      merge_list.push_back(ls + " " + rs);
+    } else {
+      merge_list.push_back({ls, rs});
+    }
+  }
+  const int eos = static_cast<int>(vocab.size());
+  return {{"version", "1.0"},
+          {"added_tokens",
+           {{{"id", eos},
+             {"content", "<|end_of_text|>"},
+             {"single_word", false},
+             {"lstrip", false},
+             {"rstrip", false},
+             {"normalized", false},
+             {"special", true}}}},
+          {"normalizer", nullptr},
+          {"pre_tokenizer",
+           {{"type", "Sequence"},
+            {"pretokenizers",
+             {{{"type", "Split"},
+               {"pattern", {{"Regex", std::string(kLlama3Pattern)}}},
+               {"behavior", "Isolated"},
+               {"invert", false}},
+              {{"type", "ByteLevel"},
+               {"add_prefix_space", false},
+               {"trim_offsets", true},
+               {"use_regex", false}}}}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}}},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", merge_list}}}};
+}
+
+TEST_F(TokenizerJson, SaveThenLoadEncodesIdentically) {
+  const BpeTokenizer trained = small_trained();
+  const std::string path = (dir_ / "tokenizer.json").string();
+  save_tokenizer_json(trained, path);
+  const BpeTokenizer loaded = load_tokenizer_json(path);
+  EXPECT_EQ(loaded.fingerprint(), trained.fingerprint());
+  EXPECT_EQ(loaded.vocab().tokens, trained.vocab().tokens);
+  EXPECT_EQ(loaded.vocab().merges, trained.vocab().merges);
+  EXPECT_EQ(loaded.eos_id(), trained.eos_id());
+  for (bool special : {false, true}) {
+    const std::string text = sample_text() + "<|end_of_text|>" + sample_text();
+    EXPECT_EQ(loaded.encode(text, special), trained.encode(text, special));
+  }
+  // Nothing but the file itself is left in the folder.
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 1);
+}
+
+TEST_F(TokenizerJson, WritesHuggingFaceLayout) {
+  const BpeTokenizer trained = small_trained();
+  const json j = json::parse(tokenizer_json_text(trained));
+  EXPECT_EQ(j["model"]["type"], "BPE");
+  EXPECT_EQ(j["model"]["vocab"]["\u0120"], trained.encode(" ")[0]);  // Ġ is the space byte
+  EXPECT_EQ(j["model"]["vocab"].size() + j["added_tokens"].size(), static_cast<size_t>(trained.vocab_size()));
+  EXPECT_EQ(j["model"]["merges"].size(), trained.vocab().merges.size());
+  EXPECT_TRUE(j["model"]["merges"][0].is_array());
+  EXPECT_EQ(j["added_tokens"][1]["content"], "<|end_of_text|>");
+  EXPECT_EQ(j["added_tokens"][1]["id"], trained.eos_id());
+  EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"], std::string(kLlama3Pattern));
+  EXPECT_EQ(j["pre_tokenizer"]["pretokenizers"][1]["use_regex"], false);
+  EXPECT_EQ(j["decoder"]["type"], "ByteLevel");
+}
+
+TEST_F(TokenizerJson, StringAndPairMergesLoadAlike) {
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"t", "h"}, {"th", "e"}, {" ", "the"}, {"o", "g"}};
+  const BpeTokenizer pairs = load_tokenizer_json(write("pairs.json", minimal_json(merges, false).dump()));
+  const BpeTokenizer strings = load_tokenizer_json(write("strings.json", minimal_json(merges, true).dump()));
+  EXPECT_EQ(pairs.fingerprint(), strings.fingerprint());
+  const std::vector<int32_t> ids = strings.encode("the dog the");
+  EXPECT_EQ(ids, pairs.encode("the dog the"));
+  EXPECT_EQ(ids, (std::vector<int32_t>{257, 32, 100, 259, 258}));  // "the", " ", "d", "og", " the"
+  EXPECT_EQ(strings.eos_id(), 260);
+}
+
+TEST_F(TokenizerJson, AcceptsGpt2Layout) {
+  // GPT-2: a bare ByteLevel pre-tokenizer with its own regex, and the special
+  // token listed in model.vocab as well as in added_tokens.
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {"1", "2"}, {"12", "3"}, {"123", "4"}, {"1234", "5"}};
+  json j = minimal_json(merges, true);
+  const BpeTokenizer llama3 = load_tokenizer_json(write("llama3.json", j.dump()));
+  j["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  j["model"]["vocab"]["<|end_of_text|>"] = 260;
+  const BpeTokenizer gpt2 = load_tokenizer_json(write("gpt2.json", j.dump()));
+  EXPECT_EQ(gpt2.vocab().pattern, kGpt2Pattern);
+  EXPECT_EQ(gpt2.eos_id(), 260);
+  // GPT-2 keeps a digit run whole; LLaMA-3 cuts it into threes.
+  EXPECT_EQ(gpt2.encode("12345"), (std::vector<int32_t>{259}));
+  EXPECT_EQ(llama3.encode("12345"), (std::vector<int32_t>{257, '4', '5'}));
+}
+
+TEST_F(TokenizerJson, ReadsIgnoreMerges) {
+  json j = minimal_json({{"a", "b"}}, false);
+  j["model"]["ignore_merges"] = true;
+  EXPECT_TRUE(load_tokenizer_json(write("ignore.json", j.dump())).vocab().ignore_merges);
+}
+
+TEST_F(TokenizerJson, RefusesMalformedFilesNamingThem) {
+  const std::vector<std::pair<std::string, std::string>> merges = {{"a", "b"}};
+  expect_refused("{\"model\": ", "not valid JSON");
+  expect_refused("[1, 2]", "not a JSON object");
+  expect_refused("{}", "missing field model");
+
+  json j = minimal_json(merges, false);
+  j["model"].erase("merges");
+  expect_refused(j.dump(), "missing field model.merges");
+
+  j = minimal_json(merges, false);
+  j["model"].erase("vocab");
+  expect_refused(j.dump(), "missing field model.vocab");
+
+  j = minimal_json(merges, false);
+  j["model"]["type"] = "WordPiece";
+  expect_refused(j.dump(), "model.type is \"WordPiece\"");
+
+  j = minimal_json(merges, false);
+  j["model"]["merges"].push_back({"x", "nope"});
+  expect_refused(j.dump(), "model.merges[1] names \"nope\"");
+
+  j = minimal_json(merges, false);
+  j["model"]["merges"].push_back("a b c");
+  expect_refused(j.dump(), "not two tokens");
+
+  j = minimal_json(merges, false);
+  j["model"]["vocab"]["\u2581word"] = 900;  // SentencePiece-style token
+  expect_refused(j.dump(), "not in the byte-level alphabet");
+
+  j = minimal_json(merges, false);
+  j["model"]["vocab"]["zz"] = 300;  // ids 258..299 missing
+  expect_refused(j.dump(), "no token has id");
+
+  j = minimal_json(merges, false);
+  j["model"]["vocab"]["zz"] = "seven";
+  expect_refused(j.dump(), "not a non-negative integer");
+
+  j = minimal_json(merges, false);
+  j["model"]["vocab"].erase("\u010A");  // the newline byte
+  j["model"]["vocab"]["zz"] = 10;
+  expect_refused(j.dump(), "no token for byte 0x0a");
+
+  j = minimal_json(merges, false);
+  j["normalizer"] = {{"type", "NFC"}};
+  expect_refused(j.dump(), "normalizer");
+
+  j = minimal_json(merges, false);
+  j["pre_tokenizer"] = {{"type", "Metaspace"}};
+  expect_refused(j.dump(), "pre_tokenizer.type is \"Metaspace\"");
+
+  j = minimal_json(merges, false);
+  j["added_tokens"][0]["lstrip"] = true;
+  expect_refused(j.dump(), "lstrip");
+
+  j = minimal_json(merges, false);
+  j["added_tokens"][0]["special"] = false;
+  expect_refused(j.dump(), "is not special");
+}
+
+TEST_F(TokenizerJson, MissingFileIsNamed) {
+  const std::string path = (dir_ / "absent.json").string();
+  try {
+    load_tokenizer_json(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(path + ": cannot open", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway

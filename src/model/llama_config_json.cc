@@ -1,5 +1,6 @@
 #include "model/llama_config_json.h"
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -92,7 +93,7 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
 
 LlamaConfig load_config(const std::string& path) {
   std::ifstream in(path);
-  SPW_CHECK(in.good(), path, "cannot open config file");
+  SPW_CHECK(in.good(), path, std::filesystem::exists(path) ? "cannot read config file" : "no such config file");
   json j;
   try {
     j = json::parse(in);
@@ -191,6 +192,11 @@ LlamaConfig preset_config(std::string_view name) {
   for (const auto& p : presets()) known += std::string(known.empty() ? "" : ", ") + p.name;
   throw Error("--config", "unknown preset '" + std::string(name) + "' (known: " + known +
                               ", or a path to a config.json)");
+}
+
+LlamaConfig resolve_config(const std::string& name_or_path) {
+  if (name_or_path.ends_with(".json") || std::filesystem::exists(name_or_path)) return load_config(name_or_path);
+  return preset_config(name_or_path);
 }
 
 int64_t matmul_parameter_count(const LlamaConfig& c) {

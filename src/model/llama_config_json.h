@@ -24,6 +24,9 @@ nlohmann::json config_to_json(const LlamaConfig& c);
 // lists the presets.
 LlamaConfig preset_config(std::string_view name);
 std::vector<std::string> preset_names();
+// A preset name, or a path to a config.json (anything ending in .json, or an
+// existing file).
+LlamaConfig resolve_config(const std::string& name_or_path);
 
 // Matmul weights (lm_head included, the embedding lookup excluded unless it
 // is tied to lm_head), as DESIGN.md's MFU formula counts them.

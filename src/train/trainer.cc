@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
@@ -142,18 +143,20 @@ TrainResult train_model(TrainOptions o) {
     start_tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json(ckpt + "/tokenizer.json"));
   }
   check_options(o);
-  optimizer.weight_decay = o.weight_decay;
+  // The config is checked before any data work, so a typo fails at once.
+  std::optional<model::LlamaConfig> fresh_config;
+  if (weights.tensors().empty()) fresh_config = model::resolve_config(o.config);
 
   Dataset data = prepare_dataset(o.data, o.out_dir, start_tokenizer.get(), o.quiet);
-  if (weights.tensors().empty()) {
-    model::LlamaConfig config = fs::exists(o.config) ? model::load_config(o.config) : model::preset_config(o.config);
-    config.vocab_size = data.tokenizer->vocab_size();
-    weights = model::LlamaWeights::random(config, o.seed);
+  if (fresh_config) {
+    fresh_config->vocab_size = data.tokenizer->vocab_size();
+    weights = model::LlamaWeights::random(*fresh_config, o.seed);
   }
   const model::LlamaConfig& config = weights.config();
   SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
             data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
-  if (optimizer.m.tensors().empty()) optimizer = AdamW(config), optimizer.weight_decay = o.weight_decay;
+  if (optimizer.m.tensors().empty()) optimizer = AdamW(config);
+  optimizer.weight_decay = o.weight_decay;
 
   BatchSampler sampler(*data.train, o.batch, o.seq, o.seed);
   if (o.resume) {

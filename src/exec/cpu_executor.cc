@@ -1,5 +1,7 @@
 #include "exec/cpu_executor.h"
 
+#include <chrono>
+
 #include "base/status.h"
 #include "exec/run_node_cpu.h"
 
@@ -53,7 +55,14 @@ void CpuExecutor::run() {
         const auto& info = graph_.value(v);
         data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
       }
-      run_node_cpu(graph_, nodes[i], data_);
+      if (profiling_) {
+        auto start = std::chrono::steady_clock::now();
+        run_node_cpu(graph_, nodes[i], data_);
+        node_seconds_.resize(nodes.size());
+        node_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      } else {
+        run_node_cpu(graph_, nodes[i], data_);
+      }
       for (Value v : liveness_.dies_at[i]) {
         space_.free(data_[static_cast<size_t>(v.id)]);
         data_[static_cast<size_t>(v.id)] = nullptr;

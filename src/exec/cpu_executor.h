@@ -40,6 +40,11 @@ class CpuExecutor {
 
   const graph::Liveness& liveness() const { return liveness_; }
 
+  // Seconds spent in each node over the steps run while profiling was on,
+  // by node index: what `spillway bench` breaks a step down by.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& node_seconds() const { return node_seconds_; }
+
  private:
   void check_binding(graph::Value v, uint64_t bytes) const;
   void release_outputs();
@@ -48,6 +53,8 @@ class CpuExecutor {
   MemorySpace& space_;
   graph::Liveness liveness_;
   std::vector<void*> data_;  // by value id
+  bool profiling_ = false;
+  std::vector<double> node_seconds_;
 };
 
 }  // namespace spillway::exec

@@ -1,0 +1,87 @@
+#include "ops/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "base/status.h"
+
+namespace spillway::ops {
+
+namespace {
+
+// Checked before any parallel loop, so the first bad row is the one reported
+// and no exception has to leave an OpenMP region. Returns the rows that count.
+int64_t check_targets(const int32_t* targets, int64_t rows, int64_t vocab) {
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    SPW_CHECK(targets[r] < vocab, "cross_entropy", "row ", r, " has target ", targets[r],
+              ", past the vocabulary of ", vocab);
+    if (targets[r] >= 0) ++counted;
+  }
+  return counted;
+}
+
+// log(sum_j exp(x_j)) with the row max taken out first, so no exp overflows.
+template <typename T>
+double log_sum_exp(const T* x, int64_t vocab) {
+  T max = x[0];
+  for (int64_t j = 1; j < vocab; ++j) max = std::max(max, x[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < vocab; ++j) sum += static_cast<double>(std::exp(x[j] - max));
+  return static_cast<double>(max) + std::log(sum);
+}
+
+}  // namespace
+
+template <typename T>
+void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* loss, int64_t rows,
+                           int64_t vocab) {
+  SPW_CHECK(vocab > 0, "cross_entropy", "vocabulary is empty");
+  const int64_t counted = check_targets(targets, rows, vocab);
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+
+#pragma omp parallel for schedule(static) if (rows * vocab > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = logits + r * vocab;
+    const double row_lse = log_sum_exp(x, vocab);
+    lse[r] = static_cast<T>(row_lse);
+    if (targets[r] >= 0) row_loss[r] = row_lse - static_cast<double>(x[targets[r]]);
+  }
+
+  double sum = 0;
+  for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
+  loss[0] = counted > 0 ? static_cast<T>(sum / static_cast<double>(counted)) : T(0);
+}
+
+template <typename T>
+void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* dloss,
+                            T* dlogits, int64_t rows, int64_t vocab) {
+  const int64_t counted = check_targets(targets, rows, vocab);
+  const T scale = counted > 0 ? static_cast<T>(static_cast<double>(dloss[0]) / counted) : T(0);
+
+#pragma omp parallel for schedule(static) if (rows * vocab > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* x = logits + r * vocab;
+    T* dx = dlogits + r * vocab;
+    if (targets[r] < 0) {
+      std::fill_n(dx, vocab, T(0));
+      continue;
+    }
+    const T row_lse = lse[r];
+    for (int64_t j = 0; j < vocab; ++j) dx[j] = scale * std::exp(x[j] - row_lse);
+    const int32_t t = targets[r];
+    dx[t] = scale * (std::exp(x[t] - row_lse) - T(1));
+  }
+}
+
+template void cross_entropy_forward<float>(const float*, const int32_t*, float*, float*, int64_t,
+                                           int64_t);
+template void cross_entropy_forward<double>(const double*, const int32_t*, double*, double*,
+                                            int64_t, int64_t);
+template void cross_entropy_backward<float>(const float*, const int32_t*, const float*,
+                                            const float*, float*, int64_t, int64_t);
+template void cross_entropy_backward<double>(const double*, const int32_t*, const double*,
+                                             const double*, double*, int64_t, int64_t);
+
+}  // namespace spillway::ops

@@ -1,0 +1,100 @@
+#include "ops/adamw.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "base/status.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::cast_vector;
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// Each value rounded to float, so the float kernel and the double reference
+// read the same inputs.
+std::vector<double> as_float_values(const std::vector<double>& v) {
+  auto rounded = cast_vector<float>(v);
+  return {rounded.begin(), rounded.end()};
+}
+
+struct State {
+  std::vector<double> param, m, v;
+};
+
+// torch.optim.AdamW's single-tensor step, in double.
+void reference_step(State& s, const std::vector<double>& grad, const AdamWHyper& hp) {
+  const double bias1 = 1 - std::pow(hp.beta1, static_cast<double>(hp.step));
+  const double bias2 = 1 - std::pow(hp.beta2, static_cast<double>(hp.step));
+  for (size_t i = 0; i < grad.size(); ++i) {
+    s.param[i] *= 1 - hp.lr * hp.weight_decay;
+    s.m[i] = hp.beta1 * s.m[i] + (1 - hp.beta1) * grad[i];
+    s.v[i] = hp.beta2 * s.v[i] + (1 - hp.beta2) * grad[i] * grad[i];
+    const double denom = std::sqrt(s.v[i]) / std::sqrt(bias2) + hp.eps;
+    s.param[i] -= hp.lr / bias1 * s.m[i] / denom;
+  }
+}
+
+template <typename T>
+void run_steps(const std::vector<double>& param0, int64_t n, int steps, AdamWHyper hp,
+               uint64_t grad_seed, double tolerance) {
+  State ref{param0, std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  std::vector<T> param = cast_vector<T>(param0), m(n, T(0)), v(n, T(0));
+  for (int s = 1; s <= steps; ++s) {
+    hp.step = s;
+    // Gradients of changing scale, so the moments do not settle.
+    auto grad = random_vector(n, grad_seed + s, -s * 0.5, s * 0.3);
+    auto grad_t = cast_vector<T>(grad);
+    reference_step(ref, std::vector<double>(grad_t.begin(), grad_t.end()), hp);
+    adamw_update<T>(param.data(), grad_t.data(), m.data(), v.data(), n, hp);
+  }
+  EXPECT_LE(rel_error(param, ref.param), tolerance) << "n=" << n;
+  EXPECT_LE(rel_error(m, ref.m), tolerance) << "n=" << n;
+  EXPECT_LE(rel_error(v, ref.v), tolerance) << "n=" << n;
+}
+
+TEST(AdamW, MatchesTorchFormulaOverSeveralSteps) {
+  AdamWHyper hp;
+  hp.lr = 1e-2;
+  hp.beta1 = 0.9;
+  hp.beta2 = 0.95;
+  hp.eps = 1e-8;
+  hp.weight_decay = 0.1;
+  uint64_t seed = 1;
+  // 70001 passes the kernel's threshold for threads.
+  for (int64_t n : {1, 5, 64, 129, 70001}) {
+    auto param0 = as_float_values(random_vector(n, seed++));
+    run_steps<float>(param0, n, 6, hp, seed, 1e-5);
+    run_steps<double>(param0, n, 6, hp, seed, 1e-12);
+    seed += 10;
+  }
+}
+
+TEST(AdamW, FirstStepMovesEachWeightByLearningRate) {
+  // Bias correction makes step 1 move every weight by lr * sign(g) (the
+  // corrected moments are g and g^2), whatever the betas; decay comes first.
+  AdamWHyper hp;
+  hp.lr = 0.01;
+  hp.beta1 = 0.8;
+  hp.beta2 = 0.99;
+  hp.weight_decay = 0.5;
+  hp.eps = 0;
+  std::vector<double> param = {1.0, -2.0, 0.5}, grad = {0.3, -4.0, 1e-3}, m(3, 0.0), v(3, 0.0);
+  adamw_update<double>(param.data(), grad.data(), m.data(), v.data(), 3, hp);
+  const double decay = 1 - 0.01 * 0.5;
+  EXPECT_LE(rel_error(param, {1.0 * decay - 0.01, -2.0 * decay + 0.01, 0.5 * decay - 0.01}), 1e-14);
+}
+
+TEST(AdamW, RejectsStepZero) {
+  AdamWHyper hp;
+  hp.step = 0;
+  float p = 1, g = 1, m = 0, v = 0;
+  EXPECT_THROW(adamw_update<float>(&p, &g, &m, &v, 1, hp), Error);
+}
+
+}  // namespace
+}  // namespace spillway::ops

@@ -1,0 +1,189 @@
+#include "ops/cross_entropy.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::cast_vector;
+using spillway::testing::numeric_gradient;
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// Each value rounded to float, so the float kernel and the double reference
+// read the same inputs.
+std::vector<double> as_float_values(const std::vector<double>& v) {
+  auto rounded = cast_vector<float>(v);
+  return {rounded.begin(), rounded.end()};
+}
+
+// Targets in [0, vocab), with about one row in four ignored (-100).
+std::vector<int32_t> random_targets(int64_t rows, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (auto& t : targets) t = rng() % 4 == 0 ? -100 : dist(rng);
+  if (rows > 0) targets[0] = dist(rng);
+  return targets;
+}
+
+struct Reference {
+  std::vector<double> lse, loss, dlogits;
+};
+
+// Softmax written out in double, one row at a time.
+Reference reference(const std::vector<double>& logits, const std::vector<int32_t>& targets,
+                    int64_t rows, int64_t vocab, double dloss) {
+  Reference ref;
+  double total = 0;
+  int64_t counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double max = logits[r * vocab];
+    for (int64_t j = 1; j < vocab; ++j) max = std::max(max, logits[r * vocab + j]);
+    double sum = 0;
+    for (int64_t j = 0; j < vocab; ++j) sum += std::exp(logits[r * vocab + j] - max);
+    ref.lse.push_back(max + std::log(sum));
+    if (targets[r] >= 0) {
+      total += ref.lse[r] - logits[r * vocab + targets[r]];
+      ++counted;
+    }
+  }
+  ref.loss.push_back(counted ? total / counted : 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < vocab; ++j) {
+      double g = 0;
+      if (targets[r] >= 0) {
+        g = std::exp(logits[r * vocab + j] - ref.lse[r]) - (j == targets[r] ? 1 : 0);
+        g *= dloss / counted;
+      }
+      ref.dlogits.push_back(g);
+    }
+  }
+  return ref;
+}
+
+void check_float_against_reference(double offset, uint64_t seed) {
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t vocab : {1, 5, 64, 129}) {
+      auto logits = as_float_values(random_vector(rows * vocab, seed++, offset - 8, offset + 8));
+      auto targets = random_targets(rows, vocab, seed++);
+      const double dloss = 0.75;
+      Reference ref = reference(logits, targets, rows, vocab, dloss);
+      auto xf = cast_vector<float>(logits);
+      const float nan = std::numeric_limits<float>::quiet_NaN();
+      std::vector<float> lse(rows, nan), loss(1, nan), dlogits(xf.size(), nan);
+      const float dloss_f = static_cast<float>(dloss);
+      cross_entropy_forward<float>(xf.data(), targets.data(), lse.data(), loss.data(), rows, vocab);
+      cross_entropy_backward<float>(xf.data(), targets.data(), lse.data(), &dloss_f, dlogits.data(),
+                                    rows, vocab);
+      EXPECT_LE(rel_error(lse, ref.lse), 1e-5) << "rows=" << rows << " vocab=" << vocab;
+      // A vocabulary of one gives loss 0 and zero gradients, which rel_error
+      // then compares absolutely.
+      EXPECT_LE(rel_error(loss, ref.loss), 1e-5) << "rows=" << rows << " vocab=" << vocab;
+      EXPECT_LE(rel_error(dlogits, ref.dlogits), 1e-5) << "rows=" << rows << " vocab=" << vocab;
+    }
+  }
+}
+
+TEST(CrossEntropy, FloatMatchesReference) { check_float_against_reference(0.0, 1); }
+
+// Logits near 100: exp overflows float without the row max taken out.
+TEST(CrossEntropy, FloatStaysFiniteForLargeLogits) { check_float_against_reference(100.0, 500); }
+
+TEST(CrossEntropy, NoCountedRowsGivesZero) {
+  std::vector<float> logits = {1, 2, 3, 4, 5, 6}, lse(2), loss(1, 1.0f);
+  std::vector<float> dlogits(6, std::numeric_limits<float>::quiet_NaN());
+  std::vector<int32_t> targets = {-100, -1};
+  const float dloss = 1.0f;
+  cross_entropy_forward<float>(logits.data(), targets.data(), lse.data(), loss.data(), 2, 3);
+  cross_entropy_backward<float>(logits.data(), targets.data(), lse.data(), &dloss, dlogits.data(), 2, 3);
+  EXPECT_EQ(loss[0], 0.0f);
+  EXPECT_EQ(dlogits, std::vector<float>(6, 0.0f));
+}
+
+TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
+  uint64_t seed = 100;
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {3, 33}, {8, 2}}) {
+    auto logits = random_vector(rows * vocab, seed++, -3, 3);
+    auto targets = random_targets(rows, vocab, seed++);
+    const double dloss = 1.7;
+    std::vector<double> lse(rows), loss(1);
+    auto scalar = [&] {
+      cross_entropy_forward<double>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab);
+      return dloss * loss[0];
+    };
+    auto want = numeric_gradient(logits, scalar);
+    scalar();  // lse of the unperturbed logits
+    std::vector<double> dlogits(logits.size());
+    cross_entropy_backward<double>(logits.data(), targets.data(), lse.data(), &dloss,
+                                   dlogits.data(), rows, vocab);
+    EXPECT_LE(rel_error(dlogits, want), 1e-6) << "rows=" << rows << " vocab=" << vocab;
+  }
+}
+
+TEST(CrossEntropy, RejectsTargetPastVocabulary) {
+  const int64_t rows = 4, vocab = 7;
+  std::vector<float> logits(rows * vocab, 0.5f), lse(rows), loss(1), dlogits(rows * vocab);
+  std::vector<int32_t> targets = {1, -100, 7, 3};
+  const float dloss = 1.0f;
+  for (int pass = 0; pass < 2; ++pass) {
+    try {
+      if (pass == 0) {
+        cross_entropy_forward<float>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab);
+      } else {
+        cross_entropy_backward<float>(logits.data(), targets.data(), lse.data(), &dloss,
+                                      dlogits.data(), rows, vocab);
+      }
+      ADD_FAILURE() << "no error for target 7 of vocab 7";
+    } catch (const Error& e) {
+      std::string message = e.what();
+      EXPECT_EQ(e.thing(), "cross_entropy");
+      EXPECT_NE(message.find("row 2"), std::string::npos) << message;
+      EXPECT_NE(message.find("target 7"), std::string::npos) << message;
+    }
+  }
+}
+
+// The double kernel shows any change in the order of the loss's sum in its
+// low bits; the float one sums in double and rounds, which hides most of them.
+template <typename T>
+void expect_independent_of_threads() {
+  const int64_t rows = 1000, vocab = 129;
+  auto logits = cast_vector<T>(random_vector(rows * vocab, 21, -8, 8));
+  auto targets = random_targets(rows, vocab, 22);
+  const T dloss = 1;
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<T> out(rows + 1 + rows * vocab);  // lse, loss, dlogits
+    T* lse = out.data();
+    T* loss = lse + rows;
+    T* dlogits = loss + 1;
+    cross_entropy_forward<T>(logits.data(), targets.data(), lse, loss, rows, vocab);
+    cross_entropy_backward<T>(logits.data(), targets.data(), lse, &dloss, dlogits, rows, vocab);
+    return out;
+  };
+  const int saved = omp_get_max_threads();
+  auto one = run(1), four = run(4);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(T)), 0);
+}
+
+TEST(CrossEntropy, DoesNotDependOnThreadCount) {
+  expect_independent_of_threads<float>();
+  expect_independent_of_threads<double>();
+}
+
+}  // namespace
+}  // namespace spillway::ops

@@ -1,0 +1,160 @@
+#include "ops/embedding.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::cast_vector;
+using spillway::testing::dot;
+using spillway::testing::numeric_gradient;
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// Each value rounded to float, so the float kernel and the double reference
+// read the same inputs.
+std::vector<double> as_float_values(const std::vector<double>& v) {
+  auto rounded = cast_vector<float>(v);
+  return {rounded.begin(), rounded.end()};
+}
+
+std::vector<int32_t> random_ids(int64_t tokens, int64_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (auto& id : ids) id = dist(rng);
+  return ids;
+}
+
+std::vector<double> reference_forward(const std::vector<int32_t>& ids,
+                                      const std::vector<double>& table, int64_t dim) {
+  std::vector<double> out;
+  for (int32_t id : ids) {
+    for (int64_t j = 0; j < dim; ++j) out.push_back(table[id * dim + j]);
+  }
+  return out;
+}
+
+std::vector<double> reference_backward(const std::vector<int32_t>& ids,
+                                       const std::vector<double>& dout, int64_t vocab,
+                                       int64_t dim) {
+  std::vector<double> dtable(static_cast<size_t>(vocab * dim), 0.0);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    for (int64_t j = 0; j < dim; ++j) dtable[ids[t] * dim + j] += dout[t * dim + j];
+  }
+  return dtable;
+}
+
+struct Dims {
+  int64_t tokens, vocab, dim;
+};
+
+const Dims kShapes[] = {{1, 1, 1}, {7, 5, 5}, {33, 64, 64}, {33, 5, 129}, {7, 64, 1}, {200, 3, 33}};
+
+TEST(Embedding, FloatMatchesReference) {
+  uint64_t seed = 1;
+  for (const Dims& d : kShapes) {
+    auto ids = random_ids(d.tokens, d.vocab, seed++);
+    auto table = as_float_values(random_vector(d.vocab * d.dim, seed++));
+    auto dout = as_float_values(random_vector(d.tokens * d.dim, seed++));
+    auto table_f = cast_vector<float>(table), dout_f = cast_vector<float>(dout);
+
+    std::vector<float> out(static_cast<size_t>(d.tokens * d.dim));
+    embedding_forward<float>(ids.data(), table_f.data(), out.data(), d.tokens, d.vocab, d.dim);
+    EXPECT_LE(rel_error(out, reference_forward(ids, table, d.dim)), 1e-5)
+        << "tokens=" << d.tokens << " vocab=" << d.vocab << " dim=" << d.dim;
+
+    // dtable starts as NaN: backward must overwrite every row, used or not.
+    std::vector<float> dtable(static_cast<size_t>(d.vocab * d.dim),
+                              std::numeric_limits<float>::quiet_NaN());
+    embedding_backward<float>(ids.data(), dout_f.data(), dtable.data(), d.tokens, d.vocab, d.dim);
+    EXPECT_LE(rel_error(dtable, reference_backward(ids, dout, d.vocab, d.dim)), 1e-5)
+        << "tokens=" << d.tokens << " vocab=" << d.vocab << " dim=" << d.dim;
+  }
+}
+
+TEST(Embedding, BackwardMatchesFiniteDifferences) {
+  // vocab larger than tokens, so some rows are unused and must get zero.
+  const Dims shapes[] = {{5, 8, 3}, {9, 4, 7}};
+  uint64_t seed = 50;
+  for (const Dims& d : shapes) {
+    auto ids = random_ids(d.tokens, d.vocab, seed++);
+    auto table = random_vector(d.vocab * d.dim, seed++);
+    auto upstream = random_vector(d.tokens * d.dim, seed++);
+    std::vector<double> out(static_cast<size_t>(d.tokens * d.dim));
+    auto loss = [&] {
+      embedding_forward<double>(ids.data(), table.data(), out.data(), d.tokens, d.vocab, d.dim);
+      return dot(out, upstream);
+    };
+    auto want = numeric_gradient(table, loss);
+    std::vector<double> dtable(table.size(), std::numeric_limits<double>::quiet_NaN());
+    embedding_backward<double>(ids.data(), upstream.data(), dtable.data(), d.tokens, d.vocab,
+                               d.dim);
+    EXPECT_LE(rel_error(dtable, want), 1e-6) << "tokens=" << d.tokens << " vocab=" << d.vocab;
+  }
+}
+
+void expect_bad_id(const std::vector<int32_t>& ids, const std::string& id_text,
+                   const std::string& position_text) {
+  const int64_t vocab = 10, dim = 2;
+  std::vector<float> table(vocab * dim, 1.0f), rows(ids.size() * dim, 1.0f);
+  for (int pass = 0; pass < 2; ++pass) {
+    try {
+      if (pass == 0) {
+        embedding_forward<float>(ids.data(), table.data(), rows.data(), ids.size(), vocab, dim);
+      } else {
+        embedding_backward<float>(ids.data(), rows.data(), table.data(), ids.size(), vocab, dim);
+      }
+      ADD_FAILURE() << "no error for " << id_text;
+    } catch (const Error& e) {
+      std::string message = e.what();
+      EXPECT_EQ(e.thing(), "embedding");
+      EXPECT_NE(message.find(id_text), std::string::npos) << message;
+      EXPECT_NE(message.find(position_text), std::string::npos) << message;
+    }
+  }
+}
+
+TEST(Embedding, RejectsIdsOutsideVocabulary) {
+  expect_bad_id({1, 2, 3, 10, 4}, "id 10", "position 3");
+  expect_bad_id({-1, 2}, "id -1", "position 0");
+}
+
+// Few rows and many tokens: each row sums hundreds of gradients. The float
+// kernel sums in double, where another order seldom shows after rounding to
+// float; the double kernel shows any change of order in its low bits.
+template <typename T>
+void expect_backward_independent_of_threads() {
+  const int64_t tokens = 4000, vocab = 600, dim = 129;
+  auto ids = random_ids(tokens, vocab, 7);
+  for (int64_t t = 0; t < tokens; t += 3) ids[t] = 0;  // one very frequent id
+  auto dout = cast_vector<T>(random_vector(tokens * dim, 8));
+  auto run = [&](int threads) {
+    omp_set_num_threads(threads);
+    std::vector<T> dtable(static_cast<size_t>(vocab * dim));
+    embedding_backward<T>(ids.data(), dout.data(), dtable.data(), tokens, vocab, dim);
+    return dtable;
+  };
+  const int saved = omp_get_max_threads();
+  auto one = run(1), four = run(4);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(T)), 0);
+}
+
+TEST(Embedding, BackwardDoesNotDependOnThreadCount) {
+  expect_backward_independent_of_threads<float>();
+  expect_backward_independent_of_threads<double>();
+}
+
+}  // namespace
+}  // namespace spillway::ops

@@ -1,5 +1,6 @@
 #include "graph/autodiff.h"
 
+#include <optional>
 #include <string>
 
 #include "base/status.h"
@@ -34,7 +35,8 @@ class Backward {
     b_.set_backward(true);
     const auto forward_nodes = static_cast<int32_t>(g_.nodes().size());
     grad_.resize(g_.values().size());
-    grad_[static_cast<size_t>(loss.id)] = b_.fill(g_.value(loss).name + ".grad", g_.value(loss).shape, 1.0);
+    grad_[static_cast<size_t>(loss.id)] =
+        b_.fill(g_.value(loss).name + ".grad", g_.value(loss).shape, 1.0, g_.value(loss).dtype);
     for (int32_t i = forward_nodes - 1; i >= 0; --i) {
       // Copy: emitting backward nodes grows the node list under us.
       const Node node = g_.nodes()[static_cast<size_t>(i)];
@@ -113,21 +115,28 @@ class Backward {
   }
 
   // For Y = op(A) op(B); each gradient is one more matmul (see ops/matmul.h).
+  // A parameter's gradient comes out in the accumulation dtype.
   void matmul_rule(const Node& n, Value dy, const std::string& name) {
     Value a = n.inputs[0], bv = n.inputs[1];
     const bool ta = n.attrs.trans_a, tb = n.attrs.trans_b;
     const Shape a_shape = g_.value(a).shape, b_shape = g_.value(bv).shape;
+    auto grad_dtype = [&](Value v) -> std::optional<DType> {
+      if (g_.value(v).role != ValueRole::parameter) return std::nullopt;
+      return accumulation_dtype(g_.value(v).dtype);
+    };
     if (needs(a)) {
-      Value da = !ta ? b_.matmul(dy, bv, false, !tb, name + ".da", &a_shape)
-                     : (!tb ? b_.matmul(bv, dy, false, true, name + ".da", &a_shape)
-                            : b_.matmul(bv, dy, true, true, name + ".da", &a_shape));
+      const std::string da_name = name + ".da";
+      Value da = !ta ? b_.matmul(dy, bv, false, !tb, da_name, &a_shape, grad_dtype(a))
+                     : (!tb ? b_.matmul(bv, dy, false, true, da_name, &a_shape, grad_dtype(a))
+                            : b_.matmul(bv, dy, true, true, da_name, &a_shape, grad_dtype(a)));
       accumulate(a, da);
     }
     if (needs(bv)) {
-      Value db = !tb ? (!ta ? b_.matmul(a, dy, true, false, name + ".db", &b_shape)
-                            : b_.matmul(a, dy, false, false, name + ".db", &b_shape))
-                     : (!ta ? b_.matmul(dy, a, true, false, name + ".db", &b_shape)
-                            : b_.matmul(dy, a, true, true, name + ".db", &b_shape));
+      const std::string db_name = name + ".db";
+      Value db = !tb ? (!ta ? b_.matmul(a, dy, true, false, db_name, &b_shape, grad_dtype(bv))
+                            : b_.matmul(a, dy, false, false, db_name, &b_shape, grad_dtype(bv)))
+                     : (!ta ? b_.matmul(dy, a, true, false, db_name, &b_shape, grad_dtype(bv))
+                            : b_.matmul(dy, a, true, true, db_name, &b_shape, grad_dtype(bv)));
       accumulate(bv, db);
     }
   }
@@ -146,7 +155,10 @@ Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt)
   Gradients grads;
   for (Value v : wrt) {
     Value g = backward.grad_of(v);
-    if (!g.valid()) g = b.fill(b.graph().value(v).name + ".grad", b.graph().value(v).shape, 0.0);
+    if (!g.valid()) {
+      const ValueInfo& info = b.graph().value(v);
+      g = b.fill(info.name + ".grad", info.shape, 0.0, accumulation_dtype(info.dtype));
+    }
     b.graph().mark_output(g);
     grads.of[v.id] = g;
   }

@@ -49,10 +49,10 @@ Value Builder::parameter(std::string_view name, Shape shape) {
   return g_.add_value(ValueInfo{path(name), std::move(shape), dtype_, ValueRole::parameter, -1});
 }
 
-Value Builder::fill(std::string_view name, Shape shape, double value) {
+Value Builder::fill(std::string_view name, Shape shape, double value, DType dtype) {
   NodeAttrs attrs;
   attrs.fill_value = value;
-  return emit(OpKind::fill, name, {}, {{std::move(shape), dtype_}}, {""}, attrs)[0];
+  return emit(OpKind::fill, name, {}, {{std::move(shape), dtype}}, {""}, attrs)[0];
 }
 
 Value Builder::embedding(Value table, Value ids, std::string_view name) {
@@ -74,7 +74,8 @@ Value Builder::rmsnorm(Value x, Value weight, double eps, std::string_view name)
   NodeAttrs attrs;
   attrs.eps = eps;
   return emit(OpKind::rmsnorm, name, {x, weight},
-              {{xi.shape, xi.dtype}, {Shape{xi.shape.rows()}, xi.dtype}}, {"", "rstd"}, attrs)[0];
+              {{xi.shape, xi.dtype}, {Shape{xi.shape.rows()}, accumulation_dtype(xi.dtype)}}, {"", "rstd"},
+              attrs)[0];
 }
 
 Value Builder::linear(Value x, Value weight, std::string_view name) {
@@ -82,7 +83,7 @@ Value Builder::linear(Value x, Value weight, std::string_view name) {
 }
 
 Value Builder::matmul(Value a, Value b, bool trans_a, bool trans_b, std::string_view name,
-                      const Shape* out_shape) {
+                      const Shape* out_shape, std::optional<DType> out_dtype) {
   const ValueInfo& ai = info(a);
   const ValueInfo& bi = info(b);
   std::string label = op_label(OpKind::matmul, path(name));
@@ -104,7 +105,7 @@ Value Builder::matmul(Value a, Value b, bool trans_a, bool trans_b, std::string_
   NodeAttrs attrs;
   attrs.trans_a = trans_a;
   attrs.trans_b = trans_b;
-  return emit(OpKind::matmul, name, {a, b}, {{out, ai.dtype}}, {""}, attrs)[0];
+  return emit(OpKind::matmul, name, {a, b}, {{out, out_dtype.value_or(ai.dtype)}}, {""}, attrs)[0];
 }
 
 Value Builder::rope(Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
@@ -145,7 +146,7 @@ Value Builder::attention(Value q, Value k, Value v, int64_t q_heads, int64_t kv_
   attrs.kv_heads = kv_heads;
   attrs.scale = scale;
   Shape lse{qi.shape[0], q_heads, qi.shape[1]};
-  return emit(OpKind::attention, name, {q, k, v}, {{qi.shape, qi.dtype}, {lse, qi.dtype}},
+  return emit(OpKind::attention, name, {q, k, v}, {{qi.shape, qi.dtype}, {lse, accumulation_dtype(qi.dtype)}},
               {"", "lse"}, attrs)[0];
 }
 
@@ -174,7 +175,8 @@ Value Builder::cross_entropy(Value logits, Value targets, std::string_view name)
   SPW_CHECK(ti.shape.numel() == li.shape.rows(), label, "targets ", ti.shape.str(),
             " do not match the rows of logits ", li.shape.str());
   return emit(OpKind::cross_entropy, name, {logits, targets},
-              {{Shape{}, li.dtype}, {Shape{li.shape.rows()}, li.dtype}}, {"", "lse"})[0];
+              {{Shape{}, accumulation_dtype(li.dtype)}, {Shape{li.shape.rows()}, accumulation_dtype(li.dtype)}},
+              {"", "lse"})[0];
 }
 
 Value Builder::cast(Value x, DType to, std::string_view name) {
@@ -187,13 +189,13 @@ Value Builder::cast(Value x, DType to, std::string_view name) {
 Value Builder::embedding_backward(Value ids, Value dout, int64_t vocab, std::string_view name) {
   const ValueInfo& di = info(dout);
   return emit(OpKind::embedding_backward, name, {ids, dout},
-              {{Shape{vocab, di.shape.last()}, di.dtype}}, {""})[0];
+              {{Shape{vocab, di.shape.last()}, accumulation_dtype(di.dtype)}}, {""})[0];
 }
 
 std::vector<Value> Builder::rmsnorm_backward(Value dy, Value x, Value weight, Value rstd,
                                              std::string_view name) {
   return emit(OpKind::rmsnorm_backward, name, {dy, x, weight, rstd},
-              {{info(x).shape, info(x).dtype}, {info(weight).shape, info(weight).dtype}},
+              {{info(x).shape, info(x).dtype}, {info(weight).shape, accumulation_dtype(info(weight).dtype)}},
               {"dx", "dweight"});
 }
 

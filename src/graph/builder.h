@@ -4,9 +4,15 @@
 //
 // Tensor layouts are the ones the op contracts in src/ops/ define; attention
 // and RoPE read heads out of the last dimension, so no reshape is ever needed.
+//
+// Reductions keep full precision whatever the activations' dtype: RMSNorm's
+// rstd, attention's lse, the loss, and every gradient of a parameter are in
+// accumulation_dtype (f32, or f64 in an f64 graph), so bf16 training still
+// has full-precision gradients.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +20,8 @@
 #include "graph/graph.h"
 
 namespace spillway::graph {
+
+inline DType accumulation_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 
 class Builder {
  public:
@@ -40,7 +48,7 @@ class Builder {
 
   Value input(std::string_view name, Shape shape, DType dtype);
   Value parameter(std::string_view name, Shape shape);
-  Value fill(std::string_view name, Shape shape, double value);
+  Value fill(std::string_view name, Shape shape, double value, DType dtype);
 
   // --- forward ops -------------------------------------------------------
   Value embedding(Value table, Value ids, std::string_view name = "embedding");
@@ -51,7 +59,7 @@ class Builder {
   // dimensions when a is not transposed, else is [m, n]; `out_shape`
   // overrides that with any shape of m * n elements.
   Value matmul(Value a, Value b, bool trans_a, bool trans_b, std::string_view name = "matmul",
-               const Shape* out_shape = nullptr);
+               const Shape* out_shape = nullptr, std::optional<DType> out_dtype = std::nullopt);
   Value rope(Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
              int64_t pos0 = 0, std::string_view name = "rope");
   Value attention(Value q, Value k, Value v, int64_t q_heads, int64_t kv_heads, double scale,

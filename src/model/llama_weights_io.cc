@@ -2,9 +2,9 @@
 
 #include <filesystem>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "model/llama_config_json.h"
-#include "model/safetensors.h"
 #include "model/weight_directory.h"
 
 namespace spillway::model {
@@ -25,8 +25,7 @@ LlamaWeights load_llama(const std::string& dir) {
 void save_llama(const std::string& dir, const LlamaWeights& weights, uint64_t max_shard_bytes) {
   fs::create_directories(dir);
   const std::string config_text = config_to_json(weights.config()).dump(2) + "\n";
-  write_file_atomically((fs::path(dir) / "config.json").string(),
-                        [&](FileSink& sink) { sink.write(config_text.data(), config_text.size()); });
+  write_text_file_atomically((fs::path(dir) / "config.json").string(), config_text);
   WeightDirectoryWriter writer;
   for (const NamedTensor& t : weights.tensors()) writer.add(t.name, DType::f32, t.shape, t.data.data());
   writer.write(dir, max_shard_bytes);

@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "base/dtype.h"
 #include "base/shape.h"
 
@@ -100,7 +101,7 @@ class SafetensorsWriter {
   std::string header_json() const;
   uint64_t data_bytes() const;
 
-  // Writes `path` atomically (see write_file_atomically): on any failure it
+  // Writes `path` atomically (see base/atomic_file.h): on any failure it
   // throws Error(path, problem) and leaves `path` as it was.
   void write(const std::string& path) const;
 
@@ -118,25 +119,5 @@ class SafetensorsWriter {
   std::map<std::string, Pending> tensors_;
   std::map<std::string, std::string> metadata_;
 };
-
-// Hands write_file_atomically's callback a way to append bytes to the file.
-class FileSink {
- public:
-  // Writes all `count` bytes or throws Error naming the destination path.
-  void write(const void* bytes, size_t count);
-
- private:
-  friend void write_file_atomically(const std::string&, const std::function<void(FileSink&)>&);
-  FileSink(int fd, const std::string& path) : fd_(fd), path_(path) {}
-  int fd_;
-  const std::string& path_;
-};
-
-// Writes `path` so that it holds either its old content or all of the new,
-// never part: `fill` writes into `<path>.tmp.<pid>` in the same folder, which
-// is fsynced, renamed over `path`, and the folder fsynced. If anything fails
-// (fill throwing included) the temporary is removed and the exception
-// propagates; failures of the file system itself are Error(path, problem).
-void write_file_atomically(const std::string& path, const std::function<void(FileSink&)>& fill);
 
 }  // namespace spillway

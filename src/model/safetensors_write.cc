@@ -1,15 +1,10 @@
 // Writing safetensors: a sorted header padded so the data starts 8-byte
 // aligned, then each tensor's bytes straight from the caller's memory, all
 // through a temporary file that is renamed into place only when complete.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/bytes.h"
 #include "base/status.h"
 #include "model/safetensors.h"
@@ -17,8 +12,6 @@
 namespace spillway {
 
 namespace {
-
-std::string errno_text() { return std::strerror(errno); }
 
 // nlohmann refuses to dump strings that are not UTF-8; finding out at add()
 // names the culprit, where finding out at write() could only name the file.
@@ -31,53 +24,7 @@ bool is_valid_utf8(const std::string& text) {
   }
 }
 
-void fsync_folder(const std::string& path) {
-  std::filesystem::path folder = std::filesystem::path(path).parent_path();
-  if (folder.empty()) folder = ".";
-  int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  SPW_CHECK(fd >= 0, path, "written, but its folder cannot be opened to sync it: ", errno_text());
-  int rc = ::fsync(fd);
-  int sync_errno = errno;
-  ::close(fd);
-  SPW_CHECK(rc == 0, path, "written, but syncing its folder failed: ", std::strerror(sync_errno));
-}
-
 }  // namespace
-
-void FileSink::write(const void* bytes, size_t count) {
-  const char* p = static_cast<const char*>(bytes);
-  while (count > 0) {
-    // Linux moves at most ~2 GiB per call; smaller pieces keep that explicit.
-    size_t piece = std::min<size_t>(count, size_t{1} << 30);
-    ssize_t done = ::write(fd_, p, piece);
-    if (done < 0 && errno == EINTR) continue;
-    SPW_CHECK(done > 0, path_, "cannot write: ", done < 0 ? errno_text() : std::string("no progress"));
-    p += done;
-    count -= static_cast<size_t>(done);
-  }
-}
-
-void write_file_atomically(const std::string& path, const std::function<void(FileSink&)>& fill) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  SPW_CHECK(fd >= 0, path, "cannot create the temporary file ", temp, ": ", errno_text());
-  try {
-    FileSink sink(fd, path);
-    fill(sink);
-    SPW_CHECK(::fsync(fd) == 0, path, "cannot sync the temporary file ", temp, ": ", errno_text());
-    int rc = ::close(fd);
-    fd = -1;
-    SPW_CHECK(rc == 0, path, "cannot close the temporary file ", temp, ": ", errno_text());
-    SPW_CHECK(::rename(temp.c_str(), path.c_str()) == 0, path, "cannot rename the temporary file ", temp,
-              " into place: ", errno_text());
-  } catch (...) {
-    if (fd >= 0) ::close(fd);
-    ::unlink(temp.c_str());
-    throw;
-  }
-  // Without this the rename itself may not survive a power cut.
-  fsync_folder(path);
-}
 
 void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const void* data) {
   SPW_CHECK(!name.empty(), "safetensors writer", "a tensor name must not be empty");
@@ -152,12 +99,12 @@ std::string SafetensorsWriter::header_json() const {
 void SafetensorsWriter::write(const std::string& path) const {
   const std::string header = header_json();
   const auto order = data_order();
-  write_file_atomically(path, [&](FileSink& sink) {
-    const uint64_t header_size = header.size();
-    sink.write(&header_size, 8);
-    sink.write(header.data(), header.size());
-    for (const auto& [p, begin] : order) sink.write(p->data, p->bytes);
-  });
+  AtomicFile file(path);
+  const uint64_t header_size = header.size();
+  file.write(&header_size, 8);
+  file.write(header.data(), header.size());
+  for (const auto& [p, begin] : order) file.write(p->data, p->bytes);
+  file.commit();
 }
 
 }  // namespace spillway

@@ -1,9 +1,5 @@
 #include "model/tokenizer_json.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -13,6 +9,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "model/byte_level.h"
 
@@ -305,34 +302,7 @@ std::string tokenizer_json_text(const BpeTokenizer& tokenizer) {
 }
 
 void save_tokenizer_json(const BpeTokenizer& tokenizer, const std::string& path) {
-  const std::string text = tokenizer_json_text(tokenizer);
-  std::string temp = path + ".tmp-XXXXXX";
-  const int fd = mkstemp(temp.data());
-  if (fd < 0) throw Error(path, std::string("cannot create a temporary file: ") + std::strerror(errno));
-  const auto give_up = [&](const char* what) {
-    const std::string reason = std::strerror(errno);
-    ::close(fd);
-    ::unlink(temp.c_str());
-    throw Error(path, std::string(what) + ": " + reason);
-  };
-  for (size_t done = 0; done < text.size();) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) give_up("write failed");
-    done += static_cast<size_t>(n);
-  }
-  if (::fchmod(fd, 0644) != 0) give_up("cannot set permissions");
-  if (::fsync(fd) != 0) give_up("fsync failed");
-  if (::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error(path, "close failed: " + reason);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw Error(path, "cannot rename the temporary file into place: " + reason);
-  }
+  write_text_file_atomically(path, tokenizer_json_text(tokenizer));
 }
 
 }  // namespace spillway

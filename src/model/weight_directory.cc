@@ -1,5 +1,7 @@
 #include "model/weight_directory.h"
 
+#include "base/atomic_file.h"
+
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -216,8 +218,7 @@ std::vector<std::string> WeightDirectoryWriter::write(const std::string& dir, ui
               "cannot remove the stale single-file weights: ", ec.message());
     json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", std::move(weight_map)}};
     const std::string text = index.dump(2) + "\n";
-    write_file_atomically((folder / kWeightIndexFile).string(),
-                          [&](FileSink& sink) { sink.write(text.data(), text.size()); });
+    write_text_file_atomically((folder / kWeightIndexFile).string(), text);
   } catch (...) {
     for (const std::string& shard : written) fs::remove(folder / shard, ec);
     throw;

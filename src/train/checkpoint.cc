@@ -1,6 +1,5 @@
 #include "train/checkpoint.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <fstream>
 #include <vector>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "model/llama_weights_io.h"
 #include "model/safetensors.h"
@@ -24,18 +24,6 @@ std::string step_folder_name(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step-%07lld", static_cast<long long>(step));
   return buf;
-}
-
-void write_text_atomically(const fs::path& path, const std::string& text) {
-  write_file_atomically(path.string(), [&](FileSink& sink) { sink.write(text.data(), text.size()); });
-}
-
-void fsync_directory(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  SPW_CHECK(fd >= 0, dir.string(), "cannot open folder to sync it");
-  int rc = ::fsync(fd);
-  ::close(fd);
-  SPW_CHECK(rc == 0, dir.string(), "fsync of the folder failed");
 }
 
 std::vector<fs::path> step_folders(const fs::path& run) {
@@ -75,17 +63,17 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
     nlohmann::json state = trainer_state;
     state["format"] = kTrainerStateFormat;
     state["step"] = step;
-    write_text_atomically(temp_dir / "trainer_state.json", state.dump(2) + "\n");
-    fsync_directory(temp_dir);
+    write_text_file_atomically((temp_dir / "trainer_state.json").string(), state.dump(2) + "\n");
+    fsync_directory(temp_dir.string());
     fs::remove_all(final_dir);  // a checkpoint of the same step from an abandoned run
     fs::rename(temp_dir, final_dir);
-    fsync_directory(run);
+    fsync_directory(run.string());
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temp_dir, ignored);
     throw;
   }
-  write_text_atomically(run / "latest", final_dir.filename().string() + "\n");
+  write_text_file_atomically((run / "latest").string(), final_dir.filename().string() + "\n");
   auto steps = step_folders(run);
   for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
     if (steps[i] != final_dir) fs::remove_all(steps[i]);

@@ -11,7 +11,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
-#include <system_error>
 #include <utility>
 
 #include "base/status.h"
@@ -29,32 +28,7 @@ constexpr const char* kFormat = "spillway-tokens";
 const char* dtype_name(TokenDType d) { return d == TokenDType::u16 ? "uint16" : "uint32"; }
 size_t dtype_bytes(TokenDType d) { return d == TokenDType::u16 ? 2 : 4; }
 
-std::string folder_of(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 std::string errno_text() { return std::strerror(errno); }
-
-void write_all(int fd, const void* data, size_t bytes) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) throw std::system_error(errno, std::generic_category());
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-}
-
-// Makes the renames themselves durable.
-void sync_folder(const std::string& path) {
-  const int fd = ::open(folder_of(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
 
 }  // namespace
 
@@ -72,41 +46,20 @@ TokenFileWriter::TokenFileWriter(std::string path, int64_t vocab_size, std::stri
     : path_(std::move(path)),
       vocab_size_(vocab_size),
       fingerprint_(std::move(tokenizer_fingerprint)),
-      dtype_(token_dtype_for(vocab_size)) {
-  temp_path_ = path_ + ".tmp-XXXXXX";
-  fd_ = ::mkstemp(temp_path_.data());
-  if (fd_ < 0) {
-    temp_path_.clear();
-    throw Error(path_, "cannot create a temporary file beside it: " + errno_text());
-  }
+      dtype_(token_dtype_for(vocab_size)),
+      data_(path_) {
   buffer_.reserve(kBufferBytes);
 }
 
-TokenFileWriter::~TokenFileWriter() {
-  if (!done_) abandon();
-}
-
-void TokenFileWriter::abandon() noexcept {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
-  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
-  temp_path_.clear();
-  done_ = true;
-}
-
-void TokenFileWriter::fail(const std::string& problem) {
-  abandon();
-  throw Error(path_, problem);
-}
-
 void TokenFileWriter::append(std::span<const int32_t> ids) {
-  SPW_CHECK(!done_, path_, "append after the write was committed or abandoned");
+  SPW_CHECK(data_.is_open(), path_, "append after the write was committed or abandoned");
   const size_t width = dtype_bytes(dtype_);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t id = ids[i];
     if (id < 0 || id >= vocab_size_) {
-      fail("token " + std::to_string(tokens_ + i) + " is " + std::to_string(id) +
-           ", outside the vocabulary of " + std::to_string(vocab_size_) + " tokens");
+      data_.abandon();
+      throw Error(path_, "token " + std::to_string(tokens_ + i) + " is " + std::to_string(id) +
+                             ", outside the vocabulary of " + std::to_string(vocab_size_) + " tokens");
     }
     const auto value = static_cast<uint32_t>(id);
     const size_t at = buffer_.size();
@@ -118,62 +71,33 @@ void TokenFileWriter::append(std::span<const int32_t> ids) {
 }
 
 void TokenFileWriter::flush() {
-  try {
-    write_all(fd_, buffer_.data(), buffer_.size());
-  } catch (const std::system_error& e) {
-    fail(std::string("write failed: ") + e.what());
-  }
+  data_.write(buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
 void TokenFileWriter::commit() {
-  SPW_CHECK(!done_, path_, "commit after the write was committed or abandoned");
-  flush();
-  if (::fchmod(fd_, 0644) != 0) fail("cannot set permissions: " + errno_text());
-  if (::fsync(fd_) != 0) fail("fsync failed: " + errno_text());
-  if (::close(fd_) != 0) {
-    fd_ = -1;
-    fail("close failed: " + errno_text());
-  }
-  fd_ = -1;
-
-  const nlohmann::ordered_json sidecar = {{"format", kFormat},
-                                          {"dtype", dtype_name(dtype_)},
-                                          {"tokens", tokens_},
-                                          {"vocab_size", vocab_size_},
-                                          {"tokenizer", fingerprint_}};
-  const std::string text = sidecar.dump(2) + "\n";
-  const std::string sidecar_path = token_sidecar_path(path_);
-  std::string sidecar_temp = sidecar_path + ".tmp-XXXXXX";
-  const int fd = ::mkstemp(sidecar_temp.data());
-  if (fd < 0) fail("cannot create a temporary sidecar: " + errno_text());
-  const auto drop_sidecar = [&](const std::string& problem) {
-    ::close(fd);
-    ::unlink(sidecar_temp.c_str());
-    fail(problem);
-  };
+  SPW_CHECK(data_.is_open(), path_, "commit after the write was committed or abandoned");
   try {
-    write_all(fd, text.data(), text.size());
-  } catch (const std::system_error& e) {
-    drop_sidecar(std::string("sidecar write failed: ") + e.what());
+    flush();
+    const nlohmann::ordered_json sidecar_json = {{"format", kFormat},
+                                                 {"dtype", dtype_name(dtype_)},
+                                                 {"tokens", tokens_},
+                                                 {"vocab_size", vocab_size_},
+                                                 {"tokenizer", fingerprint_}};
+    const std::string text = sidecar_json.dump(2) + "\n";
+    AtomicFile sidecar(token_sidecar_path(path_));
+    sidecar.write(text.data(), text.size());
+    data_.commit();
+    try {
+      sidecar.commit();
+    } catch (...) {
+      ::unlink(path_.c_str());  // data without its sidecar would be unreadable
+      throw;
+    }
+  } catch (...) {
+    data_.abandon();
+    throw;
   }
-  if (::fchmod(fd, 0644) != 0 || ::fsync(fd) != 0) drop_sidecar("sidecar fsync failed: " + errno_text());
-  ::close(fd);
-
-  if (::rename(temp_path_.c_str(), path_.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(sidecar_temp.c_str());
-    fail("cannot rename the temporary file into place: " + reason);
-  }
-  temp_path_.clear();  // now the real file
-  if (::rename(sidecar_temp.c_str(), sidecar_path.c_str()) != 0) {
-    const std::string reason = errno_text();
-    ::unlink(sidecar_temp.c_str());
-    ::unlink(path_.c_str());  // data without its sidecar would be unreadable
-    fail("cannot rename the sidecar into place: " + reason);
-  }
-  sync_folder(path_);
-  done_ = true;
 }
 
 void write_token_file(const std::string& path, std::span<const int32_t> ids, int64_t vocab_size,

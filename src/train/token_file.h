@@ -4,15 +4,17 @@
 // and the tokenizer's fingerprint, so that a truncated file or data made by
 // another tokenizer is caught when the file is opened, not as garbage loss.
 //
-// Writing is atomic: both files are written under temporary names in the
-// destination folder, fsynced and renamed into place; a failed or abandoned
-// write leaves nothing behind. Reading maps the file and checks every id.
+// Writing is atomic per file (base/atomic_file.h), data first and sidecar
+// last; a failed or abandoned write leaves nothing behind. Reading maps the
+// file and checks every id.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
 #include <vector>
+
+#include "base/atomic_file.h"
 
 namespace spillway {
 
@@ -23,34 +25,27 @@ std::string token_sidecar_path(const std::string& path);  // path + ".json"
 
 class TokenFileWriter {
  public:
-  // Creates the temporaries now; Error naming `path` if the folder is not
-  // writable.
+  // Creates the data temporary now; Error naming `path` if the folder is not
+  // writable. Destroying the writer before commit() removes the temporaries.
   TokenFileWriter(std::string path, int64_t vocab_size, std::string tokenizer_fingerprint);
-  // Removes the temporaries unless commit() succeeded.
-  ~TokenFileWriter();
-  TokenFileWriter(const TokenFileWriter&) = delete;
-  TokenFileWriter& operator=(const TokenFileWriter&) = delete;
 
   // An id outside [0, vocab_size) throws Error and abandons the write.
   void append(std::span<const int32_t> ids);
-  // Flushes, fsyncs and renames both files into place.
+  // Flushes, then puts the data and its sidecar in place; any failure
+  // abandons the write.
   void commit();
   uint64_t tokens_written() const { return tokens_; }
 
  private:
   void flush();
-  void abandon() noexcept;
-  [[noreturn]] void fail(const std::string& problem);
 
   std::string path_;
   int64_t vocab_size_;
   std::string fingerprint_;
   TokenDType dtype_;
-  std::string temp_path_;
-  int fd_ = -1;
+  AtomicFile data_;
   std::vector<uint8_t> buffer_;
   uint64_t tokens_ = 0;
-  bool done_ = false;
 };
 
 // Writes a whole token file at once.

@@ -6,12 +6,12 @@
 #include <fstream>
 #include <optional>
 
+#include "base/atomic_file.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
 #include "infer/generate.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
-#include "model/safetensors.h"
 #include "model/tokenizer_json.h"
 #include "train/batch_sampler.h"
 #include "train/checkpoint.h"
@@ -248,7 +248,7 @@ TrainResult train_model(TrainOptions o) {
   if (result.checkpoint.empty() && start_step == end_step) result.checkpoint = resolve_checkpoint(o.out_dir);
 
   const std::string svg = loss_plot_svg(curves);
-  write_file_atomically((run / "loss.svg").string(), [&](FileSink& s) { s.write(svg.data(), svg.size()); });
+  write_text_file_atomically((run / "loss.svg").string(), svg);
   if (o.sample_tokens > 0 && end_step == o.steps) {
     result.sample = generate_sample(weights, *data.tokenizer, o);
     log.write({{"event", "sample"}, {"text", result.sample}});

@@ -2,6 +2,7 @@
 # Installs what spillway needs to build and run on Debian/Ubuntu. Safe to run
 # again: it installs only the packages that are missing.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
@@ -25,4 +26,12 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 else
   echo "setup: all packages present"
+fi
+
+# Python packages go into .venv inside the repo. The cuDNN frontend is a
+# header-only C++ library that NVIDIA publishes on PyPI; the CUDA build reads
+# its headers from there.
+if command -v nvcc >/dev/null 2>&1 && ! ls .venv/lib/python3*/site-packages/include/cudnn_frontend.h >/dev/null 2>&1; then
+  python3 -m venv .venv
+  .venv/bin/pip install -q --disable-pip-version-check nvidia-cudnn-frontend
 fi

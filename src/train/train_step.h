@@ -6,7 +6,7 @@
 #include <span>
 
 #include "device/memory_space.h"
-#include "exec/cpu_executor.h"
+#include "exec/executor.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"

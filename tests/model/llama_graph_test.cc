@@ -8,7 +8,7 @@
 #include <map>
 
 #include "device/cpu/cpu_device.h"
-#include "exec/cpu_executor.h"
+#include "exec/executor.h"
 #include "graph/autodiff.h"
 #include "testing/numeric.h"
 

@@ -1,4 +1,4 @@
-#include "exec/cpu_executor.h"
+#include "exec/executor.h"
 
 #include <chrono>
 
@@ -10,28 +10,33 @@ namespace spillway::exec {
 using graph::Value;
 using graph::ValueRole;
 
-CpuExecutor::CpuExecutor(const graph::Graph& graph, MemorySpace& space)
+void CpuNodeRunner::run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) {
+  run_node_cpu(graph, node, data);
+}
+
+Executor::Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& runner)
     : graph_(graph),
       space_(space),
+      runner_(runner),
       liveness_(graph::analyze_liveness(graph, [](uint64_t n) { return MemorySpace::accounted_bytes(n); })),
       data_(graph.values().size(), nullptr) {}
 
-CpuExecutor::~CpuExecutor() { release_outputs(); }
+Executor::~Executor() { release_outputs(); }
 
-void CpuExecutor::check_binding(Value v, uint64_t bytes) const {
+void Executor::check_binding(Value v, uint64_t bytes) const {
   const auto& info = graph_.value(v);
   SPW_CHECK(bytes == info.bytes(), info.name, "bound buffer holds ", bytes, " bytes, the value needs ",
             info.bytes(), " (", info.shape.str(), " ", dtype_name(info.dtype), ")");
 }
 
-void CpuExecutor::bind(Value v, void* data) {
+void Executor::bind(Value v, void* data) {
   const auto& info = graph_.value(v);
   SPW_CHECK(info.role != ValueRole::computed, info.name,
             "only inputs and parameters are bound; computed values belong to the executor");
   data_[static_cast<size_t>(v.id)] = data;
 }
 
-void CpuExecutor::release_outputs() {
+void Executor::release_outputs() {
   for (Value v : graph_.outputs()) {
     auto& ptr = data_[static_cast<size_t>(v.id)];
     if (liveness_.of[static_cast<size_t>(v.id)].managed && ptr) {
@@ -41,7 +46,7 @@ void CpuExecutor::release_outputs() {
   }
 }
 
-void CpuExecutor::run() {
+void Executor::run() {
   release_outputs();
   const auto& values = graph_.values();
   for (size_t v = 0; v < values.size(); ++v) {
@@ -56,12 +61,14 @@ void CpuExecutor::run() {
         data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
       }
       if (profiling_) {
+        runner_.synchronize();
         auto start = std::chrono::steady_clock::now();
-        run_node_cpu(graph_, nodes[i], data_);
+        runner_.run(graph_, nodes[i], data_);
+        runner_.synchronize();
         node_seconds_.resize(nodes.size());
         node_seconds_[i] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       } else {
-        run_node_cpu(graph_, nodes[i], data_);
+        runner_.run(graph_, nodes[i], data_);
       }
       for (Value v : liveness_.dies_at[i]) {
         space_.free(data_[static_cast<size_t>(v.id)]);
@@ -80,7 +87,7 @@ void CpuExecutor::run() {
   }
 }
 
-const void* CpuExecutor::data(Value v) const {
+const void* Executor::data(Value v) const {
   const void* p = data_.at(static_cast<size_t>(v.id));
   SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step, or not bound)");
   return p;

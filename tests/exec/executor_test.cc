@@ -1,4 +1,4 @@
-#include "exec/cpu_executor.h"
+#include "exec/executor.h"
 
 #include <gtest/gtest.h>
 

@@ -1,0 +1,87 @@
+// Runs a graph node after node, allocating each computed value from a memory
+// space just before its producer runs and freeing it right after its last use
+// (graph/liveness.h), so the space's peak is exactly the peak liveness
+// predicts. A NodeRunner does the work of each node on one backend (CPU
+// threads, or a CUDA stream whose in-order execution makes the early frees
+// safe).
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "device/memory_space.h"
+#include "graph/graph.h"
+#include "graph/liveness.h"
+
+namespace spillway::exec {
+
+class NodeRunner {
+ public:
+  virtual ~NodeRunner() = default;
+  // `data[v]` holds value v's memory for every input and output of the node.
+  virtual void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) = 0;
+  // Waits until the work issued so far has finished (for per-node timing).
+  virtual void synchronize() {}
+};
+
+class Executor {
+ public:
+  Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& runner);
+  virtual ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Inputs and parameters live in the caller's memory; bind them before run().
+  void bind(graph::Value v, void* data);
+  template <typename T>
+  void bind(graph::Value v, std::span<T> data) {
+    check_binding(v, data.size() * sizeof(T));
+    bind(v, static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())));
+  }
+
+  // One step. Graph outputs stay allocated until the next run() or until the
+  // executor goes away; everything else is freed as soon as it is dead.
+  void run();
+
+  const void* data(graph::Value v) const;
+  template <typename T>
+  std::span<const T> read(graph::Value v) const {
+    return {static_cast<const T*>(data(v)), static_cast<size_t>(graph_.value(v).shape.numel())};
+  }
+
+  const graph::Liveness& liveness() const { return liveness_; }
+
+  // Seconds spent in each node over the steps run while profiling was on,
+  // by node index: what `spillway bench` breaks a step down by. Profiling
+  // synchronizes after every node, so it slows an asynchronous backend.
+  void set_profiling(bool on) { profiling_ = on; }
+  const std::vector<double>& node_seconds() const { return node_seconds_; }
+
+ private:
+  void check_binding(graph::Value v, uint64_t bytes) const;
+  void release_outputs();
+
+  const graph::Graph& graph_;
+  MemorySpace& space_;
+  NodeRunner& runner_;
+  graph::Liveness liveness_;
+  std::vector<void*> data_;  // by value id
+  bool profiling_ = false;
+  std::vector<double> node_seconds_;
+};
+
+class CpuNodeRunner : public NodeRunner {
+ public:
+  void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;
+};
+
+// The CPU backend's executor: kernels from src/ops/ on OpenMP threads.
+class CpuExecutor : public Executor {
+ public:
+  CpuExecutor(const graph::Graph& graph, MemorySpace& space) : Executor(graph, space, cpu_runner_) {}
+
+ private:
+  CpuNodeRunner cpu_runner_;
+};
+
+}  // namespace spillway::exec

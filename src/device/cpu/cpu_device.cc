@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <map>
 
 #include "base/status.h"
 
@@ -9,20 +10,45 @@ namespace spillway {
 
 namespace {
 
+// Keeps freed blocks for reuse by size. A training step allocates the same
+// sizes in the same order every time; without the cache each large block
+// would go back to the kernel and come back as fresh pages, and the page
+// faults of touching them cost more than the small ops that use them.
 class HostHeapBacking final : public MemoryBacking {
  public:
   explicit HostHeapBacking(std::string space_name) : space_name_(std::move(space_name)) {}
+  ~HostHeapBacking() override {
+    for (auto& [bytes, ptr] : cached_) std::free(ptr);
+  }
 
   void* allocate(uint64_t bytes, std::string_view what) override {
+    auto it = cached_.find(bytes);
+    if (it != cached_.end()) {
+      void* ptr = it->second;
+      cached_.erase(it);
+      cached_bytes_ -= bytes;
+      return ptr;
+    }
     void* ptr = std::aligned_alloc(MemorySpace::kAlignment, bytes);
+    if (!ptr && cached_bytes_ > 0) {  // the cache holds the memory: give it back and retry
+      for (auto& [size, p] : cached_) std::free(p);
+      cached_.clear();
+      cached_bytes_ = 0;
+      ptr = std::aligned_alloc(MemorySpace::kAlignment, bytes);
+    }
     SPW_CHECK(ptr != nullptr, space_name_, "host out of memory allocating '", what, "' of ",
               format_bytes(bytes));
     return ptr;
   }
-  void free(void* ptr, uint64_t) override { std::free(ptr); }
+  void free(void* ptr, uint64_t bytes) override {
+    cached_.emplace(bytes, ptr);
+    cached_bytes_ += bytes;
+  }
 
  private:
   std::string space_name_;
+  std::multimap<uint64_t, void*> cached_;  // size -> block
+  uint64_t cached_bytes_ = 0;
 };
 
 Device::Streams make_cpu_streams() {

@@ -13,5 +13,6 @@ Runner add_train(CLI::App& app);
 Runner add_finetune(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
+Runner add_bench(CLI::App& app);
 
 }  // namespace spillway::cli

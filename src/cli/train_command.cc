@@ -1,8 +1,7 @@
-#include <omp.h>
-
 #include <cstdio>
 #include <memory>
 
+#include "base/bytes.h"
 #include "cli/commands.h"
 #include "train/trainer.h"
 
@@ -36,10 +35,14 @@ void add_training_options(CLI::App* cmd, train::TrainOptions& o) {
   cmd->add_option("--sample-tokens", o.sample_tokens, "tokens to generate at the end (0: none)")->capture_default_str();
   cmd->add_option("--prompt", o.sample_prompt, "prompt for the sample at the end");
   cmd->add_flag("--resume", o.resume, "continue the run in --out from its latest checkpoint, bit-identically");
+  cmd->add_option("--device", o.device, "auto (the GPU when there is one), cpu or cuda")->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--device-mem", [&o](const std::string& v) { o.device_memory = parse_bytes(v, "--device-mem"); },
+         "device memory budget (bytes, 24GiB, ...)")
+      ->envname("SPILLWAY_DEVICE_MEM");
 }
 
 int run_training(const train::TrainOptions& o) {
-  std::printf("device: cpu (%d threads)\n", omp_get_max_threads());
   train::TrainResult r = train::train_model(o);
   std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s\n",
               static_cast<long long>(r.steps_done), r.train_loss, r.validation_loss, r.unigram_entropy,

@@ -19,7 +19,7 @@
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
-#include "train/train_step.h"
+#include "train/engine.h"
 
 namespace spillway::train {
 
@@ -70,11 +70,11 @@ void check_options(const TrainOptions& o) {
 // Mean loss over the validation file's first `max_batches` batches,
 // weighted by counted targets; a short last batch is padded with rows
 // whose targets do not count.
-double evaluate(TrainStep& eval, model::LlamaWeights& weights, const TokenFile& val, int64_t max_batches) {
-  SequentialBatches batches(val, eval.batch(), eval.seq());
+double evaluate(Engine& engine, int64_t batch, int64_t seq, const TokenFile& val, int64_t max_batches) {
+  SequentialBatches batches(val, batch, seq);
   TokenBatch b;
   double loss_sum = 0, counted = 0;
-  std::vector<int32_t> inputs(static_cast<size_t>(eval.batch() * eval.seq()));
+  std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
   for (int64_t i = 0; i < max_batches && batches.next(b); ++i) {
     std::fill(inputs.begin(), inputs.end(), 0);
@@ -82,7 +82,7 @@ double evaluate(TrainStep& eval, model::LlamaWeights& weights, const TokenFile& 
     std::copy(b.inputs.begin(), b.inputs.end(), inputs.begin());
     std::copy(b.targets.begin(), b.targets.end(), targets.begin());
     const double n = static_cast<double>(b.targets.size());
-    loss_sum += eval.run(weights, inputs, targets) * n;
+    loss_sum += engine.eval_loss(inputs, targets) * n;
     counted += n;
   }
   return counted > 0 ? loss_sum / counted : NAN;
@@ -170,10 +170,13 @@ TrainResult train_model(TrainOptions o) {
     for (const auto& p : state.value("validation_curve", json::array())) curves.validation.emplace_back(p[0], p[1]);
   }
 
-  auto space = make_host_heap_space("cpu:device", MemorySpace::kUnlimited);
-  TrainStep step_graph(config, o.batch, o.seq, *space);
-  TrainStep eval_graph(config, o.batch, o.seq, *space, /*with_backward=*/false);
-  model::LlamaWeights grads = model::LlamaWeights::zeros(config);
+  EngineOptions engine_options;
+  engine_options.batch = o.batch;
+  engine_options.seq = o.seq;
+  engine_options.grad_clip = o.grad_clip;
+  engine_options.device = o.device;
+  engine_options.device_memory = o.device_memory;
+  std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.lr, o.min_lr, o.warmup, o.steps};
   const int64_t end_step = o.stop_after >= 0 ? std::min(o.steps, o.stop_after) : o.steps;
   const int64_t tokens_per_step = o.batch * o.seq * o.grad_accum;
@@ -182,6 +185,7 @@ TrainResult train_model(TrainOptions o) {
   JsonLog log(run / "train_log.jsonl");
   Progress progress(o.steps, o.quiet ? nullptr : stdout);
   if (!o.quiet) {
+    std::printf("device: %s\n", engine->description().c_str());
     std::printf("model: %s parameters (%lld layers, width %lld, vocab %lld); %lld tokens per step; "
                 "unigram entropy of the data %.3f nats\n",
                 std::to_string(model::parameter_count(config)).c_str(), static_cast<long long>(config.num_hidden_layers),
@@ -192,6 +196,7 @@ TrainResult train_model(TrainOptions o) {
              {"options", o.schedule_json()}, {"unigram_entropy", data.unigram_entropy}});
 
   auto save = [&](int64_t steps_done) {
+    engine->sync_to_host();
     SamplerState s = sampler.state();
     json st = {{"options", o.schedule_json()},
                {"sampler", {{"seed", s.seed}, {"draws", s.draws}, {"tokens_consumed", s.tokens_consumed}}},
@@ -206,18 +211,17 @@ TrainResult train_model(TrainOptions o) {
 
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;
-  std::vector<int32_t> inputs(static_cast<size_t>(o.batch * o.seq)), targets(inputs.size());
+  const size_t micro_tokens = static_cast<size_t>(o.batch * o.seq);
+  std::vector<int32_t> inputs(micro_tokens * static_cast<size_t>(o.grad_accum)), targets(inputs.size());
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < end_step; ++step) {
-    double loss = 0;
     for (int64_t micro = 0; micro < o.grad_accum; ++micro) {
-      sampler.next(inputs, targets);
-      loss += step_graph.run(weights, inputs, targets) / static_cast<double>(o.grad_accum);
-      step_graph.write_gradients(grads, 1.0f / static_cast<float>(o.grad_accum), micro > 0);
+      sampler.next(std::span<int32_t>(inputs).subspan(micro * micro_tokens, micro_tokens),
+                   std::span<int32_t>(targets).subspan(micro * micro_tokens, micro_tokens));
     }
-    const double norm = clip_grad_norm(grads, o.grad_clip);
     const double lr = schedule.at(step);
-    optimizer.step(weights, grads, lr);
+    const StepStats stats = engine->train_step(inputs, targets, o.grad_accum, lr);
+    const double loss = stats.loss, norm = stats.grad_norm;
     SPW_CHECK(std::isfinite(loss), "training", "loss became ", loss, " at step ", step + 1,
               " (try a lower --lr)");
     progress.step(step, loss, lr, tokens_per_step);
@@ -229,7 +233,7 @@ TrainResult train_model(TrainOptions o) {
                {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
     const bool last = step + 1 == end_step;
     if ((o.eval_every > 0 && (step + 1) % o.eval_every == 0) || last) {
-      double val = evaluate(eval_graph, weights, *data.validation, o.eval_batches);
+      double val = evaluate(*engine, o.batch, o.seq, *data.validation, o.eval_batches);
       curves.validation.emplace_back(static_cast<double>(step + 1), val);
       result.validation_loss = val;
       char line[160];
@@ -249,6 +253,8 @@ TrainResult train_model(TrainOptions o) {
 
   const std::string svg = loss_plot_svg(curves);
   write_text_file_atomically((run / "loss.svg").string(), svg);
+  engine->sync_to_host();
+  result.peak_device_bytes = engine->peak_device_bytes();
   if (o.sample_tokens > 0 && end_step == o.steps) {
     result.sample = generate_sample(weights, *data.tokenizer, o);
     log.write({{"event", "sample"}, {"text", result.sample}});

@@ -40,6 +40,8 @@ struct TrainOptions {
   double sample_temperature = 0.8;
   int64_t sample_top_k = 40;
   bool quiet = false;  // no progress output (tests)
+  std::string device = "auto";  // auto, cpu, cuda
+  uint64_t device_memory = 0;   // device budget in bytes; 0: the backend's default
 
   // The options that define the run; a resumed run takes them from its
   // checkpoint, so a resume cannot silently change the training.
@@ -53,6 +55,7 @@ struct TrainResult {
   double validation_loss = 0;  // at the end
   double unigram_entropy = 0;
   double tokens_per_second = 0;
+  uint64_t peak_device_bytes = 0;
   std::string checkpoint;  // folder of the final checkpoint
   std::string sample;      // generated text
 };

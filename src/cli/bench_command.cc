@@ -1,0 +1,118 @@
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "cli/commands.h"
+#include "model/llama_config_json.h"
+#include "train/engine.h"
+
+namespace spillway::cli {
+
+namespace {
+
+// bf16 dense peak of an H100 or H200 SXM, the denominator of MFU (DESIGN.md).
+constexpr double kHopperPeakFlops = 989e12;
+
+struct BenchArgs {
+  std::string config = "tiny";
+  int64_t seq = 128;
+  int64_t batch = 8;
+  int64_t grad_accum = 1;
+  int64_t steps = 10;
+  int64_t warmup = 2;
+  std::string device = "auto";
+  std::string device_mem;
+  std::string json_path;
+  uint64_t seed = 1;
+};
+
+int run_bench(const BenchArgs& a) {
+  model::LlamaConfig config = model::resolve_config(a.config);
+  SPW_CHECK(a.steps > 0 && a.warmup >= 0, "--steps", "need at least one timed step");
+  model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
+  train::AdamW optimizer(config);
+  train::EngineOptions eo;
+  eo.batch = a.batch;
+  eo.seq = a.seq;
+  eo.device = a.device;
+  if (!a.device_mem.empty()) eo.device_memory = parse_bytes(a.device_mem, "--device-mem");
+  auto engine = train::make_engine(weights, optimizer, eo);
+
+  const size_t n = static_cast<size_t>(a.batch * a.seq * a.grad_accum);
+  std::vector<int32_t> tokens(n), targets(n);
+  std::mt19937_64 rng(a.seed);
+  for (size_t i = 0; i < n; ++i) {
+    tokens[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
+    targets[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
+  }
+  std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s\n",
+              a.config.c_str(), std::to_string(model::parameter_count(config)).c_str(), static_cast<long long>(a.batch),
+              static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum), n, engine->description().c_str());
+  std::vector<double> times;
+  double loss = 0;
+  for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    loss = engine->train_step(tokens, targets, a.grad_accum, 1e-4).loss;  // returns after the step finished
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= a.warmup) times.push_back(secs);
+    std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
+                i < a.warmup ? " (warm-up)" : "");
+  }
+  std::sort(times.begin(), times.end());
+  const double step_s = times[times.size() / 2];
+  const double tok_s = static_cast<double>(n) / step_s;
+  const double flops = model::training_flops_per_token(config, a.seq) * tok_s;
+  const bool gpu = engine->description().rfind("cuda", 0) == 0;
+  const double mfu = flops / kHopperPeakFlops;
+  if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
+  else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
+  if (gpu) std::printf(" | MFU %.3f", mfu);
+  std::printf(" | peak device memory %s\n", format_bytes(engine->peak_device_bytes()).c_str());
+  if (!a.json_path.empty()) {
+    nlohmann::json j = {{"system", "spillway"},
+                        {"config", a.config},
+                        {"device", engine->description()},
+                        {"seq", a.seq},
+                        {"batch", a.batch},
+                        {"grad_accum", a.grad_accum},
+                        {"tokens_per_step", n},
+                        {"step_s", step_s},
+                        {"tok_s", tok_s},
+                        {"tflops", flops / 1e12},
+                        {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
+                        {"peak_device_bytes", engine->peak_device_bytes()},
+                        {"final_loss", loss}};
+    std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Runner add_bench(CLI::App& app) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* cmd = app.add_subcommand("bench", "time full training steps (forward, backward, AdamW): tok/s, MFU, memory");
+  cmd->add_option("--config", a->config, "a preset or a config.json")->capture_default_str();
+  cmd->add_option("--seq", a->seq, "tokens per sequence")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per step")->capture_default_str();
+  cmd->add_option("--steps", a->steps, "timed steps (the median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
+  cmd->add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
+  cmd->add_option("--device-mem", a->device_mem, "device memory budget (e.g. 24GiB, 0.9)")
+      ->envname("SPILLWAY_DEVICE_MEM");
+  cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
+  cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
+  return [a] { return run_bench(*a); };
+}
+
+}  // namespace spillway::cli

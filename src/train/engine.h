@@ -1,0 +1,55 @@
+// Where a training step runs. The trainer speaks to an Engine and never to
+// a backend: the CPU engine runs the step graph on host threads over the
+// host's float32 weights; the CUDA engine keeps bf16 working weights, fp32
+// master weights, gradients and AdamW moments on the GPU and copies them
+// back only for checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "model/llama_weights.h"
+#include "train/optimizer.h"
+
+namespace spillway::train {
+
+struct StepStats {
+  double loss = 0;       // mean over the micro-batches
+  double grad_norm = 0;  // before clipping
+};
+
+struct EngineOptions {
+  int64_t batch = 1;
+  int64_t seq = 1;
+  double grad_clip = 1.0;            // <= 0: no clipping
+  std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
+  uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual std::string description() const = 0;  // "cpu, 16 threads", "cuda:0 NVIDIA H100 80GB HBM3"
+
+  // One optimizer step over `micro_batches` micro-batches laid end to end in
+  // inputs and targets (each micro-batch batch * seq tokens).
+  virtual StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                               int64_t micro_batches, double lr) = 0;
+  // Mean loss of one batch, weights unchanged.
+  virtual double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) = 0;
+  // Makes the host weights and optimizer handed to the engine current.
+  virtual void sync_to_host() = 0;
+  virtual uint64_t peak_device_bytes() const = 0;
+};
+
+// `weights` and `optimizer` must outlive the engine; they are its host copy.
+std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
+
+std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
+#ifdef SPILLWAY_HAS_CUDA
+std::unique_ptr<Engine> make_cuda_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
+#endif
+
+}  // namespace spillway::train

@@ -9,6 +9,7 @@
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
+#include "ops/fill.h"
 #include "ops/matmul.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -49,8 +50,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
   const auto& a = n.attrs;
   switch (n.kind) {
     case OpKind::fill:
-      std::fill_n(x.out(0), x.out_shape(0).numel(), static_cast<T>(a.fill_value));
-      break;
+      break;  // dtype-generic, handled by run_node_cpu
     case OpKind::embedding: {
       const Shape& table = x.in_shape(0);
       ops::embedding_forward(x.ids(1), x.in(0), x.out(0), x.in_shape(1).numel(), table[0], table[1]);
@@ -122,6 +122,11 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
 }  // namespace
 
 void run_node_cpu(const Graph& g, const Node& n, const std::vector<void*>& data) {
+  if (n.kind == OpKind::fill) {
+    const auto& out = g.value(n.outputs[0]);
+    ops::fill(data[static_cast<size_t>(n.outputs[0].id)], out.dtype, out.shape.numel(), n.attrs.fill_value);
+    return;
+  }
   if (n.kind == OpKind::cast) {
     const auto& in = g.value(n.inputs[0]);
     const auto& out = g.value(n.outputs[0]);

@@ -1,0 +1,214 @@
+#include "exec/cuda/cuda_node_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/add.h"
+#include "ops/attention.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/fill.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace spillway::exec {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+
+namespace {
+
+ops::AttentionShape attention_shape(const Shape& q, const graph::NodeAttrs& a) {
+  return ops::AttentionShape{q[0], q[1], a.heads, a.kv_heads, q.last() / a.heads};
+}
+
+ops::AttentionPass pass_of(const Node& n) {
+  return n.kind == OpKind::attention ? ops::AttentionPass::kForward : ops::AttentionPass::kBackward;
+}
+
+// The query-shaped input: q for the forward pass, q (input 1) for backward.
+const Shape& attention_q_shape(const Graph& g, const Node& n) {
+  return g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
+}
+
+}  // namespace
+
+CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream)
+    : memory_(memory), stream_(stream) {
+  matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
+  matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes);
+  uint64_t need = 0;
+  for (const Node& n : graph.nodes()) {
+    const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;
+    switch (n.kind) {
+      case OpKind::rmsnorm_backward: {
+        const Shape& x = graph.value(n.inputs[1]).shape;
+        need = std::max(need, ops::rmsnorm_backward_workspace_bytes(x.rows(), x.last()));
+        break;
+      }
+      case OpKind::embedding_backward:
+        need = std::max(need, ops::embedding_backward_workspace_bytes(in0.numel(), graph.value(n.outputs[0]).shape[0]));
+        break;
+      case OpKind::cross_entropy:
+        need = std::max(need, ops::cross_entropy_forward_workspace_bytes(in0.rows()));
+        break;
+      case OpKind::attention:
+      case OpKind::attention_backward: {
+        if (!cudnn_) cudnn_ = std::make_unique<ops::CudnnAttention>(ops::CudnnBackwardOrder::kDeterministic);
+        const auto shape = attention_shape(attention_q_shape(graph, n), n.attrs);
+        bool cudnn_ok = false;
+        try {
+          cudnn_ok = cudnn_->supports(shape, n.attrs.scale, pass_of(n));
+        } catch (const Error&) {
+          cudnn_ok = false;
+        }
+        use_cudnn_[&n] = cudnn_ok;
+        if (cudnn_ok) need = std::max(need, cudnn_->workspace_bytes(shape, n.attrs.scale, pass_of(n)));
+        else if (n.kind == OpKind::attention_backward)
+          need = std::max(need, ops::attention_backward_cuda_workspace_bytes(shape));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (need > 0) workspace_ = memory_.allocate(need, "kernel workspace");
+}
+
+CudaNodeRunner::~CudaNodeRunner() {
+  SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
+  for (auto& [key, ptr] : inv_freq_) memory_.free(ptr);
+  matmul_.reset();
+  memory_.free(matmul_workspace_);
+  memory_.free(workspace_);
+}
+
+int CudaNodeRunner::cudnn_attention_nodes() const {
+  return static_cast<int>(std::count_if(use_cudnn_.begin(), use_cudnn_.end(), [](const auto& p) { return p.second; }));
+}
+
+void CudaNodeRunner::synchronize() { SPW_CUDA(cudaStreamSynchronize(stream_)); }
+
+const float* CudaNodeRunner::inv_freq_on_device(const std::vector<float>& inv_freq) {
+  auto it = inv_freq_.find(&inv_freq);
+  if (it != inv_freq_.end()) return static_cast<const float*>(it->second);
+  void* ptr = memory_.allocate(inv_freq.size() * sizeof(float), "rope frequencies");
+  SPW_CUDA(cudaMemcpyAsync(ptr, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
+  SPW_CUDA(cudaStreamSynchronize(stream_));  // the host vector may go before the copy runs otherwise
+  inv_freq_[&inv_freq] = ptr;
+  return static_cast<const float*>(ptr);
+}
+
+void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>& data) {
+  auto in = [&](size_t i) { return data[static_cast<size_t>(n.inputs[i].id)]; };
+  auto out = [&](size_t i) { return data[static_cast<size_t>(n.outputs[i].id)]; };
+  auto bf = [](void* p) { return static_cast<bf16*>(p); };
+  auto f32 = [](void* p) { return static_cast<float*>(p); };
+  auto ids = [](void* p) { return static_cast<const int32_t*>(p); };
+  const auto& a = n.attrs;
+  const auto& out0 = g.value(n.outputs[0]);
+  switch (n.kind) {
+    case OpKind::fill:
+      ops::fill_cuda(out(0), out0.dtype, out0.shape.numel(), a.fill_value, stream_);
+      break;
+    case OpKind::embedding: {
+      const Shape& table = g.value(n.inputs[0]).shape;
+      ops::embedding_forward_cuda(ids(in(1)), bf(in(0)), bf(out(0)), g.value(n.inputs[1]).shape.numel(), table[0],
+                                  table[1], stream_);
+      break;
+    }
+    case OpKind::embedding_backward:
+      ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
+                                   out0.shape[0], out0.shape[1], workspace_, stream_);
+      break;
+    case OpKind::rmsnorm: {
+      const Shape& x = g.value(n.inputs[0]).shape;
+      ops::rmsnorm_forward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), f32(out(1)), x.rows(), x.last(),
+                                static_cast<float>(a.eps), stream_);
+      break;
+    }
+    case OpKind::rmsnorm_backward: {
+      const Shape& x = g.value(n.inputs[1]).shape;
+      ops::rmsnorm_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), f32(in(3)), bf(out(0)), f32(out(1)), x.rows(),
+                                 x.last(), workspace_, stream_);
+      break;
+    }
+    case OpKind::matmul: {
+      const auto& va = g.value(n.inputs[0]);
+      const auto& vb = g.value(n.inputs[1]);
+      const int64_t m = a.trans_a ? va.shape.last() : va.shape.rows();
+      const int64_t k = a.trans_a ? va.shape.rows() : va.shape.last();
+      const int64_t nn = a.trans_b ? vb.shape.rows() : vb.shape.last();
+      matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0), out0.dtype,
+                   stream_);
+      break;
+    }
+    case OpKind::rope:
+    case OpKind::rope_backward: {
+      const Shape& s = g.value(n.inputs[0]).shape;
+      const int64_t head_dim = s.last() / a.heads;
+      const float* freq = inv_freq_on_device(*a.inv_freq);
+      if (n.kind == OpKind::rope) {
+        ops::rope_forward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_);
+      } else {
+        ops::rope_backward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_);
+      }
+      break;
+    }
+    case OpKind::attention: {
+      const auto shape = attention_shape(g.value(n.inputs[0]).shape, a);
+      if (use_cudnn_.at(&n)) {
+        cudnn_->forward(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), f32(out(1)), shape, a.scale, workspace_, stream_);
+      } else {
+        ops::attention_forward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), f32(out(1)), shape, a.scale, stream_);
+      }
+      break;
+    }
+    case OpKind::attention_backward: {
+      const auto shape = attention_shape(g.value(n.inputs[1]).shape, a);
+      if (use_cudnn_.at(&n)) {
+        cudnn_->backward(bf(in(0)), bf(in(1)), bf(in(2)), bf(in(3)), bf(in(4)), f32(in(5)), bf(out(0)), bf(out(1)),
+                         bf(out(2)), shape, a.scale, workspace_, stream_);
+      } else {
+        ops::attention_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(in(3)), bf(in(4)), f32(in(5)), bf(out(0)),
+                                     bf(out(1)), bf(out(2)), shape, a.scale, workspace_, stream_);
+      }
+      break;
+    }
+    case OpKind::swiglu:
+      ops::swiglu_forward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_);
+      break;
+    case OpKind::swiglu_backward:
+      ops::swiglu_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), bf(out(1)), out0.shape.numel(), stream_);
+      break;
+    case OpKind::add:
+      if (out0.dtype == DType::f32) {
+        ops::add_cuda(f32(in(0)), f32(in(1)), f32(out(0)), out0.shape.numel(), stream_);
+      } else {
+        ops::add_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_);
+      }
+      break;
+    case OpKind::cross_entropy: {
+      const Shape& logits = g.value(n.inputs[0]).shape;
+      ops::cross_entropy_forward_cuda(bf(in(0)), ids(in(1)), f32(out(1)), f32(out(0)), logits.rows(), logits.last(),
+                                      workspace_, stream_);
+      break;
+    }
+    case OpKind::cross_entropy_backward: {
+      const Shape& logits = g.value(n.inputs[0]).shape;
+      ops::cross_entropy_backward_cuda(bf(in(0)), ids(in(1)), f32(in(2)), f32(in(3)), bf(out(0)), logits.rows(),
+                                       logits.last(), stream_);
+      break;
+    }
+    case OpKind::cast:
+      ops::cast_cuda(in(0), g.value(n.inputs[0]).dtype, out(0), out0.dtype, out0.shape.numel(), stream_);
+      break;
+  }
+}
+
+}  // namespace spillway::exec

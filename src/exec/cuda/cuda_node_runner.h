@@ -1,0 +1,46 @@
+// Runs graph nodes on one CUDA stream: the map from the IR's ops to the GPU
+// kernels of src/ops/ (bf16 activations, fp32 statistics and parameter
+// gradients). Work is only enqueued; the stream's order is what makes the
+// executor's frees at last use safe.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "device/memory_space.h"
+#include "exec/executor.h"
+#include "ops/attention_cudnn.h"
+#include "ops/matmul_cuda.h"
+
+namespace spillway::exec {
+
+class CudaNodeRunner final : public NodeRunner {
+ public:
+  // Sizes and allocates, from `memory`, the one workspace every node of
+  // `graph` can share, and chooses cuDNN or the own kernel per attention node.
+  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream);
+  ~CudaNodeRunner() override;
+
+  void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;
+  void synchronize() override;
+
+  // How many attention nodes run through cuDNN (the rest use the own kernel).
+  int cudnn_attention_nodes() const;
+
+ private:
+  const float* inv_freq_on_device(const std::vector<float>& inv_freq);
+
+  MemorySpace& memory_;
+  cudaStream_t stream_;
+  void* matmul_workspace_ = nullptr;
+  std::unique_ptr<ops::CublasLtMatmul> matmul_;
+  std::unique_ptr<ops::CudnnAttention> cudnn_;
+  std::map<const graph::Node*, bool> use_cudnn_;
+  void* workspace_ = nullptr;
+  std::map<const std::vector<float>*, void*> inv_freq_;
+};
+
+}  // namespace spillway::exec

@@ -1,0 +1,244 @@
+// The CUDA engine: the step graph in bf16 on one stream; fp32 master
+// weights, fp32 gradients and fp32 AdamW moments stay on the GPU, and the
+// optimizer writes the bf16 working copy the next step's graph reads.
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "exec/cuda/cuda_node_runner.h"
+#include "graph/autodiff.h"
+#include "model/llama_graph.h"
+#include "ops/adamw.h"
+#include "ops/add.h"
+#include "ops/cast.h"
+#include "ops/grad_norm.h"
+#include "train/engine.h"
+
+namespace spillway::train {
+
+namespace {
+
+// A compiled step: graph, its runner and executor, bound to the engine's
+// bf16 weights; tokens and targets are bound per micro-batch.
+struct CudaStep {
+  graph::Graph graph;
+  model::LlamaGraph model;
+  graph::Gradients grads;
+  std::unique_ptr<exec::CudaNodeRunner> runner;
+  std::unique_ptr<exec::Executor> executor;
+};
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
+      : weights_(weights), optimizer_(optimizer), options_(o) {
+    SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
+    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 256ull << 20);
+    stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
+    cudaDeviceProp prop{};
+    SPW_CUDA(cudaGetDeviceProperties(&prop, 0));
+    name_ = "cuda:0 " + std::string(prop.name);
+    MemorySpace& mem = device_->device_memory();
+
+    // Parameters: fp32 master, bf16 working copy, AdamW moments.
+    for (const auto& t : weights_.tensors()) {
+      const uint64_t n = static_cast<uint64_t>(t.shape.numel());
+      Param p;
+      p.n = static_cast<int64_t>(n);
+      p.master = static_cast<float*>(mem.allocate(n * 4, t.name + " (fp32 master)"));
+      p.working = static_cast<bf16*>(mem.allocate(n * 2, t.name + " (bf16)"));
+      p.m = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW m)"));
+      p.v = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW v)"));
+      p.decay = t.shape.rank() >= 2;
+      params_.push_back(p);
+    }
+    upload_state();
+
+    const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
+    tokens_capacity_ = tokens;
+    tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
+    targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
+    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8, "gradient norm");
+    norm_out_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
+
+    build(train_, /*with_backward=*/true);
+    build(eval_, /*with_backward=*/false);
+  }
+
+  ~CudaEngine() override {
+    SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
+    for (CudaStep* s : {&train_, &eval_}) {
+      s->executor.reset();
+      s->runner.reset();
+    }
+  }
+
+  std::string description() const override { return name_; }
+
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
+                       double lr) override {
+    const size_t n = static_cast<size_t>(options_.batch * options_.seq);
+    SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
+              "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+    StepStats stats;
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      stats.loss += run_step(train_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
+                    static_cast<double>(micro_batches);
+      if (micro_batches > 1) accumulate_gradients(micro == 0, micro + 1 == micro_batches, micro_batches);
+    }
+    std::vector<float*> grads = gradient_pointers(micro_batches > 1);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ops::sum_of_squares_cuda(grads[i], params_[i].n, norm_out_, i > 0, norm_workspace_, stream_);
+    }
+    double sum_squares = 0;
+    SPW_CUDA(cudaMemcpyAsync(&sum_squares, norm_out_, sizeof sum_squares, cudaMemcpyDeviceToHost, stream_));
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+    stats.grad_norm = std::sqrt(sum_squares);
+    if (options_.grad_clip > 0 && stats.grad_norm > options_.grad_clip) {
+      const float scale = static_cast<float>(options_.grad_clip / (stats.grad_norm + 1e-6));
+      for (size_t i = 0; i < params_.size(); ++i) ops::scale_cuda(grads[i], params_[i].n, scale, stream_);
+    }
+    ++optimizer_.steps_taken;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      ops::AdamWHyper hp;
+      hp.lr = lr;
+      hp.beta1 = optimizer_.beta1;
+      hp.beta2 = optimizer_.beta2;
+      hp.eps = optimizer_.eps;
+      hp.weight_decay = params_[i].decay ? optimizer_.weight_decay : 0.0;
+      hp.step = optimizer_.steps_taken;
+      ops::adamw_update_cuda(params_[i].master, grads[i], params_[i].m, params_[i].v, params_[i].working,
+                             params_[i].n, hp, stream_);
+    }
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+    host_current_ = false;
+    return stats;
+  }
+
+  double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
+    return run_step(eval_, inputs, targets);
+  }
+
+  void sync_to_host() override {
+    if (host_current_) return;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(params_[i].n) * 4;
+      SPW_CUDA(cudaMemcpyAsync(weights_.tensors()[i].data.data(), params_[i].master, bytes, cudaMemcpyDeviceToHost, stream_));
+      SPW_CUDA(cudaMemcpyAsync(optimizer_.m.tensors()[i].data.data(), params_[i].m, bytes, cudaMemcpyDeviceToHost, stream_));
+      SPW_CUDA(cudaMemcpyAsync(optimizer_.v.tensors()[i].data.data(), params_[i].v, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+    host_current_ = true;
+  }
+
+  uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+
+ private:
+  struct Param {
+    int64_t n = 0;
+    float* master = nullptr;
+    bf16* working = nullptr;
+    float *m = nullptr, *v = nullptr;
+    float* grad_sum = nullptr;  // only with gradient accumulation
+    bool decay = false;
+  };
+
+  void upload_state() {
+    if (optimizer_.m.tensors().empty()) optimizer_ = AdamW(weights_.config());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const size_t bytes = static_cast<size_t>(params_[i].n) * 4;
+      SPW_CUDA(cudaMemcpyAsync(params_[i].master, weights_.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      SPW_CUDA(cudaMemcpyAsync(params_[i].m, optimizer_.m.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      SPW_CUDA(cudaMemcpyAsync(params_[i].v, optimizer_.v.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      ops::cast_cuda(params_[i].master, DType::f32, params_[i].working, DType::bf16, params_[i].n, stream_);
+    }
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  void build(CudaStep& s, bool with_backward) {
+    graph::Builder b(s.graph, DType::bf16);
+    s.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
+    s.graph.mark_output(s.model.loss);
+    if (with_backward) s.grads = graph::append_backward(b, s.model.loss, s.model.parameters);
+    MemorySpace& mem = device_->device_memory();
+    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_);
+    s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
+    for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.model.parameters[i], params_[i].working);
+    s.executor->bind(s.model.tokens, tokens_);
+    s.executor->bind(s.model.targets, targets_);
+  }
+
+  double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+    const int64_t vocab = weights_.config().vocab_size;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
+                " is outside the vocabulary of ", vocab);
+      SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
+                " is outside the vocabulary of ", vocab);
+    }
+    SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
+    s.executor->run();
+    float loss = 0;
+    SPW_CUDA(cudaMemcpyAsync(&loss, s.executor->data(s.model.loss), sizeof loss, cudaMemcpyDeviceToHost, stream_));
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+    return loss;
+  }
+
+  float* graph_gradient(size_t i) const {
+    return static_cast<float*>(const_cast<void*>(train_.executor->data(train_.grads[train_.model.parameters[i]])));
+  }
+
+  std::vector<float*> gradient_pointers(bool accumulated) const {
+    std::vector<float*> g;
+    for (size_t i = 0; i < params_.size(); ++i) g.push_back(accumulated ? params_[i].grad_sum : graph_gradient(i));
+    return g;
+  }
+
+  // Sums the micro-batches' gradients into grad_sum, then takes the mean.
+  void accumulate_gradients(bool first, bool last, int64_t micro_batches) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      Param& p = params_[i];
+      if (!p.grad_sum) {
+        p.grad_sum = static_cast<float*>(device_->device_memory().allocate(static_cast<uint64_t>(p.n) * 4,
+                                                                           "gradient accumulator"));
+      }
+      if (first) {
+        SPW_CUDA(cudaMemcpyAsync(p.grad_sum, graph_gradient(i), static_cast<size_t>(p.n) * 4,
+                                 cudaMemcpyDeviceToDevice, stream_));
+      } else {
+        ops::accumulate_cuda(p.grad_sum, graph_gradient(i), p.n, stream_);
+      }
+      if (last) ops::scale_cuda(p.grad_sum, p.n, 1.0f / static_cast<float>(micro_batches), stream_);
+    }
+  }
+
+  model::LlamaWeights& weights_;
+  AdamW& optimizer_;
+  EngineOptions options_;
+  std::unique_ptr<Device> device_;
+  cudaStream_t stream_ = nullptr;
+  std::string name_;
+  std::vector<Param> params_;
+  uint64_t tokens_capacity_ = 0;
+  int32_t* tokens_ = nullptr;
+  int32_t* targets_ = nullptr;
+  void* norm_workspace_ = nullptr;
+  double* norm_out_ = nullptr;
+  CudaStep train_, eval_;
+  bool host_current_ = true;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
+  return std::make_unique<CudaEngine>(weights, optimizer, options);
+}
+
+}  // namespace spillway::train

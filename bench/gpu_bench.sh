@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# On the GPU machine: spillway and the PyTorch baseline (../shared/bench/
+# torch_llama.py, carried as .shared/) on the same shapes in one run. Prints
+# one JSON line per measurement to stdout and to $OUT/bench.jsonl; the caller
+# appends them, with the commit, to bench/results/.
+# Usage: bench/gpu_bench.sh [config seq batch]   (default: llama3.2-1b 4096 4)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+config=${1:-llama3.2-1b}
+seq=${2:-4096}
+batch=${3:-4}
+out=${OUT:-/tmp}/bench.jsonl
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps 6 --warmup 2 --json "$out"
+if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
+  PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" <<'PY' | tee -a "$out"
+import sys, json
+sys.path.insert(0, ".shared")
+import torch_llama as t
+T, B = int(sys.argv[1]), int(sys.argv[2])
+for compiled in (False, True):
+    r = t.run(f"torch-llama1B-T{T}" + ("-compiled" if compiled else ""), 128256, 2048, 16, 32, 8, 8192, T, B, compile_=compiled)
+PY
+fi

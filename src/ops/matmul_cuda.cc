@@ -1,0 +1,380 @@
+// Compiled by the host compiler (no device code here); built only with the
+// CUDA backend, since every src/ops/*.cc is compiled in CPU-only builds too.
+#ifdef SPILLWAY_HAS_CUDA
+
+#include "ops/matmul_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <sstream>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "device/cuda/cublas_check.h"
+#include "device/cuda/cuda_check.h"
+
+// Row-major through a column-major library. A row-major [r, c] buffer is, to
+// cuBLASLt, the column-major matrix [c, r] with the same leading dimension,
+// i.e. its transpose. So C = op(A) op(B) in row-major is, to cuBLASLt,
+// C^T = op(B)^T op(A)^T: the caller's B goes in cuBLASLt's A slot, the
+// caller's A in its B slot, with the same transpose flags, and C is the
+// column-major [n, m] with leading dimension n. Swapping costs nothing, and it
+// keeps every layout CUBLASLT_ORDER_COL, the order all of cuBLASLt's
+// algorithms support (CUBLASLT_ORDER_ROW layouts narrow the heuristic's
+// choice and are not accepted by every kernel).
+
+namespace spillway::ops {
+
+namespace {
+
+constexpr const char* kThing = "matmul_cuda";
+constexpr uint32_t kMaxAlignment = 256;
+// Timing a candidate: one warm-up, one run to estimate, then enough runs to
+// fill a window long enough that launch gaps and clock noise stay small.
+constexpr float kTimedWindowMs = 3.0f;
+constexpr int kMinTimedRuns = 3, kMaxTimedRuns = 100;
+
+bool supported(DType a, DType b, DType c) {
+  if (a == DType::bf16 && b == DType::bf16) return c == DType::bf16 || c == DType::f32;
+  return a == DType::f32 && b == DType::f32 && c == DType::f32;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32:
+      return CUDA_R_32F;
+    case DType::bf16:
+      return CUDA_R_16BF;
+    default:
+      throw Error(kThing, std::string("no cuBLASLt type for dtype ") + std::string(dtype_name(t)));
+  }
+}
+
+// The largest power of two (at most 256) dividing the address.
+uint32_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = kMaxAlignment;
+  while (align > 1 && address % align != 0) align /= 2;
+  return align;
+}
+
+std::string key_text(const MatmulKey& key) {
+  std::ostringstream out;
+  out << "m=" << key.m << " n=" << key.n << " k=" << key.k << " " << (key.trans_a ? 'T' : 'N')
+      << (key.trans_b ? 'T' : 'N') << " " << dtype_name(key.a_type) << "*"
+      << dtype_name(key.b_type) << "->" << dtype_name(key.c_type)
+      << (key.beta_zero ? " beta=0" : " beta!=0");
+  return out.str();
+}
+
+// Column-major [rows, cols], packed (leading dimension = rows).
+cublasLtMatrixLayout_t make_layout(DType t, int64_t rows, int64_t cols) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  SPW_CUBLAS(cublasLtMatrixLayoutCreate(&layout, cuda_type(t), static_cast<uint64_t>(rows),
+                                        static_cast<uint64_t>(cols), rows));
+  return layout;
+}
+
+template <typename T>
+void set_pref(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attr, T value) {
+  SPW_CUBLAS(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+}
+
+struct Preference {
+  cublasLtMatmulPreference_t pref = nullptr;
+  Preference() { SPW_CUBLAS(cublasLtMatmulPreferenceCreate(&pref)); }
+  ~Preference() { SPW_CUBLAS_WARN(cublasLtMatmulPreferenceDestroy(pref)); }
+  Preference(const Preference&) = delete;
+  Preference& operator=(const Preference&) = delete;
+};
+
+struct TimingEvents {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TimingEvents() {
+    SPW_CUDA(cudaEventCreate(&start));
+    try {
+      SPW_CUDA(cudaEventCreate(&stop));
+    } catch (...) {
+      SPW_CUDA_WARN(cudaEventDestroy(start));
+      throw;
+    }
+  }
+  ~TimingEvents() {
+    SPW_CUDA_WARN(cudaEventDestroy(start));
+    SPW_CUDA_WARN(cudaEventDestroy(stop));
+  }
+  TimingEvents(const TimingEvents&) = delete;
+  TimingEvents& operator=(const TimingEvents&) = delete;
+};
+
+}  // namespace
+
+size_t MatmulKeyHash::operator()(const MatmulKey& key) const {
+  size_t h = 0;
+  auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>{}(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+  mix(static_cast<uint64_t>(key.m));
+  mix(static_cast<uint64_t>(key.n));
+  mix(static_cast<uint64_t>(key.k));
+  mix((uint64_t(key.trans_a) << 0) | (uint64_t(key.trans_b) << 1) | (uint64_t(key.beta_zero) << 2) |
+      (uint64_t(key.a_type) << 8) | (uint64_t(key.b_type) << 16) | (uint64_t(key.c_type) << 24));
+  mix((uint64_t(key.a_align) << 32) | (uint64_t(key.b_align) << 16) | key.c_align);
+  return h;
+}
+
+MatmulPlan::~MatmulPlan() {
+  if (c_layout != nullptr) SPW_CUBLAS_WARN(cublasLtMatrixLayoutDestroy(c_layout));
+  if (b_layout != nullptr) SPW_CUBLAS_WARN(cublasLtMatrixLayoutDestroy(b_layout));
+  if (a_layout != nullptr) SPW_CUBLAS_WARN(cublasLtMatrixLayoutDestroy(a_layout));
+  if (desc != nullptr) SPW_CUBLAS_WARN(cublasLtMatmulDescDestroy(desc));
+}
+
+std::string MatmulPlan::describe() const {
+  auto config = [this](cublasLtMatmulAlgoConfigAttributes_t attr) -> std::string {
+    // Every attribute read here is 4 bytes except the cluster shape (2).
+    uint32_t value = 0;
+    size_t written = 0;
+    const size_t size = attr == CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID ? 2 : 4;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &value, size, &written) !=
+        CUBLAS_STATUS_SUCCESS) {
+      return "?";
+    }
+    return std::to_string(size == 2 ? static_cast<uint16_t>(value) : value);
+  };
+  std::ostringstream out;
+  out << "algo " << config(CUBLASLT_ALGO_CONFIG_ID) << " tile "
+      << config(CUBLASLT_ALGO_CONFIG_TILE_ID) << " stages "
+      << config(CUBLASLT_ALGO_CONFIG_STAGES_ID) << " cluster "
+      << config(CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID) << " splitK "
+      << config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) << " reduction "
+      << config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) << " ws " << format_bytes(workspace_bytes)
+      << (candidates > 1 ? " (fastest of " + std::to_string(candidates) + " timed)"
+                         : std::string(" (heuristic's first)"));
+  return out.str();
+}
+
+CublasLtMatmul::CublasLtMatmul(uint64_t workspace_bytes, int timed_candidates)
+    : timed_candidates_(timed_candidates), workspace_bytes_(workspace_bytes) {
+  SPW_CHECK(timed_candidates >= 1, kThing, "timed_candidates must be at least 1, got ",
+            timed_candidates);
+  SPW_CUDA(cudaGetDevice(&device_));
+  if (workspace_bytes_ > 0) {
+    try {
+      SPW_CUDA(cudaMalloc(&workspace_, workspace_bytes_));
+    } catch (const Error& e) {
+      throw Error(kThing, "cannot allocate a cuBLASLt workspace of " +
+                              format_bytes(workspace_bytes_) + " (" + e.what() + ")");
+    }
+    owns_workspace_ = true;
+  }
+  try {
+    SPW_CUBLAS(cublasLtCreate(&handle_));
+  } catch (...) {
+    if (owns_workspace_) SPW_CUDA_WARN(cudaFree(workspace_));
+    throw;
+  }
+}
+
+CublasLtMatmul::CublasLtMatmul(void* workspace, uint64_t workspace_bytes, int timed_candidates)
+    : timed_candidates_(timed_candidates), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  SPW_CHECK(timed_candidates >= 1, kThing, "timed_candidates must be at least 1, got ",
+            timed_candidates);
+  SPW_CHECK(workspace_bytes == 0 || workspace != nullptr, kThing,
+            "a workspace of ", workspace_bytes, " bytes at a null pointer");
+  SPW_CHECK(alignment_of(workspace) == kMaxAlignment, kThing,
+            "the workspace must be 256-byte aligned");
+  SPW_CUDA(cudaGetDevice(&device_));
+  SPW_CUBLAS(cublasLtCreate(&handle_));
+}
+
+CublasLtMatmul::~CublasLtMatmul() {
+  // Plans hold descriptors of this handle: they go first.
+  plans_.clear();
+  if (handle_ != nullptr) SPW_CUBLAS_WARN(cublasLtDestroy(handle_));
+  if (owns_workspace_) SPW_CUDA_WARN(cudaFree(workspace_));
+}
+
+MatmulKey CublasLtMatmul::key_for(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                                  const void* a, DType a_type, const void* b, DType b_type,
+                                  float beta, const void* c, DType c_type) {
+  MatmulKey key;
+  key.m = m;
+  key.n = n;
+  key.k = k;
+  key.trans_a = trans_a;
+  key.trans_b = trans_b;
+  key.a_type = a_type;
+  key.b_type = b_type;
+  key.c_type = c_type;
+  key.beta_zero = beta == 0.0f;
+  key.a_align = alignment_of(a);
+  key.b_align = alignment_of(b);
+  key.c_align = alignment_of(c);
+  return key;
+}
+
+const MatmulPlan* CublasLtMatmul::find_plan(const MatmulKey& key) const {
+  auto it = plans_.find(key);
+  return it == plans_.end() ? nullptr : it->second.get();
+}
+
+const MatmulPlan& CublasLtMatmul::plan_for(const MatmulKey& key, const void* a, const void* b,
+                                           void* c, cudaStream_t stream) {
+  if (auto it = plans_.find(key); it != plans_.end()) return *it->second;
+
+  auto plan = std::make_unique<MatmulPlan>();
+  SPW_CUBLAS(cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt's A is the caller's B and its B the caller's A (see the top).
+  const cublasOperation_t lt_trans_a = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t lt_trans_b = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  SPW_CUBLAS(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &lt_trans_a,
+                                            sizeof(lt_trans_a)));
+  SPW_CUBLAS(cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &lt_trans_b,
+                                            sizeof(lt_trans_b)));
+  // Row-major A is [m, k] ([k, m] when trans_a); its row length is the
+  // column-major row count.
+  plan->a_layout = make_layout(key.a_type, key.trans_a ? key.m : key.k, key.trans_a ? key.k : key.m);
+  plan->b_layout = make_layout(key.b_type, key.trans_b ? key.k : key.n, key.trans_b ? key.n : key.k);
+  plan->c_layout = make_layout(key.c_type, key.n, key.m);
+
+  Preference pref;
+  set_pref<uint64_t>(pref.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, workspace_bytes_);
+  set_pref<uint32_t>(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.b_align);
+  set_pref<uint32_t>(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.a_align);
+  set_pref<uint32_t>(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.c_align);
+  set_pref<uint32_t>(pref.pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.c_align);
+  if (key.a_type == DType::f32) {
+    // Exact fp32: only FMA (SIMT) kernels, so neither TF32 tensor cores nor
+    // the bf16x9 emulation that newer GPUs may pick for CUBLAS_COMPUTE_32F.
+    set_pref<uint64_t>(pref.pref, CUBLASLT_MATMUL_PREF_IMPL_MASK,
+                       ~static_cast<uint64_t>(CUBLASLT_NUMERICAL_IMPL_FLAGS_TENSOR_OP_MASK));
+  }
+
+  const int wanted = key.beta_zero ? timed_candidates_ : 1;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(wanted));
+  int returned = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      handle_, plan->desc, plan->b_layout, plan->a_layout, plan->c_layout, plan->c_layout,
+      pref.pref, wanted, results.data(), &returned);
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) SPW_CUBLAS(status);
+  results.resize(static_cast<size_t>(std::max(returned, 0)));
+  std::erase_if(results, [](const auto& r) { return r.state != CUBLAS_STATUS_SUCCESS; });
+  SPW_CHECK(!results.empty(), kThing, "cuBLASLt has no algorithm for ", key_text(key),
+            " within a workspace of ", format_bytes(workspace_bytes_));
+
+  size_t chosen = 0;
+  if (results.size() > 1) {
+    // Timing writes C, which beta = 0 (the only case with several
+    // candidates) is about to overwrite anyway.
+    const float one = 1.0f, zero = 0.0f;
+    auto launch = [&](const cublasLtMatmulHeuristicResult_t& r) {
+      return cublasLtMatmul(handle_, plan->desc, &one, b, plan->b_layout, a, plan->a_layout,
+                            &zero, c, plan->c_layout, c, plan->c_layout, &r.algo, workspace_,
+                            workspace_bytes_, stream);
+    };
+    TimingEvents events;
+    // Mean milliseconds of `runs` back-to-back launches, or -1 when the
+    // library turns the candidate down (skipped, not fatal).
+    auto time_runs = [&](const cublasLtMatmulHeuristicResult_t& r, int runs) -> float {
+      SPW_CUDA(cudaEventRecord(events.start, stream));
+      bool ok = true;
+      for (int i = 0; i < runs && ok; ++i) ok = launch(r) == CUBLAS_STATUS_SUCCESS;
+      SPW_CUDA(cudaEventRecord(events.stop, stream));
+      SPW_CUDA(cudaEventSynchronize(events.stop));
+      float ms = 0;
+      SPW_CUDA(cudaEventElapsedTime(&ms, events.start, events.stop));
+      return ok ? ms / static_cast<float>(runs) : -1.0f;
+    };
+    float best_ms = 0;
+    bool found = false;
+    for (size_t i = 0; i < results.size(); ++i) {
+      if (launch(results[i]) != CUBLAS_STATUS_SUCCESS) continue;  // warm-up
+      const float estimate = time_runs(results[i], 1);
+      if (estimate < 0) continue;
+      const int runs = std::clamp(
+          static_cast<int>(std::ceil(kTimedWindowMs / std::max(estimate, 1e-3f))), kMinTimedRuns,
+          kMaxTimedRuns);
+      const float ms = time_runs(results[i], runs);
+      // Ties go to the earlier candidate, the heuristic's preference.
+      if (ms >= 0 && (!found || ms < best_ms)) {
+        best_ms = ms;
+        chosen = i;
+        found = true;
+      }
+    }
+    SPW_CHECK(found, kThing, "every cuBLASLt candidate failed to launch for ", key_text(key));
+  }
+  plan->algo = results[chosen].algo;
+  plan->workspace_bytes = results[chosen].workspaceSize;
+  plan->candidates = static_cast<int>(results.size());
+  return *plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void CublasLtMatmul::multiply(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                              float alpha, const void* a, DType a_type, const void* b,
+                              DType b_type, float beta, void* c, DType c_type, void* workspace,
+                              uint64_t workspace_bytes, cudaStream_t stream) {
+  const MatmulKey key = key_for(trans_a, trans_b, m, n, k, a, a_type, b, b_type, beta, c, c_type);
+  const MatmulPlan& plan = plan_for(key, a, b, c, stream);
+  SPW_CHECK(plan.workspace_bytes <= workspace_bytes, kThing, "the plan for ", key_text(key),
+            " needs ", format_bytes(plan.workspace_bytes), " of workspace, ",
+            format_bytes(workspace_bytes), " left");
+  // Operands swapped for the column-major library (see the top); C is both
+  // input and output (in place, same layout).
+  SPW_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.b_layout, a, plan.a_layout, &beta,
+                            c, plan.c_layout, c, plan.c_layout, &plan.algo, workspace,
+                            workspace_bytes, stream));
+}
+
+void CublasLtMatmul::scale_only(int64_t m, int64_t n, float beta, void* c, DType ab_type,
+                                DType c_type, cudaStream_t stream) {
+  if (beta == 1.0f) return;
+  if (beta == 0.0f) {
+    // All-zero bits are 0.0 in f32 and bf16 alike, and overwrite NaNs.
+    SPW_CUDA(cudaMemsetAsync(c, 0, static_cast<size_t>(m * n) * dtype_size(c_type), stream));
+    return;
+  }
+  // C = 0 * 0 + beta * C: a product with k = 1 over zeros carved from the
+  // front of the workspace, so beta is applied by the same kernels, in the
+  // same fp32 arithmetic, as every other product. (cuBLASLt's
+  // cublasLtMatrixTransform answers NOT_SUPPORTED for an in-place bf16 scale.)
+  const uint64_t a_bytes = align_up(static_cast<uint64_t>(m) * dtype_size(ab_type), 256);
+  const uint64_t b_bytes = align_up(static_cast<uint64_t>(n) * dtype_size(ab_type), 256);
+  SPW_CHECK(a_bytes + b_bytes <= workspace_bytes_, kThing, "k = 0 with beta = ", beta, " needs ",
+            format_bytes(a_bytes + b_bytes), " of workspace for zero operands, the workspace has ",
+            format_bytes(workspace_bytes_));
+  char* zeros = static_cast<char*>(workspace_);
+  SPW_CUDA(cudaMemsetAsync(zeros, 0, a_bytes + b_bytes, stream));
+  multiply(false, false, m, n, 1, 1.0f, zeros, ab_type, zeros + a_bytes, ab_type, beta, c, c_type,
+           zeros + a_bytes + b_bytes, workspace_bytes_ - a_bytes - b_bytes, stream);
+}
+
+void CublasLtMatmul::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                         const void* a, DType a_type, const void* b, DType b_type, float beta,
+                         void* c, DType c_type, cudaStream_t stream) {
+  SPW_CHECK(m >= 0 && n >= 0 && k >= 0, kThing, "negative size m=", m, " n=", n, " k=", k);
+  SPW_CHECK(supported(a_type, b_type, c_type), kThing, "unsupported dtypes ", dtype_name(a_type),
+            "*", dtype_name(b_type), "->", dtype_name(c_type),
+            " (bf16*bf16->bf16, bf16*bf16->f32 or f32*f32->f32)");
+  if (m == 0 || n == 0) return;
+  SPW_CHECK(c != nullptr, kThing, "null C for m=", m, " n=", n);
+  int current = 0;
+  SPW_CUDA(cudaGetDevice(&current));
+  SPW_CHECK(current == device_, kThing, "called on device ", current,
+            " but made for device ", device_);
+  if (k == 0) {
+    scale_only(m, n, beta, c, a_type, c_type, stream);
+    return;
+  }
+  SPW_CHECK(a != nullptr && b != nullptr, kThing, "null A or B for m=", m, " n=", n, " k=", k);
+  multiply(trans_a, trans_b, m, n, k, alpha, a, a_type, b, b_type, beta, c, c_type, workspace_,
+           workspace_bytes_, stream);
+}
+
+}  // namespace spillway::ops
+
+#endif  // SPILLWAY_HAS_CUDA

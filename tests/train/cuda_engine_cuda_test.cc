@@ -1,0 +1,118 @@
+// A full training step on the GPU against the CPU backend: same weights,
+// same batches; bf16 on the GPU, f32 on the CPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "device/cuda/cuda_device.h"
+#include "train/engine.h"
+
+namespace spillway::train {
+namespace {
+
+model::LlamaConfig small() {
+  model::LlamaConfig c;
+  c.vocab_size = 1000;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+TEST(CudaEngine, StepsMatchTheCpuEngine) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  EngineOptions o;
+  o.batch = 2;
+  o.seq = 64;
+  o.grad_clip = 1.0;
+  auto w_cpu = model::LlamaWeights::random(config, 3, 0.05);
+  auto w_gpu = w_cpu;
+  AdamW opt_cpu(config), opt_gpu(config);
+  auto cpu = make_cpu_engine(w_cpu, opt_cpu, o);
+  auto gpu = make_cuda_engine(w_gpu, opt_gpu, o);
+  EXPECT_EQ(gpu->description().rfind("cuda:0", 0), 0u);
+
+  const size_t n = static_cast<size_t>(o.batch * o.seq);
+  for (int step = 0; step < 5; ++step) {
+    auto tokens = random_tokens(2 * n, 10 + step, 1000);
+    std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
+    StepStats a = cpu->train_step(inputs, targets, 1, 1e-3);
+    StepStats b = gpu->train_step(inputs, targets, 1, 1e-3);
+    EXPECT_NEAR(b.loss, a.loss, 1e-2 * a.loss) << "step " << step;
+    EXPECT_NEAR(b.grad_norm, a.grad_norm, 3e-2 * a.grad_norm) << "step " << step;
+  }
+  auto tokens = random_tokens(2 * n, 99, 1000);
+  std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
+  EXPECT_NEAR(gpu->eval_loss(inputs, targets), cpu->eval_loss(inputs, targets), 1e-2 * std::log(1000.0));
+
+  // The GPU's fp32 master weights come back to the host and track the CPU's.
+  gpu->sync_to_host();
+  EXPECT_EQ(opt_gpu.steps_taken, 5);
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < w_cpu.tensors().size(); ++i) {
+    for (size_t j = 0; j < w_cpu.tensors()[i].data.size(); ++j) {
+      double d = w_gpu.tensors()[i].data[j] - w_cpu.tensors()[i].data[j];
+      diff += d * d;
+      ref += static_cast<double>(w_cpu.tensors()[i].data[j]) * w_cpu.tensors()[i].data[j];
+    }
+  }
+  EXPECT_LT(std::sqrt(diff / ref), 2e-2);
+}
+
+TEST(CudaEngine, AccumulatedMicroBatchesEqualOneBigBatch) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  EngineOptions whole_opts, half_opts;
+  whole_opts.batch = 4;
+  half_opts.batch = 2;
+  whole_opts.seq = half_opts.seq = 32;
+  whole_opts.grad_clip = half_opts.grad_clip = 0;
+  auto w1 = model::LlamaWeights::random(config, 4, 0.05);
+  auto w2 = w1;
+  AdamW o1(config), o2(config);
+  auto whole = make_cuda_engine(w1, o1, whole_opts);
+  auto halves = make_cuda_engine(w2, o2, half_opts);
+  auto tokens = random_tokens(256, 5, 1000);
+  std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
+  StepStats a = whole->train_step(inputs, targets, 1, 1e-3);
+  StepStats b = halves->train_step(inputs, targets, 2, 1e-3);
+  EXPECT_NEAR(a.loss, b.loss, 1e-3 * a.loss);
+  EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-2 * a.grad_norm);
+}
+
+TEST(CudaEngine, RunsAreBitwiseRepeatable) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  EngineOptions o;
+  o.batch = 2;
+  o.seq = 64;
+  std::vector<double> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    auto w = model::LlamaWeights::random(config, 6, 0.05);
+    AdamW opt(config);
+    auto e = make_cuda_engine(w, opt, o);
+    for (int step = 0; step < 3; ++step) {
+      auto tokens = random_tokens(256, 20 + step, 1000);
+      std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
+      losses[run].push_back(e->train_step(inputs, targets, 1, 1e-3).loss);
+    }
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
+}  // namespace
+}  // namespace spillway::train

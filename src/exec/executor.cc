@@ -23,8 +23,8 @@ Executor::Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& ru
 
 Executor::~Executor() { release_outputs(); }
 
-void Executor::check_binding(Value v, uint64_t bytes) const {
-  const auto& info = graph_.value(v);
+void StepProgram::check_binding(Value v, uint64_t bytes) const {
+  const auto& info = graph().value(v);
   SPW_CHECK(bytes == info.bytes(), info.name, "bound buffer holds ", bytes, " bytes, the value needs ",
             info.bytes(), " (", info.shape.str(), " ", dtype_name(info.dtype), ")");
 }

@@ -24,30 +24,49 @@ class NodeRunner {
   virtual void synchronize() {}
 };
 
-class Executor {
+// A graph made runnable: bind the caller's tensors, run a step, read the
+// outputs. Executor keeps everything on the device; PlannedExecutor
+// (exec/planned_executor.h) follows a placement across device and host.
+class StepProgram {
  public:
-  Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& runner);
-  virtual ~Executor();
-  Executor(const Executor&) = delete;
-  Executor& operator=(const Executor&) = delete;
+  virtual ~StepProgram() = default;
 
   // Inputs and parameters live in the caller's memory; bind them before run().
-  void bind(graph::Value v, void* data);
+  virtual void bind(graph::Value v, void* data) = 0;
   template <typename T>
   void bind(graph::Value v, std::span<T> data) {
     check_binding(v, data.size() * sizeof(T));
     bind(v, static_cast<void*>(const_cast<std::remove_const_t<T>*>(data.data())));
   }
 
-  // One step. Graph outputs stay allocated until the next run() or until the
-  // executor goes away; everything else is freed as soon as it is dead.
-  void run();
+  // One step. Graph outputs stay readable until the next run() or until the
+  // program goes away.
+  virtual void run() = 0;
 
-  const void* data(graph::Value v) const;
+  virtual const void* data(graph::Value v) const = 0;
   template <typename T>
   std::span<const T> read(graph::Value v) const {
-    return {static_cast<const T*>(data(v)), static_cast<size_t>(graph_.value(v).shape.numel())};
+    return {static_cast<const T*>(data(v)), static_cast<size_t>(graph().value(v).shape.numel())};
   }
+  virtual const graph::Graph& graph() const = 0;
+
+ protected:
+  void check_binding(graph::Value v, uint64_t bytes) const;
+};
+
+class Executor : public StepProgram {
+ public:
+  Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& runner);
+  ~Executor() override;
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  using StepProgram::bind;
+  void bind(graph::Value v, void* data) override;
+  // Everything but the outputs is freed as soon as it is dead.
+  void run() override;
+  const void* data(graph::Value v) const override;
+  const graph::Graph& graph() const override { return graph_; }
 
   const graph::Liveness& liveness() const { return liveness_; }
 
@@ -58,7 +77,6 @@ class Executor {
   const std::vector<double>& node_seconds() const { return node_seconds_; }
 
  private:
-  void check_binding(graph::Value v, uint64_t bytes) const;
   void release_outputs();
 
   const graph::Graph& graph_;

@@ -1,5 +1,6 @@
 #include <omp.h>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
 #include "train/engine.h"
@@ -20,12 +21,19 @@ class CpuEngine final : public Engine {
         optimizer_(optimizer),
         options_(o),
         space_(make_host_heap_space("cpu:device", o.device_memory ? o.device_memory : MemorySpace::kUnlimited)),
-        step_(weights.config(), o.batch, o.seq, *space_),
-        eval_(weights.config(), o.batch, o.seq, *space_, /*with_backward=*/false),
+        host_(make_host_heap_space("cpu:pinned_host", MemorySpace::kUnlimited)),
+        step_(weights.config(), o.batch, o.seq, *space_, true, offload(o)),
+        eval_(weights.config(), o.batch, o.seq, *space_, /*with_backward=*/false, offload(o)),
         grads_(model::LlamaWeights::zeros(weights.config())) {}
 
   std::string description() const override {
-    return "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
+    std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
+    if (const plan::Placement* p = step_.placement()) {
+      d += "; device budget " + format_bytes(options_.device_memory) + " planned: peak " +
+           format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
+           format_bytes(p->bytes_loaded + p->bytes_stored) + " moved per micro-step";
+    }
+    return d;
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -55,7 +63,14 @@ class CpuEngine final : public Engine {
   model::LlamaWeights& weights_;
   AdamW& optimizer_;
   EngineOptions options_;
+  // Members are built in declaration order, so host_ exists when the steps ask.
+  std::optional<Offload> offload(const EngineOptions& o) const {
+    if (o.device_memory == 0) return std::nullopt;
+    return Offload{o.device_memory, host_.get()};
+  }
+
   std::unique_ptr<MemorySpace> space_;
+  std::unique_ptr<MemorySpace> host_;
   TrainStep step_;
   TrainStep eval_;
   model::LlamaWeights grads_;

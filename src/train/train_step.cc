@@ -1,11 +1,13 @@
 #include "train/train_step.h"
 
+#include <cstring>
+
 #include "base/status.h"
 
 namespace spillway::train {
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-                     bool with_backward)
+                     bool with_backward, std::optional<Offload> offload)
     : batch_(batch), seq_(seq) {
   graph::Builder b(graph_, DType::f32);
   model_ = model::build_llama(b, config, batch, seq);
@@ -15,7 +17,20 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   } else {
     graph_.mark_output(model_.logits);
   }
-  executor_ = std::make_unique<exec::CpuExecutor>(graph_, space);
+  if (offload) {
+    auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
+    plan::Placement placement = plan::plan_placement(graph_, offload->device_budget, offload->host->budget(), cost);
+    program_ = std::make_unique<exec::PlannedExecutor>(
+        graph_, std::move(placement), space, *offload->host, runner_,
+        [](void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); });
+  } else {
+    program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
+  }
+}
+
+const plan::Placement* TrainStep::placement() const {
+  auto* planned = dynamic_cast<const exec::PlannedExecutor*>(program_.get());
+  return planned ? &planned->placement() : nullptr;
 }
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
@@ -26,19 +41,19 @@ double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tok
   auto& tensors = weights.tensors();
   SPW_CHECK(tensors.size() == model_.parameters.size(), "train step", "weights hold ", tensors.size(),
             " tensors, the model has ", model_.parameters.size());
-  executor_->bind(model_.tokens, std::span<const int32_t>(tokens));
-  executor_->bind(model_.targets, std::span<const int32_t>(targets));
+  program_->bind(model_.tokens, std::span<const int32_t>(tokens));
+  program_->bind(model_.targets, std::span<const int32_t>(targets));
   for (size_t i = 0; i < tensors.size(); ++i) {
-    executor_->bind(model_.parameters[i], std::span<float>(tensors[i].data));
+    program_->bind(model_.parameters[i], std::span<float>(tensors[i].data));
   }
-  executor_->run();
-  return executor_->read<float>(model_.loss)[0];
+  program_->run();
+  return program_->read<float>(model_.loss)[0];
 }
 
 void TrainStep::write_gradients(model::LlamaWeights& grads, float scale, bool accumulate) const {
   auto& tensors = grads.tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
-    std::span<const float> g = executor_->read<float>(grads_[model_.parameters[i]]);
+    std::span<const float> g = program_->read<float>(grads_[model_.parameters[i]]);
     float* out = tensors[i].data.data();
     if (accumulate) {
       for (size_t j = 0; j < g.size(); ++j) out[j] += scale * g[j];

@@ -3,21 +3,32 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "device/memory_space.h"
 #include "exec/executor.h"
+#include "exec/planned_executor.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
 
 namespace spillway::train {
 
+// A device budget and the host space that offloaded values go home to.
+struct Offload {
+  uint64_t device_budget = 0;
+  MemorySpace* host = nullptr;
+};
+
 class TrainStep {
  public:
-  // `with_backward` false gives a forward-only step (evaluation).
+  // `with_backward` false gives a forward-only step (evaluation). With
+  // `offload`, the step follows a placement planned for that budget
+  // (plan/placement.h); planning fails here, before any work, when the
+  // budget is below the step's minimum.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-            bool with_backward = true);
+            bool with_backward = true, std::optional<Offload> offload = std::nullopt);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
@@ -28,16 +39,19 @@ class TrainStep {
 
   // grads[i] (+)= scale * gradient of parameter i from the last run.
   void write_gradients(model::LlamaWeights& grads, float scale, bool accumulate) const;
-  std::span<const float> logits() const { return executor_->read<float>(model_.logits); }
+  std::span<const float> logits() const { return program_->read<float>(model_.logits); }
   const graph::Graph& graph() const { return graph_; }
-  const exec::CpuExecutor& executor() const { return *executor_; }
+  exec::StepProgram& program() { return *program_; }
+  // The placement being followed, or nullptr without a budget.
+  const plan::Placement* placement() const;
 
  private:
   int64_t batch_, seq_;
   graph::Graph graph_;
   model::LlamaGraph model_;
   graph::Gradients grads_;
-  std::unique_ptr<exec::CpuExecutor> executor_;
+  exec::CpuNodeRunner runner_;
+  std::unique_ptr<exec::StepProgram> program_;
 };
 
 }  // namespace spillway::train

@@ -1,0 +1,69 @@
+#include "plan/placement.h"
+
+#include <gtest/gtest.h>
+
+#include "base/status.h"
+#include "device/memory_space.h"
+#include "graph/autodiff.h"
+#include "model/llama_graph.h"
+
+namespace spillway::plan {
+namespace {
+
+uint64_t cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
+
+graph::Graph training_graph() {
+  model::LlamaConfig c;
+  c.vocab_size = 256;
+  c.hidden_size = 64;
+  c.intermediate_size = 176;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  graph::Graph g;
+  graph::Builder b(g, DType::f32);
+  auto m = model::build_llama(b, c, 4, 64);
+  g.mark_output(m.loss);
+  graph::append_backward(b, m.loss, m.parameters);
+  return g;
+}
+
+TEST(Placement, PeakStaysUnderEveryBudgetDownToTheMinimum) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  const Placement roomy = plan_placement(g, UINT64_MAX, UINT64_MAX, cost);
+  EXPECT_EQ(roomy.values_offloaded, 0);
+  ASSERT_GT(roomy.device_peak, minimum);
+  for (double share : {0.75, 0.5, 0.25, 0.0}) {
+    const uint64_t budget = minimum + static_cast<uint64_t>(share * static_cast<double>(roomy.device_peak - minimum));
+    const Placement p = plan_placement(g, budget, UINT64_MAX, cost);
+    EXPECT_LE(p.device_peak, budget) << share;
+    EXPECT_GT(p.values_offloaded, 0) << share;
+    // Every load brings back something that was stored or is the caller's.
+    EXPECT_GE(p.bytes_loaded, 0u);
+  }
+}
+
+TEST(Placement, BelowTheMinimumIsRefusedNamingIt) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  try {
+    plan_placement(g, minimum - 1, UINT64_MAX, cost);
+    FAIL();
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("--device-mem"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("minimum of " + format_bytes(minimum)), std::string::npos) << msg;
+  }
+}
+
+TEST(Placement, HostBudgetIsAHardLimitToo) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  const Placement tight = plan_placement(g, minimum, UINT64_MAX, cost);
+  ASSERT_GT(tight.host_peak, 0u);
+  EXPECT_THROW(plan_placement(g, minimum, tight.host_peak - 1, cost), Error);
+}
+
+}  // namespace
+}  // namespace spillway::plan

@@ -1,0 +1,94 @@
+// Training under a device budget of a quarter of the training state: the
+// same losses and weights, bit for bit, as with no budget, and the device
+// allocator's peak stays under the budget.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "base/status.h"
+#include "device/cpu/cpu_device.h"
+#include "train/engine.h"
+#include "train/train_step.h"
+
+namespace spillway::train {
+namespace {
+
+model::LlamaConfig config() {
+  model::LlamaConfig c;
+  c.vocab_size = 256;
+  c.hidden_size = 96;
+  c.intermediate_size = 128;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+std::vector<int32_t> tokens(size_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  for (size_t i = 0; i < n; ++i) t[i] = static_cast<int32_t>((i * 131 + seed * 17 + (i * i) % 7) % 256);
+  return t;
+}
+
+TEST(Offload, QuarterOfTheTrainingStateGivesBitIdenticalSteps) {
+  EngineOptions free_opts;
+  free_opts.batch = 2;
+  free_opts.seq = 64;
+  auto w_free = model::LlamaWeights::random(config(), 1, 0.1);
+  auto w_tight = w_free;
+  // Weights, gradients and the two AdamW moments, all fp32.
+  const uint64_t training_state = static_cast<uint64_t>(w_free.numel()) * 4 * 4;
+  EngineOptions tight_opts = free_opts;
+  tight_opts.device_memory = training_state / 4;
+
+  AdamW o_free(config()), o_tight(config());
+  auto free_engine = make_cpu_engine(w_free, o_free, free_opts);
+  auto tight_engine = make_cpu_engine(w_tight, o_tight, tight_opts);
+  EXPECT_NE(tight_engine->description().find("values offloaded"), std::string::npos) << tight_engine->description();
+
+  for (int step = 0; step < 3; ++step) {
+    auto in = tokens(128, step), out = tokens(128, step + 100);
+    StepStats a = free_engine->train_step(in, out, 1, 1e-2);
+    StepStats b = tight_engine->train_step(in, out, 1, 1e-2);
+    EXPECT_EQ(a.loss, b.loss) << "step " << step;
+    EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << step;
+  }
+  for (size_t i = 0; i < w_free.tensors().size(); ++i) {
+    const auto& a = w_free.tensors()[i].data;
+    const auto& b = w_tight.tensors()[i].data;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << w_free.tensors()[i].name;
+  }
+  EXPECT_LE(tight_engine->peak_device_bytes(), tight_opts.device_memory);
+  EXPECT_GT(free_engine->peak_device_bytes(), tight_opts.device_memory);
+}
+
+TEST(Offload, MeasuredPeakIsThePlannedPeak) {
+  auto device = make_host_heap_space("cpu:device", 600'000);
+  auto host = make_host_heap_space("cpu:pinned_host", MemorySpace::kUnlimited);
+  TrainStep step(config(), 2, 64, *device, true, Offload{600'000, host.get()});
+  auto weights = model::LlamaWeights::random(config(), 2);
+  auto in = tokens(128, 1), out = tokens(128, 2);
+  step.run(weights, in, out);
+  ASSERT_NE(step.placement(), nullptr);
+  EXPECT_EQ(device->peak(), step.placement()->device_peak);
+  EXPECT_LE(device->peak(), 600'000u);
+  EXPECT_EQ(device->in_use(), 0u);  // everything went home or died
+}
+
+TEST(Offload, BudgetBelowTheMinimumFailsBeforeAnyWork) {
+  EngineOptions o;
+  o.batch = 2;
+  o.seq = 64;
+  o.device_memory = 10'000;
+  auto w = model::LlamaWeights::random(config(), 1);
+  AdamW opt(config());
+  try {
+    make_cpu_engine(w, opt, o);
+    FAIL() << "expected the planner to refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("below this step's minimum of"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::train

@@ -41,3 +41,31 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
                         double scale);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU, own flash kernel (the reference for cuDNN's, and the fallback for the
+// shapes cuDNN refuses): bf16 q, k, v, out, dout, dq, dk, dv; fp32 lse and
+// fp32 math on tensor cores. Same contract as above; any head_dim up to
+// kAttentionCudaMaxHeadDim; every result is bitwise repeatable.
+inline constexpr int64_t kAttentionCudaMaxHeadDim = 128;
+
+void attention_forward_cuda(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                            const AttentionShape& shape, double scale, cudaStream_t stream);
+
+// Device bytes attention_backward_cuda needs as `workspace`: the row terms D,
+// fp32 [batch, q_heads, seq].
+uint64_t attention_backward_cuda_workspace_bytes(const AttentionShape& shape);
+
+void attention_backward_cuda(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                             const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                             const AttentionShape& shape, double scale, void* workspace,
+                             cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

@@ -1,0 +1,234 @@
+// Built only with the CUDA backend: the library globs every src/ops/*.cc.
+#ifdef SPILLWAY_HAS_CUDA
+
+#include "ops/attention_cudnn.h"
+
+#include <cudnn.h>
+// The frontend's headers define helpers this file never calls.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include <cudnn_frontend.h>
+#pragma GCC diagnostic pop
+
+#include <bit>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+
+namespace spillway::ops {
+
+namespace fe = cudnn_frontend;
+
+namespace {
+
+// Tensor ids in the variant pack.
+enum Uid : int64_t { kQ = 1, kK, kV, kOut, kLse, kDout, kDq, kDk, kDv };
+
+void check_cudnn(cudnnStatus_t status, const char* call) {
+  if (status != CUDNN_STATUS_SUCCESS) throw Error(call, cudnnGetErrorString(status));
+}
+
+// The frontend returns its errors; a failed step is named with its message.
+std::optional<std::string> failure(fe::error_t status, const char* step) {
+  if (status.is_good()) return std::nullopt;
+  return std::string("cudnn_frontend ") + step + ": " + status.get_message();
+}
+
+void check_shape(const AttentionShape& s) {
+  SPW_CHECK(s.batch >= 0 && s.seq >= 0, "cuDNN attention", "negative size: batch ", s.batch,
+            ", seq ", s.seq);
+  SPW_CHECK(s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0, "cuDNN attention",
+            "q_heads, kv_heads and head_dim must be positive, got ", s.q_heads, ", ", s.kv_heads,
+            ", ", s.head_dim);
+  SPW_CHECK(s.q_heads % s.kv_heads == 0, "cuDNN attention", "q_heads ", s.q_heads,
+            " is not a multiple of kv_heads ", s.kv_heads);
+}
+
+bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
+
+// cuDNN sees [batch, heads, seq, head_dim] with the strides of our
+// [batch, seq, heads * head_dim] layout.
+fe::graph::Tensor_attributes& lay_out_activation(fe::graph::Tensor_attributes& t, const char* name,
+                                                 Uid uid, const AttentionShape& s, int64_t heads) {
+  return t.set_name(name)
+      .set_uid(uid)
+      .set_dim({s.batch, heads, s.seq, s.head_dim})
+      .set_stride({s.seq * heads * s.head_dim, s.head_dim, heads * s.head_dim, 1});
+}
+
+// The softmax stats, packed [batch, q_heads, seq, 1]: our lse layout.
+fe::graph::Tensor_attributes& lay_out_stats(fe::graph::Tensor_attributes& t,
+                                            const AttentionShape& s) {
+  return t.set_name("lse")
+      .set_uid(kLse)
+      .set_data_type(fe::DataType_t::FLOAT)
+      .set_dim({s.batch, s.q_heads, s.seq, 1})
+      .set_stride({s.q_heads * s.seq, s.seq, 1, 1});
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& graph, const char* name,
+                                                    Uid uid, const AttentionShape& s,
+                                                    int64_t heads) {
+  fe::graph::Tensor_attributes t;
+  return graph.tensor(lay_out_activation(t, name, uid, s, heads));
+}
+
+void output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, const char* name, Uid uid,
+            const AttentionShape& s, int64_t heads) {
+  lay_out_activation(*t, name, uid, s, heads).set_output(true);
+}
+
+std::shared_ptr<fe::graph::Graph> new_graph() {
+  auto graph = std::make_shared<fe::graph::Graph>();
+  graph->set_io_data_type(fe::DataType_t::BFLOAT16)
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale) {
+  auto graph = new_graph();
+  auto q = input(*graph, "q", kQ, s, s.q_heads);
+  auto k = input(*graph, "k", kK, s, s.kv_heads);
+  auto v = input(*graph, "v", kV, s, s.kv_heads);
+  auto options = fe::graph::SDPA_attributes()
+                     .set_name("attention_forward")
+                     .set_generate_stats(true)
+                     .set_attn_scale(scale)
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0);
+  auto [out, stats] = graph->sdpa(q, k, v, options);
+  output(out, "out", kOut, s, s.q_heads);
+  lay_out_stats(*stats, s).set_output(true);
+  return graph;
+}
+
+std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float scale,
+                                                 CudnnBackwardOrder order) {
+  auto graph = new_graph();
+  auto q = input(*graph, "q", kQ, s, s.q_heads);
+  auto k = input(*graph, "k", kK, s, s.kv_heads);
+  auto v = input(*graph, "v", kV, s, s.kv_heads);
+  auto out = input(*graph, "out", kOut, s, s.q_heads);
+  auto dout = input(*graph, "dout", kDout, s, s.q_heads);
+  fe::graph::Tensor_attributes lse_attributes;
+  auto lse = graph->tensor(lay_out_stats(lse_attributes, s));
+  auto options = fe::graph::SDPA_backward_attributes()
+                     .set_name("attention_backward")
+                     .set_attn_scale(scale)
+                     .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
+                     .set_diagonal_band_right_bound(0)
+                     .set_deterministic_algorithm(order == CudnnBackwardOrder::kDeterministic);
+  auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, out, dout, lse, options);
+  output(dq, "dq", kDq, s, s.q_heads);
+  output(dk, "dk", kDk, s, s.kv_heads);
+  output(dv, "dv", kDv, s, s.kv_heads);
+  return graph;
+}
+
+void* device(const void* p) { return const_cast<void*>(p); }
+
+}  // namespace
+
+// A built graph, or why cuDNN refused it.
+struct CudnnAttention::Plan {
+  std::shared_ptr<fe::graph::Graph> graph;
+  int64_t workspace_bytes = 0;
+  std::optional<std::string> refusal;
+};
+
+CudnnAttention::CudnnAttention(CudnnBackwardOrder backward_order)
+    : backward_order_(backward_order) {
+  check_cudnn(cudnnCreate(&handle_), "cudnnCreate");
+}
+
+CudnnAttention::~CudnnAttention() {
+  plans_.clear();  // the plans hold resources of the handle
+  if (handle_ != nullptr) cudnnDestroy(handle_);
+}
+
+CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double scale,
+                                           AttentionPass pass) {
+  check_shape(shape);
+  const float scale_f = static_cast<float>(scale);
+  const PlanKey key{shape.batch,    shape.seq, shape.q_heads, shape.kv_heads,
+                    shape.head_dim, std::bit_cast<uint32_t>(scale_f), pass};
+  auto found = plans_.find(key);
+  if (found != plans_.end()) return *found->second;
+
+  auto built = std::make_unique<Plan>();
+  if (!empty(shape)) {
+    auto graph = pass == AttentionPass::kForward ? forward_graph(shape, scale_f)
+                                                 : backward_graph(shape, scale_f, backward_order_);
+    // Each step runs only if the ones before it passed; the first failure is kept.
+    std::optional<std::string> refusal = failure(graph->validate(), "validate");
+    if (!refusal) refusal = failure(graph->build_operation_graph(handle_), "build_operation_graph");
+    if (!refusal) {
+      refusal = failure(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                        "create_execution_plans");
+    }
+    if (!refusal) refusal = failure(graph->check_support(), "check_support");
+    if (!refusal) refusal = failure(graph->build_plans(), "build_plans");
+    if (!refusal) refusal = failure(graph->get_workspace_size(built->workspace_bytes), "get_workspace_size");
+    if (refusal) {
+      built->refusal = std::move(refusal);
+    } else {
+      built->graph = std::move(graph);
+    }
+  }
+  return *plans_.emplace(key, std::move(built)).first->second;
+}
+
+bool CudnnAttention::supports(const AttentionShape& shape, double scale, AttentionPass pass) {
+  return !plan(shape, scale, pass).refusal.has_value();
+}
+
+uint64_t CudnnAttention::workspace_bytes(const AttentionShape& shape, double scale,
+                                         AttentionPass pass) {
+  const Plan& p = plan(shape, scale, pass);
+  if (p.refusal) throw Error("cuDNN attention", *p.refusal);
+  return static_cast<uint64_t>(p.workspace_bytes);
+}
+
+void CudnnAttention::bind_stream(cudaStream_t stream) {
+  check_cudnn(cudnnSetStream(handle_, stream), "cudnnSetStream");
+}
+
+void CudnnAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
+                             const AttentionShape& shape, double scale, void* workspace,
+                             cudaStream_t stream) {
+  const Plan& p = plan(shape, scale, AttentionPass::kForward);
+  if (p.refusal) throw Error("cuDNN attention forward", *p.refusal);
+  if (!p.graph) return;  // empty shape
+  bind_stream(stream);
+  std::unordered_map<int64_t, void*> pack{{kQ, device(q)},     {kK, device(k)},
+                                          {kV, device(v)},     {kOut, out},
+                                          {kLse, lse}};
+  if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (forward)")) {
+    throw Error("cuDNN attention forward", *refusal);
+  }
+}
+
+void CudnnAttention::backward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
+                              const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
+                              const AttentionShape& shape, double scale, void* workspace,
+                              cudaStream_t stream) {
+  const Plan& p = plan(shape, scale, AttentionPass::kBackward);
+  if (p.refusal) throw Error("cuDNN attention backward", *p.refusal);
+  if (!p.graph) return;
+  bind_stream(stream);
+  std::unordered_map<int64_t, void*> pack{
+      {kQ, device(q)},       {kK, device(k)}, {kV, device(v)},   {kOut, device(out)},
+      {kDout, device(dout)}, {kLse, device(lse)}, {kDq, dq}, {kDk, dk}, {kDv, dv}};
+  if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (backward)")) {
+    throw Error("cuDNN attention backward", *refusal);
+  }
+}
+
+}  // namespace spillway::ops
+
+#endif  // SPILLWAY_HAS_CUDA

@@ -13,6 +13,7 @@ out=${OUT:-/tmp}/bench.jsonl
 N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps 6 --warmup 2 --json "$out"
+build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps 6 --warmup 2 --json "$out" --nondeterministic
 if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
   PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" <<'PY' | tee -a "$out"
 import sys, json

@@ -33,6 +33,7 @@ struct BenchArgs {
   std::string device_mem;
   std::string json_path;
   uint64_t seed = 1;
+  bool nondeterministic = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -44,6 +45,7 @@ int run_bench(const BenchArgs& a) {
   eo.batch = a.batch;
   eo.seq = a.seq;
   eo.device = a.device;
+  eo.deterministic = !a.nondeterministic;
   if (!a.device_mem.empty()) eo.device_memory = parse_bytes(a.device_mem, "--device-mem");
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -90,6 +92,7 @@ int run_bench(const BenchArgs& a) {
                         {"tflops", flops / 1e12},
                         {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
                         {"peak_device_bytes", engine->peak_device_bytes()},
+                        {"deterministic", !a.nondeterministic},
                         {"final_loss", loss}};
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   }
@@ -112,6 +115,8 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
+  cmd->add_flag("--nondeterministic", a->nondeterministic,
+                "use cuDNN's atomic attention backward (faster; results may differ in the last bits run to run)");
   return [a] { return run_bench(*a); };
 }
 

@@ -14,5 +14,6 @@ Runner add_finetune(CLI::App& app);
 Runner add_generate(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
+Runner add_plan(CLI::App& app);
 
 }  // namespace spillway::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(spillway::cli::add_generate);
   add(spillway::cli::add_tokenize);
   add(spillway::cli::add_bench);
+  add(spillway::cli::add_plan);
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [sub, run] : runners) {

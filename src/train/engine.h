@@ -26,6 +26,7 @@ struct EngineOptions {
   double grad_clip = 1.0;            // <= 0: no clipping
   std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
   uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
+  bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
 };
 
 class Engine {

@@ -38,7 +38,7 @@ const Shape& attention_q_shape(const Graph& g, const Node& n) {
 
 }  // namespace
 
-CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream)
+CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic)
     : memory_(memory), stream_(stream) {
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
   matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes);
@@ -59,7 +59,10 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
         break;
       case OpKind::attention:
       case OpKind::attention_backward: {
-        if (!cudnn_) cudnn_ = std::make_unique<ops::CudnnAttention>(ops::CudnnBackwardOrder::kDeterministic);
+        if (!cudnn_) {
+          cudnn_ = std::make_unique<ops::CudnnAttention>(deterministic ? ops::CudnnBackwardOrder::kDeterministic
+                                                                       : ops::CudnnBackwardOrder::kAtomic);
+        }
         const auto shape = attention_shape(attention_q_shape(graph, n), n.attrs);
         bool cudnn_ok = false;
         try {

@@ -21,7 +21,10 @@ class CudaNodeRunner final : public NodeRunner {
  public:
   // Sizes and allocates, from `memory`, the one workspace every node of
   // `graph` can share, and chooses cuDNN or the own kernel per attention node.
-  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream);
+  // `deterministic` picks cuDNN's ordered attention backward (bitwise
+  // repeatable; slower, and it needs a workspace of b*h*s*s*2 bytes) over
+  // its atomic one.
+  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true);
   ~CudaNodeRunner() override;
 
   void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;

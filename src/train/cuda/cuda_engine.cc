@@ -167,7 +167,7 @@ class CudaEngine final : public Engine {
     s.graph.mark_output(s.model.loss);
     if (with_backward) s.grads = graph::append_backward(b, s.model.loss, s.model.parameters);
     MemorySpace& mem = device_->device_memory();
-    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_);
+    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
     for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.model.parameters[i], params_[i].working);
     s.executor->bind(s.model.tokens, tokens_);

@@ -25,3 +25,21 @@ template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWHyper& hp);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: the same fp32 arithmetic as adamw_update<float>, operation for
+// operation (the step's scalars are formed on the host in double and rounded
+// to float; no multiply-add is fused), on fp32 master weights and moments.
+// When param_bf16 is not null it also receives the updated parameter rounded
+// to bf16, the copy the forward pass reads.
+void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16* param_bf16,
+                       int64_t n, const AdamWHyper& hp, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

@@ -17,3 +17,20 @@ template <typename T>
 void accumulate(T* dst, const T* src, int64_t n);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: the contract above. The bf16 sum is formed in fp32 and rounded once;
+// fp32 is the dtype of gradients, so tied parameters' gradients are summed
+// (add_cuda) and micro-batches accumulated (accumulate_cuda) in fp32.
+void add_cuda(const bf16* a, const bf16* b, bf16* out, int64_t n, cudaStream_t stream);
+void add_cuda(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);
+void accumulate_cuda(float* dst, const float* src, int64_t n, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

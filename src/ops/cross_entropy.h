@@ -25,3 +25,30 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
                             T* dlogits, int64_t rows, int64_t vocab);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: bf16 logits and dlogits; lse, loss and dloss fp32 in device memory.
+// Each row is streamed once by one block with an online max / sum-exp in fp32,
+// so no fp32 copy of the logits is ever made. A kernel cannot throw, so a
+// target >= vocab makes its row's loss NaN (hence the mean NaN) and its
+// dlogits row NaN, where the CPU throws.
+//
+// Device workspace cross_entropy_forward_cuda needs: one fp32 loss per row,
+// which a single block then sums in a fixed order (in double).
+uint64_t cross_entropy_forward_workspace_bytes(int64_t rows);
+
+void cross_entropy_forward_cuda(const bf16* logits, const int32_t* targets, float* lse,
+                                float* loss, int64_t rows, int64_t vocab, void* workspace,
+                                cudaStream_t stream);
+void cross_entropy_backward_cuda(const bf16* logits, const int32_t* targets, const float* lse,
+                                 const float* dloss, bf16* dlogits, int64_t rows, int64_t vocab,
+                                 cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

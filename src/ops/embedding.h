@@ -23,3 +23,35 @@ void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t to
                         int64_t vocab, int64_t dim);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: bf16 table and out, fp32 dtable. A kernel cannot throw, so an id
+// outside [0, vocab) is not an error here: forward writes its row as zeros and
+// backward leaves it out of every sum. embedding_check_ids_cuda finds such ids:
+// it sets *first_bad_position (device memory) to the smallest position of an
+// id outside [0, vocab), or to -1 when every id is in range; the caller copies
+// it back when it wants the CPU's error. tokens must be below 2^31.
+void embedding_forward_cuda(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens,
+                            int64_t vocab, int64_t dim, cudaStream_t stream);
+void embedding_check_ids_cuda(const int32_t* ids, int64_t tokens, int64_t vocab,
+                              int* first_bad_position, cudaStream_t stream);
+
+// Device workspace embedding_backward_cuda needs: the sort keys of the token
+// positions (a power of two of them) and, per vocabulary row, where its run of
+// sorted keys ends.
+uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
+
+// Deterministic without float atomics: dtable is cleared, the positions are
+// sorted by (id, position) in the workspace, then each row some token uses
+// sums its tokens' dout rows in token order, in fp32.
+void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
+                             int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

@@ -24,3 +24,33 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
                       int64_t rows, int64_t dim);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: the contract above with bf16 x, weight, y, dy, dx and fp32 rstd and
+// dweight; sums run in fp32. One block per row (forward) or per fixed block of
+// rows (backward), reading 8 bf16 at a time when dim % 8 == 0 and every
+// pointer is 16-byte aligned, one at a time otherwise.
+void rmsnorm_forward_cuda(const bf16* x, const bf16* weight, bf16* y, float* rstd, int64_t rows,
+                          int64_t dim, float eps, cudaStream_t stream);
+
+// Device workspace rmsnorm_backward_cuda needs: one fp32 row of partial
+// dweight sums per block of rows.
+uint64_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t dim);
+
+// dweight (overwritten) is reduced in two fixed-order stages, so it is
+// bitwise the same run to run and GPU to GPU: each block of rows (its size
+// fixed by `rows` alone) sums its rows in order into the workspace, then the
+// block partials are summed in block order, within 8 fixed segments and the
+// segments in order. dim * 4 bytes must fit in a block's shared memory.
+void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, const float* rstd,
+                           bf16* dx, float* dweight, int64_t rows, int64_t dim, void* workspace,
+                           cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

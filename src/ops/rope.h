@@ -42,3 +42,25 @@ void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t hea
                    int64_t head_dim, const float* inv_freq, int64_t pos0);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: the contract above on bf16 data; inv_freq is device memory
+// (head_dim / 2 floats). Angles are formed in fp32 exactly as the CPU forms
+// them (float(pos) * inv_freq[i]) and go through the accurate cosf / sinf, so
+// both backends rotate by the same angle; the rotation itself runs in fp32.
+// out may alias x (dx may alias dout). head_dim up to 8192.
+void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t head_dim, const float* inv_freq, int64_t pos0,
+                       cudaStream_t stream);
+void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
+                        int64_t head_dim, const float* inv_freq, int64_t pos0,
+                        cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

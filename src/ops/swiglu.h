@@ -18,3 +18,19 @@ template <typename T>
 void swiglu_backward(const T* dout, const T* gate, const T* up, T* dgate, T* dup, int64_t n);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// GPU: the contract above on bf16 tensors, each element computed in fp32.
+void swiglu_forward_cuda(const bf16* gate, const bf16* up, bf16* out, int64_t n,
+                         cudaStream_t stream);
+void swiglu_backward_cuda(const bf16* dout, const bf16* gate, const bf16* up, bf16* dgate,
+                          bf16* dup, int64_t n, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

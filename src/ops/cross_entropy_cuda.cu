@@ -1,0 +1,289 @@
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/cross_entropy.h"
+
+namespace spillway::ops {
+
+namespace {
+
+constexpr int kRowThreads = 512;
+constexpr int kSumThreads = 1024;
+// Vectors each thread loads before using any, so several are in flight.
+constexpr int kUnroll = 4;
+constexpr float kLog2e = 1.4426950408889634f;
+
+__device__ inline float exp_of(float x) { return exp2f(x * kLog2e); }
+
+// A row's part split as head (scalars up to the first 16-byte boundary),
+// vectors of 8, and a scalar tail. With `vectors` false everything is head.
+struct RowSplit {
+  int64_t head, vectors, tail_begin, scalars;
+
+  __device__ RowSplit(const void* row, int64_t vocab, bool use_vectors) {
+    head = use_vectors ? ((16 - reinterpret_cast<uintptr_t>(row) % 16) % 16) / 2 : vocab;
+    if (head > vocab) head = vocab;
+    vectors = (vocab - head) / 8;
+    tail_begin = head + vectors * 8;
+    scalars = head + (vocab - tail_begin);
+  }
+  // The element of scalar number q.
+  __device__ int64_t scalar_at(int64_t q) const { return q < head ? q : tail_begin + (q - head); }
+};
+
+__device__ inline void widen8(const uint4& raw, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = __bfloat1622float2(h[k]);
+    f[2 * k] = v.x;
+    f[2 * k + 1] = v.y;
+  }
+}
+
+// Online log-sum-exp state: the largest value seen and sum exp(x - max).
+struct MaxSum {
+  float max = -INFINITY;
+  float sum = 0.0f;
+
+  template <int N>
+  __device__ void add(const float (&x)[N]) {
+    float m = max;
+#pragma unroll
+    for (int k = 0; k < N; ++k) m = fmaxf(m, x[k]);
+    if (m == -INFINITY) return;  // nothing but -inf so far adds nothing
+    if (m != max) sum *= exp_of(max - m);
+#pragma unroll
+    for (int k = 0; k < N; ++k) sum += exp_of(x[k] - m);
+    max = m;
+  }
+};
+
+// Products rounded apart (no fused multiply-add), so merging a with b gives
+// exactly what merging b with a gives.
+__device__ inline MaxSum merge(const MaxSum& a, const MaxSum& b) {
+  MaxSum out;
+  out.max = fmaxf(a.max, b.max);
+  if (out.max == -INFINITY) return out;
+  out.sum = __fadd_rn(__fmul_rn(a.sum, exp_of(a.max - out.max)),
+                      __fmul_rn(b.sum, exp_of(b.max - out.max)));
+  return out;
+}
+
+// One block per row: lse[row], and the row's loss into row_loss (0 for a row
+// that does not count, NaN for a target past the vocabulary).
+__global__ void __launch_bounds__(kRowThreads)
+    row_lse_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                   float* __restrict__ lse, float* __restrict__ row_loss, int64_t vocab) {
+  __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = logits + row * vocab;
+  const RowSplit split(x, vocab, true);
+
+  MaxSum state;
+  for (int64_t q = threadIdx.x; q < split.scalars; q += kRowThreads) {
+    const float v[1] = {__bfloat162float(x[split.scalar_at(q)])};
+    state.add(v);
+  }
+  const uint4* body = reinterpret_cast<const uint4*>(x + split.head);
+  for (int64_t base = threadIdx.x; base < split.vectors; base += kUnroll * kRowThreads) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kRowThreads;
+      if (i < split.vectors) raw[u] = body[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (base + u * kRowThreads < split.vectors) {
+        float v[8];
+        widen8(raw[u], v);
+        state.add(v);
+      }
+    }
+  }
+
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    MaxSum other;
+    other.max = __shfl_xor_sync(0xffffffffu, state.max, offset);
+    other.sum = __shfl_xor_sync(0xffffffffu, state.sum, offset);
+    state = merge(state, other);
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_max[threadIdx.x / 32] = state.max;
+    warp_sum[threadIdx.x / 32] = state.sum;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  MaxSum total{warp_max[0], warp_sum[0]};
+  for (int w = 1; w < kRowThreads / 32; ++w) total = merge(total, {warp_max[w], warp_sum[w]});
+  const float row_lse = total.max + logf(total.sum);
+  lse[row] = row_lse;
+  const int32_t target = targets[row];
+  float loss = 0.0f;
+  if (target >= vocab) {
+    loss = NAN;
+  } else if (target >= 0) {
+    loss = row_lse - __bfloat162float(x[target]);
+  }
+  row_loss[row] = loss;
+}
+
+// The mean over counted rows, in one block: each thread sums its rows in
+// order in double, then the threads' sums are added in a fixed tree.
+__global__ void __launch_bounds__(kSumThreads)
+    mean_loss_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ targets,
+                     float* __restrict__ loss, int64_t rows) {
+  __shared__ double warp_sum[kSumThreads / 32];
+  __shared__ long long warp_count[kSumThreads / 32];
+  double sum = 0;
+  long long counted = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += kSumThreads) {
+    sum += static_cast<double>(row_loss[r]);
+    counted += targets[r] >= 0 ? 1 : 0;
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    counted += __shfl_xor_sync(0xffffffffu, counted, offset);
+  }
+  if (threadIdx.x % 32 == 0) {
+    warp_sum[threadIdx.x / 32] = sum;
+    warp_count[threadIdx.x / 32] = counted;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double total = 0;
+  long long total_count = 0;
+  for (int w = 0; w < kSumThreads / 32; ++w) {
+    total += warp_sum[w];
+    total_count += warp_count[w];
+  }
+  loss[0] = total_count > 0 ? static_cast<float>(total / static_cast<double>(total_count)) : 0.0f;
+}
+
+__device__ int block_count(int v, int* scratch) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
+  __syncthreads();
+  int total = 0;
+  for (int w = 0; w < kRowThreads / 32; ++w) total += scratch[w];
+  return total;
+}
+
+// One block per row: dlogits = dloss / counted * (softmax - onehot). Every
+// block counts the rows that count itself (a few kilobytes, from L2), since
+// backward is given no workspace to share the count through.
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                    const float* __restrict__ lse, const float* __restrict__ dloss,
+                    __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab,
+                    bool use_vectors) {
+  __shared__ int scratch[kRowThreads / 32];
+  int mine = 0;
+#pragma unroll 8
+  for (int64_t r = threadIdx.x; r < rows; r += kRowThreads) mine += targets[r] >= 0 ? 1 : 0;
+  const int counted = block_count(mine, scratch);
+
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = logits + row * vocab;
+  __nv_bfloat16* dx = dlogits + row * vocab;
+  const int64_t target = targets[row];
+  // A row that does not count gets zeros: scale 0 on finite values would
+  // still let an inf or NaN logit through, so it is not read at all.
+  const bool ignored = target < 0;
+  float scale = 0.0f;
+  if (target >= vocab) {
+    scale = NAN;
+  } else if (counted > 0) {
+    scale = static_cast<float>(static_cast<double>(dloss[0]) / counted);
+  }
+  const float row_lse = lse[row];
+  auto grad = [&](int64_t j, float v) {
+    const float p = exp_of(v - row_lse);
+    return ignored ? 0.0f : scale * (j == target ? p - 1.0f : p);
+  };
+
+  const RowSplit split(x, vocab, use_vectors);
+  for (int64_t q = threadIdx.x; q < split.scalars; q += kRowThreads) {
+    const int64_t j = split.scalar_at(q);
+    dx[j] = __float2bfloat16_rn(grad(j, ignored ? 0.0f : __bfloat162float(x[j])));
+  }
+  const uint4* body = reinterpret_cast<const uint4*>(x + split.head);
+  uint4* out = reinterpret_cast<uint4*>(dx + split.head);
+  for (int64_t base = threadIdx.x; base < split.vectors; base += kUnroll * kRowThreads) {
+    uint4 raw[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kRowThreads;
+      raw[u] = make_uint4(0, 0, 0, 0);
+      if (!ignored && i < split.vectors) raw[u] = body[i];
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t i = base + u * kRowThreads;
+      if (i < split.vectors) {
+        float v[8];
+        widen8(raw[u], v);
+        uint4 packed;
+        auto* h = reinterpret_cast<__nv_bfloat162*>(&packed);
+        const int64_t j = split.head + i * 8;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          h[k] =
+              __floats2bfloat162_rn(grad(j + 2 * k, v[2 * k]), grad(j + 2 * k + 1, v[2 * k + 1]));
+        }
+        out[i] = packed;
+      }
+    }
+  }
+}
+
+void check_shape(int64_t rows, int64_t vocab) {
+  SPW_CHECK(vocab > 0, "cross_entropy", "vocabulary is empty");
+  SPW_CHECK(rows >= 0 && rows < (int64_t(1) << 31), "cross_entropy",
+            "the GPU kernels take 0 to 2^31 - 1 rows, got ", rows);
+}
+
+}  // namespace
+
+uint64_t cross_entropy_forward_workspace_bytes(int64_t rows) {
+  return static_cast<uint64_t>(rows) * sizeof(float);
+}
+
+void cross_entropy_forward_cuda(const bf16* logits, const int32_t* targets, float* lse, float* loss,
+                                int64_t rows, int64_t vocab, void* workspace, cudaStream_t stream) {
+  check_shape(rows, vocab);
+  auto* row_loss = static_cast<float*>(workspace);
+  if (rows > 0) {
+    SPW_CHECK(workspace != nullptr, "cross_entropy", "forward needs a workspace of ",
+              cross_entropy_forward_workspace_bytes(rows), " bytes");
+    row_lse_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+        reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, row_loss, vocab);
+    SPW_CUDA(cudaGetLastError());
+  }
+  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows);
+  SPW_CUDA(cudaGetLastError());
+}
+
+void cross_entropy_backward_cuda(const bf16* logits, const int32_t* targets, const float* lse,
+                                 const float* dloss, bf16* dlogits, int64_t rows, int64_t vocab,
+                                 cudaStream_t stream) {
+  check_shape(rows, vocab);
+  if (rows == 0) return;
+  // Rows of logits and dlogits start equally far from a 16-byte boundary
+  // only when the two buffers do.
+  const bool use_vectors =
+      (reinterpret_cast<uintptr_t>(logits) - reinterpret_cast<uintptr_t>(dlogits)) % 16 == 0;
+  row_grad_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, dloss,
+      reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, use_vectors);
+  SPW_CUDA(cudaGetLastError());
+}
+
+}  // namespace spillway::ops

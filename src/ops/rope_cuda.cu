@@ -1,0 +1,176 @@
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/rope.h"
+
+namespace spillway::ops {
+
+namespace {
+
+constexpr int kThreads = 256;
+// Pairs of 8 (or 1) elements each thread rotates, all loaded before any is
+// stored so that they are in flight together.
+constexpr int kItemsPerThread = 4;
+// cos and sin depend on the token and the pair only: a block first computes
+// them for its tokens into shared memory (at most this many of each), then
+// rotates every head of those tokens with them.
+constexpr int64_t kTableEntries = 4096;
+
+__device__ inline void widen(const uint4& raw, float (&f)[8]) {
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = __bfloat1622float2(h[k]);
+    f[2 * k] = v.x;
+    f[2 * k + 1] = v.y;
+  }
+}
+__device__ inline void widen(const __nv_bfloat16& raw, float (&f)[1]) {
+  f[0] = __bfloat162float(raw);
+}
+
+__device__ inline void store_narrowed(__nv_bfloat16* p, const float (&f)[8]) {
+  uint4 raw;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+__device__ inline void store_narrowed(__nv_bfloat16* p, const float (&f)[1]) {
+  *p = __float2bfloat16_rn(f[0]);
+}
+
+// Block b rotates tokens [b * tokens_per_block, ...). Each thread reads all
+// the elements of a step before writing any, and no two threads share an
+// element, which is what lets out alias x.
+template <int V>
+__global__ void __launch_bounds__(kThreads)
+    rope_kernel(const __nv_bfloat16* x, __nv_bfloat16* out, int64_t tokens, int64_t seq, int heads,
+                int head_dim, const float* __restrict__ inv_freq, int64_t pos0, float sign,
+                int tokens_per_block) {
+  extern __shared__ float table[];  // cos [tokens_per_block][half], then sin
+  const int half = head_dim / 2;
+  const int64_t token0 = int64_t(blockIdx.x) * tokens_per_block;
+  const int block_tokens = static_cast<int>(min(int64_t(tokens_per_block), tokens - token0));
+  float* cos_t = table;
+  float* sin_t = table + tokens_per_block * half;
+
+  using Raw = std::conditional_t<V == 8, uint4, __nv_bfloat16>;
+  const int chunks = half / V;
+  const int per_token = heads * chunks;
+  const int items = block_tokens * per_token;
+  Raw lo[kItemsPerThread], hi[kItemsPerThread];
+  int64_t at[kItemsPerThread];
+  int angle_at[kItemsPerThread];
+  auto load_step = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kItemsPerThread; ++u) {
+      const int item = base + u * kThreads;
+      if (item < items) {
+        const int t = item / per_token;
+        const int rem = item - t * per_token;
+        const int h = rem / chunks;
+        const int i0 = (rem - h * chunks) * V;
+        at[u] = ((token0 + t) * heads + h) * head_dim + i0;
+        angle_at[u] = t * half + i0;
+        lo[u] = *reinterpret_cast<const Raw*>(x + at[u]);
+        hi[u] = *reinterpret_cast<const Raw*>(x + at[u] + half);
+      }
+    }
+  };
+  auto rotate_step = [&](int base) {
+#pragma unroll
+    for (int u = 0; u < kItemsPerThread; ++u) {
+      if (base + u * kThreads < items) {
+        float l[V], h[V], new_lo[V], new_hi[V];
+        widen(lo[u], l);
+        widen(hi[u], h);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          const float c = cos_t[angle_at[u] + k];
+          const float s = sin_t[angle_at[u] + k];
+          new_lo[k] = l[k] * c - h[k] * s;
+          new_hi[k] = h[k] * c + l[k] * s;
+        }
+        store_narrowed(out + at[u], new_lo);
+        store_narrowed(out + at[u] + half, new_hi);
+      }
+    }
+  };
+
+  // The first step's loads are in flight while the angles are computed.
+  load_step(threadIdx.x);
+  for (int q = threadIdx.x; q < block_tokens * half; q += kThreads) {
+    const int t = q / half;
+    const int i = q - t * half;
+    // The CPU's angle: float(pos) * inv_freq[i], one fp32 product.
+    const float pos = static_cast<float>(pos0 + (token0 + t) % seq);
+    const float angle = pos * inv_freq[i];
+    cos_t[q] = cosf(angle);
+    sin_t[q] = sign * sinf(angle);
+  }
+  __syncthreads();
+  rotate_step(threadIdx.x);
+  for (int base = threadIdx.x + kItemsPerThread * kThreads; base < items;
+       base += kItemsPerThread * kThreads) {
+    load_step(base);
+    rotate_step(base);
+  }
+}
+
+template <int V>
+void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim,
+            const float* inv_freq, int64_t pos0, float sign, cudaStream_t stream) {
+  if (tokens == 0 || heads == 0) return;
+  const int64_t half = head_dim / 2;
+  const int64_t per_token = heads * (half / V);
+  int64_t tokens_per_block = std::max<int64_t>(1, kItemsPerThread * kThreads / per_token);
+  tokens_per_block = std::min(tokens_per_block, std::max<int64_t>(1, kTableEntries / half));
+  tokens_per_block = std::min(tokens_per_block, tokens);
+  const int64_t blocks = (tokens + tokens_per_block - 1) / tokens_per_block;
+  const size_t shared = 2 * static_cast<size_t>(tokens_per_block * half) * sizeof(float);
+  rope_kernel<V><<<static_cast<unsigned>(blocks), kThreads, shared, stream>>>(
+      reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<__nv_bfloat16*>(out), tokens, seq,
+      static_cast<int>(heads), static_cast<int>(head_dim), inv_freq, pos0, sign,
+      static_cast<int>(tokens_per_block));
+  SPW_CUDA(cudaGetLastError());
+}
+
+void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
+            const float* inv_freq, int64_t pos0, float sign, cudaStream_t stream) {
+  SPW_CHECK(batch >= 0 && seq >= 0 && heads >= 0, "rope", "negative size: batch ", batch, ", seq ",
+            seq, ", heads ", heads);
+  SPW_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be positive and even, got ",
+            head_dim);
+  SPW_CHECK(head_dim <= 2 * kTableEntries && heads * head_dim < (int64_t(1) << 31), "rope",
+            "the GPU kernel takes head_dim up to ", 2 * kTableEntries,
+            " and heads * head_dim below 2^31, got head_dim ", head_dim, ", heads ", heads);
+  const int64_t tokens = batch * seq;
+  const bool aligned =
+      (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
+  if ((head_dim / 2) % 8 == 0 && aligned) {
+    launch<8>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, stream);
+  } else {
+    launch<1>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, stream);
+  }
+}
+
+}  // namespace
+
+void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
+                       int64_t head_dim, const float* inv_freq, int64_t pos0, cudaStream_t stream) {
+  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, 1.0f, stream);
+}
+
+void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
+                        int64_t head_dim, const float* inv_freq, int64_t pos0,
+                        cudaStream_t stream) {
+  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, -1.0f, stream);
+}
+
+}  // namespace spillway::ops

@@ -1,0 +1,167 @@
+#include <cuda_bf16.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <utility>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/swiglu.h"
+
+namespace spillway::ops {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// Elements to take one at a time before every pointer (address, element
+// size) sits on a boundary of its vector's bytes (V elements, at most 16), so
+// the rest can move in 16-byte loads; -1 when no count below V aligns them all.
+// A null pointer (an output not asked for) constrains nothing.
+int64_t vector_head(std::initializer_list<std::pair<const void*, int>> pointers, int v) {
+  for (int head = 0; head < v; ++head) {
+    bool aligned = true;
+    for (const auto& [p, size] : pointers) {
+      const int boundary = v * size < 16 ? v * size : 16;
+      const uintptr_t at = reinterpret_cast<uintptr_t>(p) + uintptr_t(head) * size;
+      if (p != nullptr && at % boundary != 0) aligned = false;
+    }
+    if (aligned) return head;
+  }
+  return -1;
+}
+
+// Thread i handles vector i of the aligned body and scalar i of the head and
+// tail together (at most 2V - 2 of them); each element is read and written at
+// its own index only, which is what lets out alias an input.
+template <int V, typename Op>
+__global__ void __launch_bounds__(kThreads)
+    elementwise_kernel(Op op, int64_t n, int64_t head, int64_t vectors) {
+  const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < vectors) op.vector(head + i * V);
+  const int64_t tail = head + vectors * V;
+  if (i < head) {
+    op.scalar(i);
+  } else if (i - head < n - tail) {
+    op.scalar(tail + (i - head));
+  }
+}
+
+template <int V, typename Op>
+void launch_elementwise(const char* thing, const Op& op, int64_t n, int64_t head,
+                        cudaStream_t stream) {
+  SPW_CHECK(n >= 0, thing, "negative element count ", n);
+  int64_t vectors = 0;
+  if (head < 0 || head >= n) {
+    head = n;
+  } else {
+    vectors = (n - head) / V;
+  }
+  const int64_t scalars = n - vectors * V;
+  const int64_t threads = vectors > scalars ? vectors : scalars;
+  if (threads == 0) return;
+  const int64_t blocks = (threads + kThreads - 1) / kThreads;
+  elementwise_kernel<V>
+      <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(op, n, head, vectors);
+  SPW_CUDA(cudaGetLastError());
+}
+
+// Eight bf16 at a time, widened to fp32 and narrowed back once.
+struct Bf16x8 {
+  float f[8];
+};
+
+__device__ inline Bf16x8 load8(const __nv_bfloat16* p) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  Bf16x8 out;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 v = __bfloat1622float2(h[k]);
+    out.f[2 * k] = v.x;
+    out.f[2 * k + 1] = v.y;
+  }
+  return out;
+}
+
+__device__ inline void store8(__nv_bfloat16* p, const Bf16x8& v) {
+  uint4 raw;
+  auto* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(v.f[2 * k], v.f[2 * k + 1]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+struct SwigluForward {
+  const __nv_bfloat16* gate;
+  const __nv_bfloat16* up;
+  __nv_bfloat16* out;
+
+  __device__ void vector(int64_t i) const {
+    const Bf16x8 g = load8(gate + i);
+    const Bf16x8 u = load8(up + i);
+    Bf16x8 o;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) o.f[k] = silu_times(g.f[k], u.f[k]);
+    store8(out + i, o);
+  }
+  __device__ void scalar(int64_t i) const {
+    out[i] = __float2bfloat16_rn(silu_times(__bfloat162float(gate[i]), __bfloat162float(up[i])));
+  }
+};
+
+struct SwigluBackward {
+  const __nv_bfloat16* dout;
+  const __nv_bfloat16* gate;
+  const __nv_bfloat16* up;
+  __nv_bfloat16* dgate;
+  __nv_bfloat16* dup;
+
+  // The CPU kernel's expressions, in its order.
+  __device__ static void grads(float d, float g, float u, float& dg, float& du) {
+    const float s = 1.0f / (1.0f + expf(-g));
+    dg = d * u * s * (1.0f + g * (1.0f - s));
+    du = d * g * s;
+  }
+  __device__ void vector(int64_t i) const {
+    const Bf16x8 d = load8(dout + i);
+    const Bf16x8 g = load8(gate + i);
+    const Bf16x8 u = load8(up + i);
+    Bf16x8 dg, du;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) grads(d.f[k], g.f[k], u.f[k], dg.f[k], du.f[k]);
+    store8(dgate + i, dg);
+    store8(dup + i, du);
+  }
+  __device__ void scalar(int64_t i) const {
+    float dg, du;
+    grads(__bfloat162float(dout[i]), __bfloat162float(gate[i]), __bfloat162float(up[i]), dg, du);
+    dgate[i] = __float2bfloat16_rn(dg);
+    dup[i] = __float2bfloat16_rn(du);
+  }
+};
+
+}  // namespace
+
+void swiglu_forward_cuda(const bf16* gate, const bf16* up, bf16* out, int64_t n,
+                         cudaStream_t stream) {
+  const SwigluForward op{reinterpret_cast<const __nv_bfloat16*>(gate),
+                         reinterpret_cast<const __nv_bfloat16*>(up),
+                         reinterpret_cast<__nv_bfloat16*>(out)};
+  launch_elementwise<8>("swiglu", op, n, vector_head({{gate, 2}, {up, 2}, {out, 2}}, 8), stream);
+}
+
+void swiglu_backward_cuda(const bf16* dout, const bf16* gate, const bf16* up, bf16* dgate,
+                          bf16* dup, int64_t n, cudaStream_t stream) {
+  const SwigluBackward op{
+      reinterpret_cast<const __nv_bfloat16*>(dout), reinterpret_cast<const __nv_bfloat16*>(gate),
+      reinterpret_cast<const __nv_bfloat16*>(up), reinterpret_cast<__nv_bfloat16*>(dgate),
+      reinterpret_cast<__nv_bfloat16*>(dup)};
+  launch_elementwise<8>("swiglu", op, n,
+                        vector_head({{dout, 2}, {gate, 2}, {up, 2}, {dgate, 2}, {dup, 2}}, 8),
+                        stream);
+}
+
+}  // namespace spillway::ops

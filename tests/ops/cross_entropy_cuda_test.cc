@@ -1,0 +1,206 @@
+// GPU fused cross-entropy against the CPU kernels on the same (bf16-rounded)
+// logits: vocabularies that are not multiples of 8 (rows start off 16-byte
+// boundaries), LLaMA-3's 128256, ignored rows, unaligned buffers, targets past
+// the vocabulary, and run-to-run bit equality.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/cross_entropy.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// A device array of n elements, poisoned with 0xFF bytes (NaN as bf16 and as
+// f32) so an element a kernel fails to write shows up as NaN.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    SPW_CUDA(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    SPW_CUDA(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SPW_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+
+// Seeded uniform values rounded to bf16.
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<bf16> out;
+  out.reserve(static_cast<size_t>(n));
+  for (double v : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(v)));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<uint16_t> bits_of(const std::vector<bf16>& v) {
+  std::vector<uint16_t> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(h.bits);
+  return out;
+}
+
+std::vector<uint32_t> float_bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out;
+  for (float f : v) out.push_back(float_bits(f));
+  return out;
+}
+
+// Targets in [0, vocab), with every `ignore_every`-th row -100 (ignored).
+std::vector<int32_t> random_targets(int64_t rows, int64_t vocab, int64_t ignore_every,
+                                    uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, vocab - 1);
+  std::vector<int32_t> targets(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    targets[r] = ignore_every > 0 && r % ignore_every == 1 ? -100 : static_cast<int32_t>(dist(rng));
+  }
+  return targets;
+}
+
+struct Outputs {
+  std::vector<float> lse;
+  float loss;
+  std::vector<bf16> dlogits;  // the whole buffer, offset included
+};
+
+constexpr float kDloss = 1.7f;
+
+// Forward then backward on the GPU, logits and dlogits starting at the given
+// element offsets into their buffers; every output poisoned first.
+Outputs run_gpu(const std::vector<bf16>& logits, const std::vector<int32_t>& targets, int64_t rows,
+                int64_t vocab, int64_t logits_offset, int64_t dlogits_offset) {
+  DeviceArray<bf16> dlogits_in(logits);
+  DeviceArray<int32_t> dtargets(targets);
+  DeviceArray<float> lse(static_cast<size_t>(rows)), loss(1), dloss(std::vector<float>{kDloss});
+  DeviceArray<bf16> dlogits(static_cast<size_t>(rows * vocab + dlogits_offset));
+  DeviceArray<char> workspace(cross_entropy_forward_workspace_bytes(rows));
+  const bf16* x = dlogits_in.get() + logits_offset;
+  cross_entropy_forward_cuda(x, dtargets.get(), lse.get(), loss.get(), rows, vocab, workspace.get(),
+                             nullptr);
+  cross_entropy_backward_cuda(x, dtargets.get(), lse.get(), dloss.get(),
+                              dlogits.get() + dlogits_offset, rows, vocab, nullptr);
+  return {lse.download(), loss.download()[0], dlogits.download()};
+}
+
+struct CeCase {
+  int64_t rows, vocab, ignore_every, logits_offset, dlogits_offset;
+};
+
+void check_against_cpu(const CeCase& c) {
+  const std::string where = "rows " + std::to_string(c.rows) + " vocab " + std::to_string(c.vocab) +
+                            " offsets " + std::to_string(c.logits_offset) + "/" +
+                            std::to_string(c.dlogits_offset);
+  const int64_t n = c.rows * c.vocab;
+  const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n), -8, 8);
+  const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n));
+  const Outputs got = run_gpu(logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
+
+  const auto fx = widen(logits);
+  const float* x = fx.data() + c.logits_offset;
+  std::vector<float> want_lse(static_cast<size_t>(c.rows));
+  float want_loss = 0;
+  cross_entropy_forward(x, targets.data(), want_lse.data(), &want_loss, c.rows, c.vocab);
+  // Backward reads the GPU's lse, so both backends see the same inputs.
+  std::vector<float> want_dlogits(static_cast<size_t>(n));
+  cross_entropy_backward(x, targets.data(), got.lse.data(), &kDloss, want_dlogits.data(), c.rows,
+                         c.vocab);
+
+  EXPECT_LT(rel_error(got.lse, as_double(want_lse)), 1e-5) << "lse, " << where;
+  EXPECT_LT(rel_error(std::vector<float>{got.loss}, {static_cast<double>(want_loss)}), 1e-5)
+      << "loss, " << where;
+  const std::vector<bf16> dlogits(got.dlogits.begin() + c.dlogits_offset, got.dlogits.end());
+  EXPECT_LT(rel_error(widen(dlogits), as_double(want_dlogits)), 1e-2) << "dlogits, " << where;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    if (targets[r] >= 0) continue;
+    for (int64_t j = 0; j < c.vocab; ++j) {
+      ASSERT_EQ(dlogits[r * c.vocab + j].bits, 0) << "ignored row " << r << ", " << where;
+    }
+  }
+}
+
+TEST(CrossEntropyCuda, MatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CeCase cases[] = {
+      {1, 1, 0, 0, 0},       {3, 7, 0, 0, 0},     {5, 129, 3, 0, 0},
+      {257, 1000, 5, 0, 0},  {4, 50257, 3, 0, 0}, {64, 32000, 4, 0, 0},
+      {16, 128256, 5, 0, 0}, {7, 50257, 0, 1, 1},  // both one element off: the head/tail split path
+      {9, 32000, 4, 1, 0},  // logits and dlogits misaligned apart: all scalar backward
+      {3, 128256, 0, 3, 2},
+  };
+  for (const CeCase& c : cases) check_against_cpu(c);
+}
+
+TEST(CrossEntropyCuda, NoCountedRowGivesZeroLossAndGradient) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t rows = 6, vocab = 333;
+  const Outputs got = run_gpu(random_bf16(rows * vocab, 1, -8, 8), std::vector<int32_t>(rows, -100),
+                              rows, vocab, 0, 0);
+  EXPECT_EQ(got.loss, 0.0f);
+  for (bf16 h : got.dlogits) ASSERT_EQ(h.bits, 0);
+}
+
+TEST(CrossEntropyCuda, TargetPastVocabularyMakesLossNaN) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t rows = 4, vocab = 100;
+  auto targets = random_targets(rows, vocab, 0, 2);
+  targets[2] = static_cast<int32_t>(vocab);
+  const Outputs got = run_gpu(random_bf16(rows * vocab, 3, -8, 8), targets, rows, vocab, 0, 0);
+  EXPECT_TRUE(std::isnan(got.loss));
+  EXPECT_TRUE(std::isnan(to_float(got.dlogits[2 * vocab])));
+  EXPECT_FALSE(std::isnan(to_float(got.dlogits[0])));
+}
+
+TEST(CrossEntropyCuda, Deterministic) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t rows = 48, vocab = 128256;
+  const auto logits = random_bf16(rows * vocab, 4, -8, 8);
+  const auto targets = random_targets(rows, vocab, 7, 5);
+  const Outputs a = run_gpu(logits, targets, rows, vocab, 0, 0);
+  const Outputs b = run_gpu(logits, targets, rows, vocab, 0, 0);
+  EXPECT_EQ(float_bits(a.loss), float_bits(b.loss));
+  EXPECT_EQ(float_bits_of(a.lse), float_bits_of(b.lse));
+  EXPECT_EQ(bits_of(a.dlogits), bits_of(b.dlogits));
+}
+
+}  // namespace
+}  // namespace spillway::ops

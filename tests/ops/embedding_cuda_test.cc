@@ -1,0 +1,235 @@
+// GPU embedding lookup and its deterministic backward against the CPU kernels
+// (and, for backward, an fp32 sum in token order that the GPU must equal bit
+// for bit), with repeated ids, sort sizes around the shared-memory tile, LLaMA
+// widths, out-of-range ids, and run-to-run bit equality.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/embedding.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// A device array of n elements, poisoned with 0xFF bytes (NaN as bf16 and as
+// f32) so an element a kernel fails to write shows up as NaN.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    SPW_CUDA(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    SPW_CUDA(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SPW_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+
+// Seeded uniform values rounded to bf16.
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<bf16> out;
+  out.reserve(static_cast<size_t>(n));
+  for (double v : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(v)));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<uint32_t> float_bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out;
+  for (float f : v) out.push_back(float_bits(f));
+  return out;
+}
+
+// Ids drawn from [0, distinct), so rows repeat when distinct < tokens.
+std::vector<int32_t> random_ids(int64_t tokens, int64_t distinct, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> dist(0, distinct - 1);
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (auto& id : ids) id = static_cast<int32_t>(dist(rng));
+  return ids;
+}
+
+// dtable as the GPU must form it: fp32 sums in token order, ids out of range
+// left out.
+std::vector<float> sum_in_token_order(const std::vector<int32_t>& ids,
+                                      const std::vector<float>& dout, int64_t vocab, int64_t dim) {
+  std::vector<float> table(static_cast<size_t>(vocab * dim), 0.0f);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] < 0 || ids[t] >= vocab) continue;
+    for (int64_t j = 0; j < dim; ++j) table[ids[t] * dim + j] += dout[t * dim + j];
+  }
+  return table;
+}
+
+struct EmbeddingCase {
+  int64_t tokens, vocab, dim, distinct;
+};
+
+std::string describe(const EmbeddingCase& c) {
+  return "tokens " + std::to_string(c.tokens) + " vocab " + std::to_string(c.vocab) + " dim " +
+         std::to_string(c.dim) + " distinct " + std::to_string(c.distinct);
+}
+
+TEST(EmbeddingCuda, ForwardAndBackwardMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const EmbeddingCase cases[] = {
+      {1, 1, 1, 1},
+      {3, 11, 7, 11},
+      {7, 11, 129, 3},
+      {300, 1000, 64, 1000},
+      {2048, 50, 24, 50},
+      {2049, 5000, 16, 40},
+      {5000, 128256, 8, 128256},
+      {4096, 32000, 2048, 32000},  // LLaMA width
+      {16384, 600, 136, 600},      // many tokens per row
+  };
+  for (const EmbeddingCase& c : cases) {
+    const auto ids = random_ids(c.tokens, c.distinct, static_cast<uint64_t>(c.tokens + c.dim));
+    const auto table = random_bf16(c.vocab * c.dim, 3);
+    const auto dout = random_bf16(c.tokens * c.dim, 4);
+    DeviceArray<int32_t> dids(ids);
+    DeviceArray<bf16> dtable_in(table), ddout(dout), out(static_cast<size_t>(c.tokens * c.dim));
+    DeviceArray<float> dtable(static_cast<size_t>(c.vocab * c.dim));
+    DeviceArray<char> workspace(embedding_backward_workspace_bytes(c.tokens, c.vocab));
+    DeviceArray<int> first_bad(1);
+    embedding_check_ids_cuda(dids.get(), c.tokens, c.vocab, first_bad.get(), nullptr);
+    embedding_forward_cuda(dids.get(), dtable_in.get(), out.get(), c.tokens, c.vocab, c.dim,
+                           nullptr);
+    embedding_backward_cuda(dids.get(), ddout.get(), dtable.get(), c.tokens, c.vocab, c.dim,
+                            workspace.get(), nullptr);
+
+    EXPECT_EQ(first_bad.download()[0], -1) << describe(c);
+    const auto ftable = widen(table), fdout = widen(dout);
+    std::vector<float> want_out(static_cast<size_t>(c.tokens * c.dim));
+    std::vector<float> want_dtable(static_cast<size_t>(c.vocab * c.dim));
+    embedding_forward(ids.data(), ftable.data(), want_out.data(), c.tokens, c.vocab, c.dim);
+    embedding_backward(ids.data(), fdout.data(), want_dtable.data(), c.tokens, c.vocab, c.dim);
+    const auto got_dtable = dtable.download();
+    EXPECT_LT(rel_error(widen(out.download()), as_double(want_out)), 1e-2)
+        << "forward, " << describe(c);
+    EXPECT_LT(rel_error(got_dtable, as_double(want_dtable)), 1e-5) << "backward, " << describe(c);
+    EXPECT_TRUE(float_bits_of(got_dtable) ==
+                float_bits_of(sum_in_token_order(ids, fdout, c.vocab, c.dim)))
+        << "backward is not the fp32 sum in token order, " << describe(c);
+  }
+}
+
+TEST(EmbeddingCuda, OutOfRangeIdsAreFlaggedZeroedAndLeftOut) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t tokens = 40, vocab = 30, dim = 16;
+  auto ids = random_ids(tokens, vocab, 8);
+  ids[9] = static_cast<int32_t>(vocab);
+  ids[5] = -1;
+  ids[31] = 1 << 30;
+  const auto table = random_bf16(vocab * dim, 9);
+  const auto dout = random_bf16(tokens * dim, 10);
+  DeviceArray<int32_t> dids(ids);
+  DeviceArray<bf16> dtable_in(table), ddout(dout), out(static_cast<size_t>(tokens * dim));
+  DeviceArray<float> dtable(static_cast<size_t>(vocab * dim));
+  DeviceArray<char> workspace(embedding_backward_workspace_bytes(tokens, vocab));
+  DeviceArray<int> first_bad(1);
+  embedding_check_ids_cuda(dids.get(), tokens, vocab, first_bad.get(), nullptr);
+  embedding_forward_cuda(dids.get(), dtable_in.get(), out.get(), tokens, vocab, dim, nullptr);
+  embedding_backward_cuda(dids.get(), ddout.get(), dtable.get(), tokens, vocab, dim,
+                          workspace.get(), nullptr);
+
+  EXPECT_EQ(first_bad.download()[0], 5);
+  const auto got = out.download();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const bool bad = ids[t] < 0 || ids[t] >= vocab;
+    for (int64_t j = 0; j < dim; ++j) {
+      const uint16_t want = bad ? to_bf16(0.0f).bits : table[ids[t] * dim + j].bits;
+      ASSERT_EQ(got[t * dim + j].bits, want) << "token " << t << " column " << j;
+    }
+  }
+  EXPECT_EQ(float_bits_of(dtable.download()),
+            float_bits_of(sum_in_token_order(ids, widen(dout), vocab, dim)));
+}
+
+TEST(EmbeddingCuda, UnalignedBuffersTakeTheScalarPath) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t tokens = 100, vocab = 70, dim = 64;
+  const auto ids = random_ids(tokens, 20, 11);
+  const auto table = random_bf16(vocab * dim + 1, 12);
+  const auto dout = random_bf16(tokens * dim + 1, 13);
+  DeviceArray<int32_t> dids(ids);
+  DeviceArray<bf16> dtable_in(table), ddout(dout), out(static_cast<size_t>(tokens * dim) + 1);
+  DeviceArray<float> dtable(static_cast<size_t>(vocab * dim) + 1);
+  DeviceArray<char> workspace(embedding_backward_workspace_bytes(tokens, vocab));
+  embedding_forward_cuda(dids.get(), dtable_in.get() + 1, out.get() + 1, tokens, vocab, dim,
+                         nullptr);
+  embedding_backward_cuda(dids.get(), ddout.get() + 1, dtable.get() + 1, tokens, vocab, dim,
+                          workspace.get(), nullptr);
+  const auto ftable = widen(table), fdout = widen(dout);
+  std::vector<float> want_out(static_cast<size_t>(tokens * dim));
+  embedding_forward(ids.data(), ftable.data() + 1, want_out.data(), tokens, vocab, dim);
+  const auto got_out = out.download();
+  EXPECT_LT(rel_error(widen({got_out.begin() + 1, got_out.end()}), as_double(want_out)), 1e-2);
+  const auto got_dtable = dtable.download();
+  const std::vector<float> fdout_n(fdout.begin() + 1, fdout.end());
+  EXPECT_EQ(float_bits_of({got_dtable.begin() + 1, got_dtable.end()}),
+            float_bits_of(sum_in_token_order(ids, fdout_n, vocab, dim)));
+}
+
+TEST(EmbeddingCuda, Deterministic) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t tokens = 16384, vocab = 128256, dim = 64;
+  const auto ids = random_ids(tokens, 1000, 14);  // heavy repetition
+  DeviceArray<int32_t> dids(ids);
+  DeviceArray<bf16> ddout(random_bf16(tokens * dim, 15));
+  DeviceArray<float> dtable(static_cast<size_t>(vocab * dim));
+  DeviceArray<char> workspace(embedding_backward_workspace_bytes(tokens, vocab));
+  std::vector<uint32_t> first;
+  for (int run = 0; run < 2; ++run) {
+    dtable.poison();
+    workspace.poison();
+    embedding_backward_cuda(dids.get(), ddout.get(), dtable.get(), tokens, vocab, dim,
+                            workspace.get(), nullptr);
+    const auto bits = float_bits_of(dtable.download());
+    if (run == 0) {
+      first = bits;
+    } else {
+      EXPECT_EQ(bits, first);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spillway::ops

@@ -1,0 +1,188 @@
+// GPU RMSNorm forward and backward against the CPU kernels on the same
+// (bf16-rounded) inputs: odd widths (scalar path), unaligned starts, LLaMA
+// widths, many rows (several dweight blocks), and run-to-run bit equality.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/rmsnorm.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// A device array of n elements, poisoned with 0xFF bytes (NaN as bf16 and as
+// f32) so an element a kernel fails to write shows up as NaN.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    SPW_CUDA(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    SPW_CUDA(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SPW_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+
+// Seeded uniform values rounded to bf16.
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<bf16> out;
+  out.reserve(static_cast<size_t>(n));
+  for (double v : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(v)));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<uint16_t> bits_of(const std::vector<bf16>& v) {
+  std::vector<uint16_t> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(h.bits);
+  return out;
+}
+
+constexpr float kEps = 1e-5f;
+
+std::vector<uint32_t> float_bits_of(const std::vector<float>& v) {
+  std::vector<uint32_t> out;
+  for (float f : v) out.push_back(float_bits(f));
+  return out;
+}
+
+struct Shape {
+  int64_t rows, dim;
+};
+
+// Inputs start `offset` elements into their buffers (offset 1 leaves every
+// row off a 16-byte boundary, so the scalar path runs even for dim % 8 == 0).
+struct Case {
+  Shape shape;
+  int64_t offset;
+
+  void run_and_check() const {
+    const int64_t rows = shape.rows, dim = shape.dim, n = rows * dim;
+    const uint64_t seed = static_cast<uint64_t>(rows * 7919 + dim);
+    const auto x = random_bf16(n + offset, seed, -2, 2);
+    const auto w = random_bf16(dim + offset, seed + 1, 0.5, 1.5);
+    const auto dy = random_bf16(n + offset, seed + 2);
+    DeviceArray<bf16> dx_in(x), dw_in(w), ddy(dy);
+    DeviceArray<bf16> y(static_cast<size_t>(n + offset)), dx(static_cast<size_t>(n + offset));
+    DeviceArray<float> rstd(static_cast<size_t>(rows)), dweight(static_cast<size_t>(dim));
+    DeviceArray<char> workspace(rmsnorm_backward_workspace_bytes(rows, dim));
+    const bf16* xp = dx_in.get() + offset;
+    const bf16* wp = dw_in.get() + offset;
+    rmsnorm_forward_cuda(xp, wp, y.get() + offset, rstd.get(), rows, dim, kEps, nullptr);
+    rmsnorm_backward_cuda(ddy.get() + offset, xp, wp, rstd.get(), dx.get() + offset, dweight.get(),
+                          rows, dim, workspace.get(), nullptr);
+
+    const auto fx = widen(x), fw = widen(w), fdy = widen(dy);
+    std::vector<float> want_y(static_cast<size_t>(n)), want_rstd(static_cast<size_t>(rows));
+    rmsnorm_forward(fx.data() + offset, fw.data() + offset, want_y.data(), want_rstd.data(), rows,
+                    dim, static_cast<double>(kEps));
+    // Backward reads the GPU's rstd, so both backends see the same inputs.
+    const auto got_rstd = rstd.download();
+    std::vector<float> want_dx(static_cast<size_t>(n)), want_dweight(static_cast<size_t>(dim));
+    rmsnorm_backward(fdy.data() + offset, fx.data() + offset, fw.data() + offset, got_rstd.data(),
+                     want_dx.data(), want_dweight.data(), rows, dim);
+
+    const auto got_y = y.download(), got_dx = dx.download();
+    const std::string where = "rows " + std::to_string(rows) + " dim " + std::to_string(dim) +
+                              " offset " + std::to_string(offset);
+    EXPECT_LT(rel_error(widen({got_y.begin() + offset, got_y.end()}), as_double(want_y)), 1e-2)
+        << "y, " << where;
+    EXPECT_LT(rel_error(got_rstd, as_double(want_rstd)), 1e-5) << "rstd, " << where;
+    EXPECT_LT(rel_error(widen({got_dx.begin() + offset, got_dx.end()}), as_double(want_dx)), 1e-2)
+        << "dx, " << where;
+    EXPECT_LT(rel_error(dweight.download(), as_double(want_dweight)), 1e-5) << "dweight, " << where;
+  }
+};
+
+TEST(RMSNormCuda, MatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const Shape shapes[] = {{1, 1},     {3, 7},     {5, 129},   {2, 4097},    {17, 2048}, {300, 64},
+                          {1000, 33}, {64, 4096}, {33, 8200}, {4096, 2048}, {2, 16384}};
+  for (const Shape& s : shapes) Case{s, 0}.run_and_check();
+  for (const Shape& s : {Shape{17, 2048}, Shape{100, 136}, Shape{9, 4096}}) {
+    Case{s, 1}.run_and_check();
+  }
+}
+
+TEST(RMSNormCuda, ZeroRowsClearsDweight) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  DeviceArray<bf16> dummy(16);
+  DeviceArray<float> dweight(9);
+  rmsnorm_backward_cuda(dummy.get(), dummy.get(), dummy.get(), nullptr, dummy.get(), dweight.get(),
+                        0, 9, nullptr, nullptr);
+  EXPECT_EQ(dweight.download(), std::vector<float>(9, 0.0f));
+}
+
+TEST(RMSNormCuda, Deterministic) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t rows = 3000, dim = 2048, n = rows * dim;
+  DeviceArray<bf16> x(random_bf16(n, 1, -2, 2)), w(random_bf16(dim, 2)), dy(random_bf16(n, 3));
+  DeviceArray<bf16> y(static_cast<size_t>(n)), dx(static_cast<size_t>(n));
+  DeviceArray<float> rstd(rows), dweight(dim);
+  DeviceArray<char> workspace(rmsnorm_backward_workspace_bytes(rows, dim));
+  std::vector<uint16_t> first_y, first_dx;
+  std::vector<uint32_t> first_rstd, first_dweight;
+  for (int run = 0; run < 2; ++run) {
+    y.poison();
+    dx.poison();
+    rstd.poison();
+    dweight.poison();
+    rmsnorm_forward_cuda(x.get(), w.get(), y.get(), rstd.get(), rows, dim, kEps, nullptr);
+    rmsnorm_backward_cuda(dy.get(), x.get(), w.get(), rstd.get(), dx.get(), dweight.get(), rows,
+                          dim, workspace.get(), nullptr);
+    const auto yb = bits_of(y.download()), dxb = bits_of(dx.download());
+    const auto rb = float_bits_of(rstd.download()), dwb = float_bits_of(dweight.download());
+    if (run == 0) {
+      first_y = yb;
+      first_dx = dxb;
+      first_rstd = rb;
+      first_dweight = dwb;
+    } else {
+      EXPECT_EQ(yb, first_y);
+      EXPECT_EQ(dxb, first_dx);
+      EXPECT_EQ(rb, first_rstd);
+      EXPECT_EQ(dwb, first_dweight);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spillway::ops

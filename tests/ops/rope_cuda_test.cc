@@ -1,0 +1,181 @@
+// GPU RoPE forward and backward against the CPU kernels on the same
+// (bf16-rounded) inputs: odd half-widths (scalar path), LLaMA head shapes,
+// large positions, in place, and run-to-run bit equality.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/rope.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// A device array of n elements, poisoned with 0xFF bytes (NaN as bf16 and as
+// f32) so an element a kernel fails to write shows up as NaN.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    SPW_CUDA(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    SPW_CUDA(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SPW_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+
+// Seeded uniform values rounded to bf16.
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<bf16> out;
+  out.reserve(static_cast<size_t>(n));
+  for (double v : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(v)));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<uint16_t> bits_of(const std::vector<bf16>& v) {
+  std::vector<uint16_t> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(h.bits);
+  return out;
+}
+
+struct RopeCase {
+  int64_t batch, seq, heads, head_dim, pos0;
+  bool llama3;
+};
+
+std::string describe(const RopeCase& c) {
+  return "batch " + std::to_string(c.batch) + " seq " + std::to_string(c.seq) + " heads " +
+         std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) + " pos0 " +
+         std::to_string(c.pos0);
+}
+
+std::vector<float> inv_freq_for(const RopeCase& c) {
+  RopeScaling scaling;
+  scaling.llama3 = c.llama3;
+  return rope_inv_freq(c.head_dim, c.llama3 ? 500000.0 : 10000.0, scaling);
+}
+
+const RopeCase kCases[] = {
+    {1, 1, 1, 2, 0, false},       {2, 5, 3, 6, 7, false},   {3, 4, 2, 18, 5, true},
+    {2, 7, 5, 64, 0, true},       {1, 33, 32, 64, 0, true},  // LLaMA-3.2-1B queries
+    {2, 17, 8, 64, 100, true},                               // its keys
+    {1, 9, 8, 128, 131000, true},                            // LLaMA-3-8B, far positions
+    {1, 3, 3, 16, 0, false},
+    {1, 3, 40, 66, 11, false},  // more pairs per token than a block takes in one step
+    {1, 6, 1, 2048, 0, false},  // wide heads: fewer tokens per block's angle table
+};
+
+TEST(RopeCuda, ForwardAndBackwardMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (const RopeCase& c : kCases) {
+    const int64_t n = c.batch * c.seq * c.heads * c.head_dim;
+    const auto inv_freq = inv_freq_for(c);
+    DeviceArray<float> dfreq(inv_freq);
+    const auto x = random_bf16(n, static_cast<uint64_t>(n + c.head_dim));
+    DeviceArray<bf16> dx_in(x), out(static_cast<size_t>(n)), grad(static_cast<size_t>(n));
+    rope_forward_cuda(dx_in.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(),
+                      c.pos0, nullptr);
+    rope_backward_cuda(dx_in.get(), grad.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(),
+                       c.pos0, nullptr);
+
+    const auto fx = widen(x);
+    std::vector<float> want_out(static_cast<size_t>(n)), want_grad(static_cast<size_t>(n));
+    rope_forward(fx.data(), want_out.data(), c.batch, c.seq, c.heads, c.head_dim, inv_freq.data(),
+                 c.pos0);
+    rope_backward(fx.data(), want_grad.data(), c.batch, c.seq, c.heads, c.head_dim, inv_freq.data(),
+                  c.pos0);
+    EXPECT_LT(rel_error(widen(out.download()), as_double(want_out)), 1e-2)
+        << "forward, " << describe(c);
+    EXPECT_LT(rel_error(widen(grad.download()), as_double(want_grad)), 1e-2)
+        << "backward, " << describe(c);
+  }
+}
+
+TEST(RopeCuda, InPlaceAndUnalignedEqualOutOfPlace) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const RopeCase c{2, 17, 8, 64, 3, true};
+  const int64_t n = c.batch * c.seq * c.heads * c.head_dim;
+  DeviceArray<float> dfreq(inv_freq_for(c));
+  const auto x = random_bf16(n + 1, 77);
+  DeviceArray<bf16> src(x), out(static_cast<size_t>(n)), in_place(x);
+  rope_forward_cuda(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0,
+                    nullptr);
+  rope_forward_cuda(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim,
+                    dfreq.get(), c.pos0, nullptr);
+  const auto want = bits_of(out.download());
+  auto got = bits_of(in_place.download());
+  got.resize(static_cast<size_t>(n));
+  EXPECT_EQ(got, want);
+
+  // One element past a 16-byte boundary: the scalar path, same rotation.
+  const auto fx = widen(x);
+  std::vector<float> ref(static_cast<size_t>(n));
+  rope_forward(fx.data() + 1, ref.data(), c.batch, c.seq, c.heads, c.head_dim,
+               inv_freq_for(c).data(), c.pos0);
+  DeviceArray<bf16> shifted_out(static_cast<size_t>(n) + 1);
+  rope_forward_cuda(src.get() + 1, shifted_out.get() + 1, c.batch, c.seq, c.heads, c.head_dim,
+                    dfreq.get(), c.pos0, nullptr);
+  const auto shifted = shifted_out.download();
+  EXPECT_LT(rel_error(widen({shifted.begin() + 1, shifted.end()}), as_double(ref)), 1e-2);
+}
+
+TEST(RopeCuda, Deterministic) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const RopeCase c{1, 512, 32, 64, 0, true};
+  const int64_t n = c.batch * c.seq * c.heads * c.head_dim;
+  DeviceArray<float> dfreq(inv_freq_for(c));
+  DeviceArray<bf16> x(random_bf16(n, 5)), out(static_cast<size_t>(n));
+  std::vector<uint16_t> first;
+  for (int run = 0; run < 2; ++run) {
+    out.poison();
+    rope_backward_cuda(x.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0,
+                       nullptr);
+    const auto bits = bits_of(out.download());
+    if (run == 0) {
+      first = bits;
+    } else {
+      EXPECT_EQ(bits, first);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spillway::ops

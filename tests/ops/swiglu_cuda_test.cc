@@ -1,0 +1,154 @@
+// GPU SwiGLU forward and backward against the CPU kernels on the same
+// (bf16-rounded) inputs, at odd sizes, unaligned starts and a LLaMA MLP size.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/swiglu.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::random_vector;
+using spillway::testing::rel_error;
+
+// A device array of n elements, poisoned with 0xFF bytes (NaN as bf16 and as
+// f32) so an element a kernel fails to write shows up as NaN.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t n) : n_(n) {
+    SPW_CUDA(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)));
+    poison();
+  }
+  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) { upload(host); }
+  ~DeviceArray() { cudaFree(data_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return data_; }
+  void upload(const std::vector<T>& host) {
+    SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  std::vector<T> download() const {
+    SPW_CUDA(cudaDeviceSynchronize());
+    std::vector<T> host(n_);
+    SPW_CUDA(cudaMemcpy(host.data(), data_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  size_t n_;
+  T* data_ = nullptr;
+};
+
+// Seeded uniform values rounded to bf16.
+std::vector<bf16> random_bf16(int64_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::vector<bf16> out;
+  out.reserve(static_cast<size_t>(n));
+  for (double v : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(v)));
+  return out;
+}
+
+std::vector<float> widen(const std::vector<bf16>& v) {
+  std::vector<float> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<double> as_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
+
+std::vector<uint16_t> bits_of(const std::vector<bf16>& v) {
+  std::vector<uint16_t> out;
+  out.reserve(v.size());
+  for (bf16 h : v) out.push_back(h.bits);
+  return out;
+}
+
+template <typename T>
+std::vector<T> tail_from(const std::vector<T>& v, int64_t offset) {
+  return {v.begin() + offset, v.end()};
+}
+
+// 16 tokens of LLaMA-3.2-1B's MLP (ffn 8192) is the large case.
+const int64_t kSizes[] = {1, 7, 8, 129, 4097, 16 * 8192};
+
+TEST(SwigluCuda, ForwardAndBackwardMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (int64_t n : kSizes) {
+    for (int64_t offset : {0, 1}) {
+      const auto gate = random_bf16(n + offset, 100 + n, -6, 6);
+      const auto up = random_bf16(n + offset, 200 + n, -2, 2);
+      const auto dout = random_bf16(n + offset, 300 + n, -1, 1);
+      DeviceArray<bf16> dgate_in(gate), dup_in(up), ddout(dout);
+      const auto size = static_cast<size_t>(n + offset);
+      DeviceArray<bf16> out(size), dgate(size), dup(size);
+      swiglu_forward_cuda(dgate_in.get() + offset, dup_in.get() + offset, out.get() + offset, n,
+                          nullptr);
+      swiglu_backward_cuda(ddout.get() + offset, dgate_in.get() + offset, dup_in.get() + offset,
+                           dgate.get() + offset, dup.get() + offset, n, nullptr);
+
+      const auto g = tail_from(widen(gate), offset), u = tail_from(widen(up), offset);
+      const auto d = tail_from(widen(dout), offset);
+      std::vector<float> want_out(g.size()), want_dgate(g.size()), want_dup(g.size());
+      swiglu_forward(g.data(), u.data(), want_out.data(), n);
+      swiglu_backward(d.data(), g.data(), u.data(), want_dgate.data(), want_dup.data(), n);
+
+      EXPECT_LT(rel_error(widen(tail_from(out.download(), offset)), as_double(want_out)), 1e-2)
+          << "out, n " << n << " offset " << offset;
+      EXPECT_LT(rel_error(widen(tail_from(dgate.download(), offset)), as_double(want_dgate)), 1e-2)
+          << "dgate, n " << n << " offset " << offset;
+      EXPECT_LT(rel_error(widen(tail_from(dup.download(), offset)), as_double(want_dup)), 1e-2)
+          << "dup, n " << n << " offset " << offset;
+    }
+  }
+}
+
+TEST(SwigluCuda, MisalignedOperandsTakeTheScalarPath) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t n = 1001;
+  const auto gate = random_bf16(n + 1, 7, -6, 6), up = random_bf16(n, 8, -2, 2);
+  DeviceArray<bf16> dg(gate), du(up), out(static_cast<size_t>(n));
+  swiglu_forward_cuda(dg.get() + 1, du.get(), out.get(), n, nullptr);
+  const auto g = tail_from(widen(gate), 1), u = widen(up);
+  std::vector<float> want(static_cast<size_t>(n));
+  swiglu_forward(g.data(), u.data(), want.data(), n);
+  EXPECT_LT(rel_error(widen(out.download()), as_double(want)), 1e-2);
+}
+
+TEST(SwigluCuda, Deterministic) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t n = 8192 * 8 + 3;
+  DeviceArray<bf16> g(random_bf16(n, 1, -6, 6)), u(random_bf16(n, 2)), d(random_bf16(n, 3));
+  const auto size = static_cast<size_t>(n);
+  DeviceArray<bf16> out(size), dg(size), du(size);
+  std::vector<uint16_t> first[3];
+  for (int run = 0; run < 2; ++run) {
+    out.poison();
+    dg.poison();
+    du.poison();
+    swiglu_forward_cuda(g.get(), u.get(), out.get(), n, nullptr);
+    swiglu_backward_cuda(d.get(), g.get(), u.get(), dg.get(), du.get(), n, nullptr);
+    const std::vector<uint16_t> now[3] = {bits_of(out.download()), bits_of(dg.download()),
+                                          bits_of(du.download())};
+    for (int k = 0; k < 3; ++k) {
+      if (run == 0) {
+        first[k] = now[k];
+      } else {
+        EXPECT_EQ(now[k], first[k]) << "output " << k;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace spillway::ops

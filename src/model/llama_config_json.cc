@@ -66,6 +66,12 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
       else if (key == "rms_norm_eps") c.rms_norm_eps = get_number(j, "rms_norm_eps", source);
       else if (key == "rope_theta") c.rope_theta = get_number(j, "rope_theta", source);
       else if (key == "rope_scaling") c.rope_scaling = rope_scaling_from_json(value, source);
+      else if (key == "rope_parameters") {
+        // transformers 5 writes rope_theta and the scaling together here.
+        SPW_CHECK(value.is_object(), source, "rope_parameters must be an object");
+        if (value.contains("rope_theta")) c.rope_theta = get_number(value, "rope_theta", source);
+        c.rope_scaling = rope_scaling_from_json(value, source);
+      }
       else if (key == "tie_word_embeddings") {
         SPW_CHECK(value.is_boolean(), source, "tie_word_embeddings must be true or false");
         c.tie_word_embeddings = value.get<bool>();

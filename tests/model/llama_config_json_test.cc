@@ -38,6 +38,20 @@ TEST(LlamaConfigJson, ReadsHuggingFaceConfig) {
   EXPECT_NEAR(static_cast<double>(parameter_count(c)), 1.2358e9, 0.001e9);
 }
 
+TEST(LlamaConfigJson, ReadsTransformers5RopeParameters) {
+  json j = llama32_1b_config();
+  json rope = j["rope_scaling"];
+  rope["rope_theta"] = 500000.0;
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = rope;
+  EXPECT_EQ(config_to_json(config_from_json(j, "config.json")), config_to_json(preset_config("llama3.2-1b")));
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}};
+  LlamaConfig c = config_from_json(j, "config.json");
+  EXPECT_FALSE(c.rope_scaling.llama3);
+  EXPECT_EQ(c.rope_theta, 10000.0);
+}
+
 TEST(LlamaConfigJson, RoundTrips) {
   for (const auto& name : preset_names()) {
     LlamaConfig c = preset_config(name);

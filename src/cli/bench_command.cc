@@ -34,6 +34,7 @@ struct BenchArgs {
   std::string json_path;
   uint64_t seed = 1;
   bool nondeterministic = false;
+  bool profile = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -68,6 +69,11 @@ int run_bench(const BenchArgs& a) {
     if (i >= a.warmup) times.push_back(secs);
     std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
                 i < a.warmup ? " (warm-up)" : "");
+  }
+  if (a.profile) {
+    engine->set_profiling(true);
+    for (int i = 0; i < 2; ++i) engine->train_step(tokens, targets, a.grad_accum, 1e-4);
+    std::printf("time by op (2 profiled steps, synchronizing after each op):\n%s", engine->profile_report().c_str());
   }
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
@@ -115,6 +121,7 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
+  cmd->add_flag("--profile", a->profile, "after the timed steps, time each op kind over two more steps");
   cmd->add_flag("--nondeterministic", a->nondeterministic,
                 "use cuDNN's atomic attention backward (faster; results may differ in the last bits run to run)");
   return [a] { return run_bench(*a); };

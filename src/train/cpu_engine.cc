@@ -1,5 +1,9 @@
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
+
 #include "base/bytes.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
@@ -48,6 +52,7 @@ class CpuEngine final : public Engine {
       step_.write_gradients(grads_, share, micro > 0);
     }
     stats.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
+    if (profiling_) ++profiled_steps_;
     optimizer_.step(weights_, grads_, lr);
     return stats;
   }
@@ -58,6 +63,15 @@ class CpuEngine final : public Engine {
 
   void sync_to_host() override {}
   uint64_t peak_device_bytes() const override { return space_->peak(); }
+  void set_profiling(bool on) override {
+    if (auto* e = dynamic_cast<exec::Executor*>(&step_.program())) e->set_profiling(on);
+    profiling_ = on;
+  }
+  std::string profile_report() const override {
+    auto* e = dynamic_cast<const exec::Executor*>(&const_cast<TrainStep&>(step_).program());
+    return e ? op_time_report(step_.graph(), e->node_seconds(), std::max(1, profiled_steps_), 0)
+             : "no profile under a device budget\n";
+  }
 
  private:
   model::LlamaWeights& weights_;
@@ -74,9 +88,36 @@ class CpuEngine final : public Engine {
   TrainStep step_;
   TrainStep eval_;
   model::LlamaWeights grads_;
+  bool profiling_ = false;
+  int profiled_steps_ = 0;
 };
 
 }  // namespace
+
+std::string op_time_report(const graph::Graph& graph, const std::vector<double>& node_seconds, int steps,
+                           double other_seconds) {
+  std::map<std::string, double> by_kind;
+  double total = other_seconds;
+  for (size_t i = 0; i < node_seconds.size(); ++i) {
+    const graph::Node& n = graph.nodes()[i];
+    std::string kind(graph::op_name(n.kind));
+    if (n.kind == graph::OpKind::matmul) {
+      kind += n.name.find("lm_head") != std::string::npos ? " (lm_head" : " (layers";
+      kind += n.backward ? ", backward)" : ", forward)";
+    }
+    by_kind[kind] += node_seconds[i];
+    total += node_seconds[i];
+  }
+  if (other_seconds > 0) by_kind["optimizer (norm, clip, AdamW)"] = other_seconds;
+  std::string out;
+  char line[160];
+  for (const auto& [kind, secs] : by_kind) {
+    std::snprintf(line, sizeof line, "  %-36s %9.3f ms/step  %5.1f%%\n", kind.c_str(), secs * 1e3 / steps,
+                  100.0 * secs / total);
+    out += line;
+  }
+  return out;
+}
 
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   return std::make_unique<CpuEngine>(weights, optimizer, options);

@@ -9,7 +9,9 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "graph/graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
 
@@ -43,7 +45,17 @@ class Engine {
   // Makes the host weights and optimizer handed to the engine current.
   virtual void sync_to_host() = 0;
   virtual uint64_t peak_device_bytes() const = 0;
+
+  // Per-op timing of the training step (synchronizing after every op, so
+  // steps run slower while it is on). The report sums time by op kind.
+  virtual void set_profiling(bool on) = 0;
+  virtual std::string profile_report() const = 0;
 };
+
+// Seconds by op kind (matmul split into forward/backward and lm_head) over
+// the nodes of `graph`, as a table.
+std::string op_time_report(const graph::Graph& graph, const std::vector<double>& node_seconds, int steps,
+                           double other_seconds);
 
 // `weights` and `optimizer` must outlive the engine; they are its host copy.
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);

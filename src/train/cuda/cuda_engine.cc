@@ -3,6 +3,7 @@
 // optimizer writes the bf16 working copy the next step's graph reads.
 #include <cuda_runtime_api.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -92,6 +93,7 @@ class CudaEngine final : public Engine {
                     static_cast<double>(micro_batches);
       if (micro_batches > 1) accumulate_gradients(micro == 0, micro + 1 == micro_batches, micro_batches);
     }
+    const auto optimizer_start = std::chrono::steady_clock::now();
     std::vector<float*> grads = gradient_pointers(micro_batches > 1);
     for (size_t i = 0; i < params_.size(); ++i) {
       ops::sum_of_squares_cuda(grads[i], params_[i].n, norm_out_, i > 0, norm_workspace_, stream_);
@@ -117,6 +119,10 @@ class CudaEngine final : public Engine {
                              params_[i].n, hp, stream_);
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
+    if (profiling_) {
+      optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
+      ++profiled_steps_;
+    }
     host_current_ = false;
     return stats;
   }
@@ -138,6 +144,15 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+
+  void set_profiling(bool on) override {
+    profiling_ = on;
+    static_cast<exec::Executor*>(train_.executor.get())->set_profiling(on);
+  }
+  std::string profile_report() const override {
+    const auto& seconds = static_cast<const exec::Executor*>(train_.executor.get())->node_seconds();
+    return op_time_report(train_.graph, seconds, std::max(1, profiled_steps_), optimizer_seconds_);
+  }
 
  private:
   struct Param {
@@ -233,6 +248,9 @@ class CudaEngine final : public Engine {
   double* norm_out_ = nullptr;
   CudaStep train_, eval_;
   bool host_current_ = true;
+  bool profiling_ = false;
+  int profiled_steps_ = 0;
+  double optimizer_seconds_ = 0;
 };
 
 }  // namespace

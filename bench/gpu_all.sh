@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# One lease of the GPU machine, in order: build, the gpu-labelled tests, the
+# 1B benchmark beside PyTorch, and a default-model training run on the GPU.
+# Logs go to $OUT. Carry .deps and .shared with the call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+start=$(date +%s)
+scripts/gpu_build.sh ${SPILLWAY_TARGETS:-} > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$OUT/gpu_tests.log"
+echo "tests: $(( $(date +%s) - start )) s"
+if [ "${SKIP_BENCH:-0}" != 1 ]; then
+  bench/gpu_bench.sh llama3.2-1b 4096 4 > "$OUT/bench.log" 2>&1
+  tail -5 "$OUT/bench.log"
+  echo "bench: $(( $(date +%s) - start )) s"
+fi
+if [ -d .deps/fortunes-data ]; then
+  build/gpu/src/spillway train --data .deps/fortunes-data --out /tmp/run-gpu --sample-tokens 80 > "$OUT/train_gpu.log" 2>&1
+  tail -12 "$OUT/train_gpu.log"
+  cp /tmp/run-gpu/train_log.jsonl "$OUT/train_gpu_log.jsonl" 2>/dev/null
+  echo "train: $(( $(date +%s) - start )) s"
+fi

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "ops/add.h"
@@ -67,8 +68,10 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
         bool cudnn_ok = false;
         try {
           cudnn_ok = cudnn_->supports(shape, n.attrs.scale, pass_of(n));
-        } catch (const Error&) {
+          if (!cudnn_ok) cudnn_->workspace_bytes(shape, n.attrs.scale, pass_of(n));  // throws the reason
+        } catch (const Error& e) {
           cudnn_ok = false;
+          log_warn(std::string(graph::op_name(n.kind)) + " '" + n.name + "' runs on the own kernel: " + e.what());
         }
         use_cudnn_[&n] = cudnn_ok;
         if (cudnn_ok) need = std::max(need, cudnn_->workspace_bytes(shape, n.attrs.scale, pass_of(n)));

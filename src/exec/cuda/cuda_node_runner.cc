@@ -42,11 +42,7 @@ const Shape& attention_q_shape(const Graph& g, const Node& n) {
 CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic)
     : memory_(memory), stream_(stream) {
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
-  // Timing the heuristic's top candidates per shape wins 5-20% on several
-  // LLaMA shapes, but the winner, and with it the result's last bits, can
-  // differ between processes; so only when determinism is not asked for.
-  matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes,
-                                                  deterministic ? 1 : 8);
+  matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes);
   uint64_t need = 0;
   for (const Node& n : graph.nodes()) {
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;

@@ -23,8 +23,7 @@ class CudaNodeRunner final : public NodeRunner {
   // `graph` can share, and chooses cuDNN or the own kernel per attention node.
   // `deterministic` picks cuDNN's ordered attention backward (bitwise
   // repeatable; slower, and it needs a workspace of b*h*s*s*2 bytes) over
-  // its atomic one, and cuBLASLt's heuristic first choice over the fastest
-  // of its candidates timed on first use.
+  // its atomic one.
   CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true);
   ~CudaNodeRunner() override;
 

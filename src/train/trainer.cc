@@ -164,7 +164,9 @@ TrainResult train_model(TrainOptions o) {
     sampler.restore(SamplerState{s.at("seed"), s.at("draws"), s.at("tokens_consumed")});
   }
   LossCurves curves;
-  curves.title = "spillway: " + std::to_string(model::parameter_count(config) / 1000) + "k-parameter LLaMA";
+  char title[96];
+  std::snprintf(title, sizeof title, "spillway: %.1fM-parameter LLaMA", static_cast<double>(model::parameter_count(config)) / 1e6);
+  curves.title = title;
   if (o.resume) {
     for (const auto& p : state.value("train_curve", json::array())) curves.train.emplace_back(p[0], p[1]);
     for (const auto& p : state.value("validation_curve", json::array())) curves.validation.emplace_back(p[0], p[1]);

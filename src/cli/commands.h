@@ -15,5 +15,6 @@ Runner add_generate(CLI::App& app);
 Runner add_tokenize(CLI::App& app);
 Runner add_bench(CLI::App& app);
 Runner add_plan(CLI::App& app);
+Runner add_convert(CLI::App& app);
 
 }  // namespace spillway::cli

@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(spillway::cli::add_tokenize);
   add(spillway::cli::add_bench);
   add(spillway::cli::add_plan);
+  add(spillway::cli::add_convert);
   CLI11_PARSE(app, argc, argv);
   try {
     for (auto& [sub, run] : runners) {

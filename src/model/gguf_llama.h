@@ -1,0 +1,47 @@
+// A llama.cpp LLaMA GGUF (general.architecture "llama") as spillway's
+// LlamaWeights: the config from the llama.* metadata, tensors renamed to
+// Hugging Face's names (token_embd -> model.embed_tokens, blk.N.attn_q ->
+// model.layers.N.self_attn.q_proj, ..., output -> lm_head, absent: tied).
+//
+// llama.cpp's converter reorders the rows of q_proj and k_proj so that its
+// RoPE, which rotates adjacent pairs (x[2i], x[2i+1]), computes what HF's
+// rotate-half RoPE computes on pairs (x[i], x[i + head_dim/2]). Per head, HF
+// row j * head_dim/2 + i (j in {0, 1}) becomes GGUF row 2 i + j: the rows
+// viewed as [heads, 2, head_dim/2, cols] are transposed to
+// [heads, head_dim/2, 2, cols]. Loading undoes it, so spillway's rotate-half
+// RoPE on the loaded weights gives llama.cpp's attention scores.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "model/gguf.h"
+#include "model/llama_weights.h"
+
+namespace spillway::model {
+
+// The config from `llama.*` metadata; Error naming the file and the key when
+// something is missing, inconsistent or not implemented by spillway (RoPE
+// scaling, a head size other than hidden / heads).
+LlamaConfig gguf_llama_config(const GgufFile& file);
+
+// Every parameter, dequantized to float32 and in HF layout. A tensor that is
+// missing, misshapen, or not part of a plain LLaMA (a bias, say) is an Error
+// naming the file and the tensor.
+LlamaWeights load_gguf_llama(const GgufFile& file);
+LlamaWeights load_gguf_llama(const std::string& path);
+
+// The GGUF tensor name of an HF parameter name ("lm_head.weight" ->
+// "output.weight"); Error naming it when it is not a LLaMA parameter.
+std::string gguf_tensor_name(const std::string& hf_name);
+
+// Rows of a [heads * head_dim, cols] q or k matrix: HF order to llama.cpp's
+// (what its converter writes), and back. `heads` is the head count of that
+// projection (key/value heads for k). in and out must not overlap.
+void permute_qk_rows_to_gguf(std::span<const float> hf, std::span<float> gguf, int64_t heads, int64_t head_dim,
+                             int64_t cols);
+void unpermute_qk_rows_from_gguf(std::span<const float> gguf, std::span<float> hf, int64_t heads, int64_t head_dim,
+                                 int64_t cols);
+
+}  // namespace spillway::model

@@ -130,7 +130,7 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
   }
   if (f.find("llama.rope.scaling.type")) {
     std::string type = f.get_string("llama.rope.scaling.type");
-    SPW_CHECK(type == "none", path, "llama.rope.scaling.type '", type, "' is not implemented");
+    SPW_CHECK(type == "none", path, "llama.rope.scaling.type '", type, "' is not supported");
   }
   SPW_CHECK(f.find_tensor("rope_freqs.weight") == nullptr, path,
             "tensor 'rope_freqs.weight' (LLaMA-3.1 RoPE scaling baked into per-frequency factors) is not "

@@ -22,7 +22,7 @@
 namespace spillway::model {
 
 // The config from `llama.*` metadata; Error naming the file and the key when
-// something is missing, inconsistent or not implemented by spillway (RoPE
+// something is missing, inconsistent or unsupported by spillway (RoPE
 // scaling, a head size other than hidden / heads).
 LlamaConfig gguf_llama_config(const GgufFile& file);
 

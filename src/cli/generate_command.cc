@@ -6,7 +6,7 @@
 #include "cli/commands.h"
 #include "infer/generate.h"
 #include "model/llama_weights_io.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer.h"
 #include "train/checkpoint.h"
 
 namespace spillway::cli {
@@ -36,7 +36,8 @@ struct GenerateArgs {
 int run_generate(const GenerateArgs& a) {
   const std::string dir = train::resolve_checkpoint(a.model);
   model::LlamaWeights weights = model::load_llama(dir);
-  BpeTokenizer tok = load_tokenizer_json(dir + "/tokenizer.json");
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);  // tokenizer.json or tokenizer.model
+  const Tokenizer& tok = *tokenizer;
   std::vector<int32_t> prompt = a.prompt.empty() ? std::vector<int32_t>{tok.eos_id()} : tok.encode(a.prompt);
   infer::LlamaDecoder decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens);
   infer::GenerateOptions g;

@@ -17,35 +17,16 @@
 #include <vector>
 
 #include "base/status.h"
+#include "testing/files.h"
 
 namespace spillway {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FileSizeLimit;
+using testing::read_bytes;
 
-class AtomicFileTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "atomic_file_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  std::string dir_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+class AtomicFileTest : public testing::TempDirTest {};
 
 // Random bytes, never all zero, so a file of zeros or of the old content
 // cannot pass for the new one.
@@ -69,27 +50,6 @@ void expect_error(F&& f, const std::string& thing, const std::string& word) {
     EXPECT_NE(what.find(word), std::string::npos) << "no '" << word << "' in: " << what;
   }
 }
-
-// Makes writes past `bytes` into any file fail with EFBIG (the signal that
-// would otherwise kill the process is ignored) for the life of the object.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = saved_;
-    limited.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limited);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_;
-  sighandler_t old_handler_;
-};
 
 TEST_F(AtomicFileTest, CommitReplacesTheContentWhole) {
   const std::string path = file("data.bin");

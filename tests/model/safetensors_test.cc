@@ -19,36 +19,17 @@
 #include <random>
 
 #include "base/status.h"
+#include "testing/files.h"
 #include "testing/numeric.h"
 
 namespace spillway {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FileSizeLimit;
+using testing::read_bytes;
 
-class SafetensorsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string pattern = (fs::path(::testing::TempDir()) / "safetensors_test_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string file(const std::string& name) const { return (fs::path(dir_) / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
-  std::string dir_;
-};
-
-std::string read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+class SafetensorsTest : public testing::TempDirTest {};
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary);
@@ -440,27 +421,6 @@ TEST_F(SafetensorsTest, FailedRenameLeavesNoTemporary) {
   EXPECT_EQ(listing(), std::vector<std::string>{"occupied"});
   EXPECT_EQ(read_bytes(file("occupied/keep")), "k");
 }
-
-// Makes writes past `bytes` into any file fail with EFBIG (the signal that
-// would otherwise kill the process is ignored) for the life of the object.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = saved_;
-    limited.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limited);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_;
-  sighandler_t old_handler_;
-};
 
 TEST_F(SafetensorsTest, FailureMidWriteKeepsTheOldFile) {
   const std::string path = file("model.safetensors");

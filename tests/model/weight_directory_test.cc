@@ -16,12 +16,14 @@
 #include <nlohmann/json.hpp>
 
 #include "base/status.h"
+#include "testing/files.h"
 #include "testing/numeric.h"
 
 namespace spillway {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::FileSizeLimit;
 using nlohmann::json;
 
 class WeightDirectoryTest : public ::testing::Test {
@@ -293,26 +295,6 @@ TEST_F(WeightDirectoryTest, BrokenDirectoriesAndIndexes) {
   fs::resize_file(shard, fs::file_size(shard) - 3);
   expect_error([&] { WeightDirectory d(dir_); }, shard, {"truncated"});
 }
-
-// Makes writes past `bytes` into any file fail with EFBIG for the life of the object.
-class FileSizeLimit {
- public:
-  explicit FileSizeLimit(rlim_t bytes) {
-    ::getrlimit(RLIMIT_FSIZE, &saved_);
-    old_handler_ = ::signal(SIGXFSZ, SIG_IGN);
-    rlimit limited = saved_;
-    limited.rlim_cur = bytes;
-    ::setrlimit(RLIMIT_FSIZE, &limited);
-  }
-  ~FileSizeLimit() {
-    ::setrlimit(RLIMIT_FSIZE, &saved_);
-    ::signal(SIGXFSZ, old_handler_);
-  }
-
- private:
-  rlimit saved_;
-  sighandler_t old_handler_;
-};
 
 TEST_F(WeightDirectoryTest, FailedShardRemovesTheShardsAlreadyWritten) {
   std::vector<float> small = testing::random_vector<float>(100, 7), large = testing::random_vector<float>(1000, 8);

@@ -8,7 +8,6 @@
 
 #include "base/atomic_file.h"
 #include "base/status.h"
-#include "device/cpu/cpu_device.h"
 #include "infer/generate.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"

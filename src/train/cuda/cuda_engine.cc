@@ -62,7 +62,6 @@ class CudaEngine final : public Engine {
     upload_state();
 
     const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
-    tokens_capacity_ = tokens;
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
     norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8, "gradient norm");
@@ -244,7 +243,6 @@ class CudaEngine final : public Engine {
   cudaStream_t stream_ = nullptr;
   std::string name_;
   std::vector<Param> params_;
-  uint64_t tokens_capacity_ = 0;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   void* norm_workspace_ = nullptr;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ops/simd_cpu.h"
 
 namespace spillway::ops {
 
@@ -30,6 +31,34 @@ double log_sum_exp(const T* x, int64_t vocab) {
   double sum = 0;
   for (int64_t j = 0; j < vocab; ++j) sum += static_cast<double>(std::exp(x[j] - max));
   return static_cast<double>(max) + std::log(sum);
+}
+
+// The float rows vectorize: exps in float lanes, summed in double through
+// four accumulators in a fixed order.
+double log_sum_exp(const float* x, int64_t vocab) {
+  float max = x[0];
+  for (int64_t j = 1; j < vocab; ++j) max = std::max(max, x[j]);
+  thread_local std::vector<float> exps;
+  exps.resize(static_cast<size_t>(vocab));
+  exp_shifted(x, max, exps.data(), vocab);
+  double acc[4] = {0, 0, 0, 0};
+  int64_t j = 0;
+  for (; j + 4 <= vocab; j += 4) {
+    for (int k = 0; k < 4; ++k) acc[k] += exps[static_cast<size_t>(j + k)];
+  }
+  for (; j < vocab; ++j) acc[0] += exps[static_cast<size_t>(j)];
+  return static_cast<double>(max) + std::log((acc[0] + acc[1]) + (acc[2] + acc[3]));
+}
+
+// dx = scale * softmax(x), given the row's log-sum-exp.
+template <typename T>
+void scaled_softmax(const T* x, T row_lse, T scale, T* dx, int64_t vocab) {
+  for (int64_t j = 0; j < vocab; ++j) dx[j] = scale * std::exp(x[j] - row_lse);
+}
+
+void scaled_softmax(const float* x, float row_lse, float scale, float* dx, int64_t vocab) {
+  exp_shifted(x, row_lse, dx, vocab);
+  for (int64_t j = 0; j < vocab; ++j) dx[j] *= scale;
 }
 
 }  // namespace
@@ -69,7 +98,7 @@ void cross_entropy_backward(const T* logits, const int32_t* targets, const T* ls
       continue;
     }
     const T row_lse = lse[r];
-    for (int64_t j = 0; j < vocab; ++j) dx[j] = scale * std::exp(x[j] - row_lse);
+    scaled_softmax(x, row_lse, scale, dx, vocab);
     const int32_t t = targets[r];
     dx[t] = scale * (std::exp(x[t] - row_lse) - T(1));
   }

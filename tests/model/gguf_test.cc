@@ -142,6 +142,30 @@ std::string q8_0_bytes(const std::vector<float>& v, std::vector<float>* dequanti
   return out;
 }
 
+// llama.cpp's Q4_1 quantizer: per block of 32, d = (max - min) / 15 and
+// m = min, values rounded to nearest in [0, 15]; element k in the low nibble
+// of byte k, element k + 16 in its high nibble.
+std::string q4_1_bytes(const std::vector<float>& v, std::vector<float>* dequantized) {
+  std::string out;
+  dequantized->assign(v.size(), 0.0f);
+  for (size_t b = 0; b < v.size(); b += 32) {
+    float lo = v[b], hi = v[b];
+    for (size_t k = 0; k < 32; ++k) lo = std::min(lo, v[b + k]), hi = std::max(hi, v[b + k]);
+    const float d = (hi - lo) / 15.0f;
+    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const f16 dh = to_f16(d), mh = to_f16(lo);
+    GgufBuilder::put<uint16_t>(out, dh.bits);
+    GgufBuilder::put<uint16_t>(out, mh.bits);
+    uint8_t q[32];
+    for (size_t k = 0; k < 32; ++k) {
+      q[k] = static_cast<uint8_t>(std::min(15L, std::max(0L, std::lround((v[b + k] - lo) * id))));
+      (*dequantized)[b + k] = to_float(dh) * static_cast<float>(q[k]) + to_float(mh);
+    }
+    for (size_t k = 0; k < 16; ++k) out.push_back(static_cast<char>(q[k] | (q[k + 16] << 4)));
+  }
+  return out;
+}
+
 std::vector<float> random_floats(size_t n, uint64_t seed, double scale = 1.0) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal(0.0, scale);
@@ -278,7 +302,19 @@ TEST_F(GgufRead, DequantizesEachTypeInRowMajorShape) {
     b.tensor({"h", {7, 3}, 1, f16_bytes(h), {}});
     b.tensor({"q", {64, 3}, 8, q8_0_bytes(q, &q_ref), {}});
     b.tensor({"bf", {11}, 30, bf16_bytes(bf), {}});
+    auto q4 = random_floats(32 * 5, 5, 0.5);
+    std::vector<float> q4_ref;
+    b.tensor({"q4", {32, 5}, 3, q4_1_bytes(q4, &q4_ref), {}});
     GgufFile f(write("t.gguf", b.build(3, alignment)));
+    EXPECT_EQ(f.read_f32(f.tensor("q4")), q4_ref);
+    // Within Q4_1's error: half a step of (max - min) / 15, plus f16 rounding.
+    const auto q4_back = f.read_f32(f.tensor("q4"));
+    for (size_t blk = 0; blk < q4.size(); blk += 32) {
+      const auto [lo, hi] = std::minmax_element(q4.begin() + static_cast<std::ptrdiff_t>(blk),
+                                                q4.begin() + static_cast<std::ptrdiff_t>(blk) + 32);
+      const float step = (*hi - *lo) / 15.0f;
+      for (size_t k = blk; k < blk + 32; ++k) EXPECT_NEAR(q4_back[k], q4[k], 0.5f * step + 2e-3f) << k;
+    }
     EXPECT_EQ(f.alignment(), alignment);
     EXPECT_EQ(f.data_offset() % alignment, 0u);
     EXPECT_EQ(f.tensor("a").shape(), (Shape{3, 5}));

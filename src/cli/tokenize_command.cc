@@ -1,4 +1,5 @@
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -6,6 +7,7 @@
 #include "base/status.h"
 #include "cli/commands.h"
 #include "model/bpe_train.h"
+#include "model/tokenizer.h"
 #include "model/tokenizer_json.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
@@ -29,25 +31,29 @@ int run_tokenize(const TokenizeArgs& a) {
   std::string separator = a.files.empty() && a.separator.empty() ? train::kFortuneSeparator : a.separator;
   SPW_CHECK(a.train_vocab > 0 || !a.tokenizer.empty(), "tokenize",
             "give --train-vocab N to train a tokenizer, or --tokenizer DIR to use one");
-  std::unique_ptr<BpeTokenizer> tok;
-  if (!a.tokenizer.empty()) {
-    std::string path = a.tokenizer;
-    if (!path.ends_with(".json")) path = train::resolve_checkpoint(path) + "/tokenizer.json";
-    tok = std::make_unique<BpeTokenizer>(load_tokenizer_json(path));
-  } else {
-    std::vector<std::string> texts;
-    for (const auto& f : files) texts.push_back(read_corpus_file(f));
-    std::vector<std::string_view> views(texts.begin(), texts.end());
-    BpeTrainOptions options;
-    options.vocab_size = a.train_vocab;
-    tok = std::make_unique<BpeTokenizer>(train_bpe(views, options));
-    std::printf("trained a %d-token byte-level BPE tokenizer\n", tok->vocab_size());
-  }
   CorpusOptions corpus;
   corpus.document_separator = separator;
   corpus.validation_fraction = a.validation;
   corpus.seed = a.seed;
-  auto stats = train::tokenize_to_folder(files, *tok, a.out, corpus);
+  TokenizedCorpus stats;
+  if (a.tokenizer.empty()) {
+    BpeTokenizer tok = train::train_tokenizer(files, corpus, a.train_vocab);
+    std::printf("trained a %d-token byte-level BPE tokenizer\n", tok.vocab_size());
+    stats = train::tokenize_to_folder(files, tok, a.out, corpus);
+  } else {
+    // tokenizer.json or tokenizer.model, from a file or a model/run folder.
+    const std::string source = std::filesystem::is_directory(a.tokenizer) ? train::resolve_checkpoint(a.tokenizer)
+                                                                          : a.tokenizer;
+    std::unique_ptr<Tokenizer> tok = load_tokenizer(source);
+    if (auto* bpe = dynamic_cast<const BpeTokenizerAdapter*>(tok.get())) {
+      stats = train::tokenize_to_folder(files, bpe->bpe(), a.out, corpus);
+    } else {
+      std::filesystem::create_directories(a.out);
+      stats = text_to_tokens(files, *tok, a.out + "/train.bin", a.out + "/val.bin", corpus);
+      const std::string model = std::filesystem::is_directory(source) ? source + "/tokenizer.model" : source;
+      std::filesystem::copy_file(model, a.out + "/tokenizer.model", std::filesystem::copy_options::overwrite_existing);
+    }
+  }
   std::printf("%s: %llu train tokens, %llu validation tokens from %.1f MB of text (%.2f bytes per token)\n",
               a.out.c_str(), static_cast<unsigned long long>(stats.train_tokens),
               static_cast<unsigned long long>(stats.validation_tokens), static_cast<double>(stats.bytes) / 1e6,
@@ -63,7 +69,8 @@ Runner add_tokenize(CLI::App& app) {
   cmd->add_option("files", a->files, "text files (default: the fortunes corpus)");
   cmd->add_option("--out", a->out, "output folder")->required();
   cmd->add_option("--train-vocab", a->train_vocab, "train a byte-level BPE tokenizer of this size on the text");
-  cmd->add_option("--tokenizer", a->tokenizer, "use this tokenizer.json, or a model folder's");
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "use this tokenizer.json or tokenizer.model (SentencePiece), or a model folder's");
   cmd->add_option("--separator", a->separator, "a line holding exactly this text ends a document");
   cmd->add_option("--validation", a->validation, "share of documents held out for validation")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the validation split")->capture_default_str();

@@ -84,6 +84,31 @@ TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, c
   return result;
 }
 
+BpeTokenizer train_tokenizer(const std::vector<std::string>& text_files, const CorpusOptions& corpus,
+                             int32_t vocab_size) {
+  // The tokenizer learns from the training documents only: neither the
+  // separator lines nor the held-out documents shape its merges.
+  std::vector<std::string> texts;
+  for (const auto& f : text_files) texts.push_back(read_corpus_file(f));
+  std::vector<std::string_view> documents;
+  for (const auto& t : texts) {
+    auto docs = split_documents(t, corpus.document_separator);
+    documents.insert(documents.end(), docs.begin(), docs.end());
+  }
+  auto held_out = pick_validation_documents(documents.size(), corpus.validation_fraction, corpus.seed);
+  std::vector<std::string_view> views;
+  for (size_t i = 0, next = 0; i < documents.size(); ++i) {
+    if (next < held_out.size() && held_out[next] == i) {
+      ++next;
+      continue;
+    }
+    views.push_back(documents[i]);
+  }
+  BpeTrainOptions bpe;
+  bpe.vocab_size = vocab_size;
+  return train_bpe(views, bpe);
+}
+
 Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir, const BpeTokenizer* tokenizer,
                         bool quiet) {
   Dataset ds;
@@ -108,27 +133,7 @@ Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
       std::unique_ptr<BpeTokenizer> trained;  // lives until the data is written
       if (!tokenizer) {
         if (!quiet) std::printf("training a %d-token BPE tokenizer on %zu files\n", options.vocab_size, files.size());
-        // The tokenizer learns from the training documents only: neither the
-        // separator lines nor the held-out documents shape its merges.
-        std::vector<std::string> texts;
-        for (const auto& f : files) texts.push_back(read_corpus_file(f));
-        std::vector<std::string_view> documents;
-        for (const auto& t : texts) {
-          auto docs = split_documents(t, corpus.document_separator);
-          documents.insert(documents.end(), docs.begin(), docs.end());
-        }
-        auto held_out = pick_validation_documents(documents.size(), corpus.validation_fraction, corpus.seed);
-        std::vector<std::string_view> views;
-        for (size_t i = 0, next = 0; i < documents.size(); ++i) {
-          if (next < held_out.size() && held_out[next] == i) {
-            ++next;
-            continue;
-          }
-          views.push_back(documents[i]);
-        }
-        BpeTrainOptions bpe;
-        bpe.vocab_size = options.vocab_size;
-        trained = std::make_unique<BpeTokenizer>(train_bpe(views, bpe));
+        trained = std::make_unique<BpeTokenizer>(train_tokenizer(files, corpus, options.vocab_size));
         tokenizer = trained.get();
       }
       auto stats = tokenize_to_folder(files, *tokenizer, folder.string(), corpus);

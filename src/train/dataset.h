@@ -57,4 +57,9 @@ TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, c
 
 double unigram_entropy(const TokenFile& tokens);
 
+// A byte-level BPE of `vocab_size` tokens learned from the documents of the
+// files that `corpus` puts on the training side.
+BpeTokenizer train_tokenizer(const std::vector<std::string>& text_files, const CorpusOptions& corpus,
+                             int32_t vocab_size);
+
 }  // namespace spillway::train

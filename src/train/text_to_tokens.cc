@@ -83,9 +83,14 @@ std::vector<uint64_t> pick_validation_documents(uint64_t documents, double fract
   return order;
 }
 
-TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const BpeTokenizer& tokenizer,
-                               const std::string& train_path, const std::string& validation_path,
-                               const CorpusOptions& options) {
+namespace {
+
+// One body for both tokenizer types: each has encode, eos_id, vocab_size and
+// fingerprint, and the BPE one is used directly where the trainer holds it.
+template <typename Tok>
+TokenizedCorpus tokenize_corpus(const std::vector<std::string>& text_paths, const Tok& tokenizer,
+                                const std::string& train_path, const std::string& validation_path,
+                                const CorpusOptions& options) {
   SPW_CHECK(!text_paths.empty(), "corpus", "no text files given");
   const int32_t eos = tokenizer.eos_id();
 
@@ -108,8 +113,7 @@ TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const
   for (const std::string& path : text_paths) {
     const std::string text = read_corpus_file(path);
     for (std::string_view document : split_documents(text, options.document_separator)) {
-      ids.clear();
-      tokenizer.encode_append(document, /*allow_special=*/false, ids);
+      ids = tokenizer.encode(document, /*allow_special=*/false);
       ids.push_back(eos);
       result.bytes += document.size();
       const bool is_validation = next_validation < validation.size() && validation[next_validation] == index;
@@ -132,6 +136,20 @@ TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const
   train.commit();
   held_out.commit();
   return result;
+}
+
+}  // namespace
+
+TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const BpeTokenizer& tokenizer,
+                               const std::string& train_path, const std::string& validation_path,
+                               const CorpusOptions& options) {
+  return tokenize_corpus(text_paths, tokenizer, train_path, validation_path, options);
+}
+
+TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const Tokenizer& tokenizer,
+                               const std::string& train_path, const std::string& validation_path,
+                               const CorpusOptions& options) {
+  return tokenize_corpus(text_paths, tokenizer, train_path, validation_path, options);
 }
 
 }  // namespace spillway

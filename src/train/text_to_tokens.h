@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "model/bpe_tokenizer.h"
+#include "model/tokenizer.h"
 
 namespace spillway {
 
@@ -51,6 +52,10 @@ struct TokenizedCorpus {
 // one file is in memory at a time. Both token files are written atomically
 // (token_file.h); on an Error neither is left behind.
 TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const BpeTokenizer& tokenizer,
+                               const std::string& train_path, const std::string& validation_path,
+                               const CorpusOptions& options);
+// The same through the common Tokenizer interface (SentencePiece models too).
+TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const Tokenizer& tokenizer,
                                const std::string& train_path, const std::string& validation_path,
                                const CorpusOptions& options);
 

@@ -13,6 +13,7 @@
 
 #include "base/status.h"
 #include "testing/numeric.h"
+#include "testing/threads.h"
 
 namespace spillway::ops {
 namespace {
@@ -164,8 +165,7 @@ void expect_independent_of_threads() {
   auto logits = cast_vector<T>(random_vector(rows * vocab, 21, -8, 8));
   auto targets = random_targets(rows, vocab, 22);
   const T dloss = 1;
-  auto run = [&](int threads) {
-    omp_set_num_threads(threads);
+  testing::expect_same_bits_with_1_and_4_threads([&] {
     std::vector<T> out(rows + 1 + rows * vocab);  // lse, loss, dlogits
     T* lse = out.data();
     T* loss = lse + rows;
@@ -173,11 +173,7 @@ void expect_independent_of_threads() {
     cross_entropy_forward<T>(logits.data(), targets.data(), lse, loss, rows, vocab);
     cross_entropy_backward<T>(logits.data(), targets.data(), lse, &dloss, dlogits, rows, vocab);
     return out;
-  };
-  const int saved = omp_get_max_threads();
-  auto one = run(1), four = run(4);
-  omp_set_num_threads(saved);
-  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(T)), 0);
+  });
 }
 
 TEST(CrossEntropy, DoesNotDependOnThreadCount) {

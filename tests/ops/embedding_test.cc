@@ -11,6 +11,7 @@
 
 #include "base/status.h"
 #include "testing/numeric.h"
+#include "testing/threads.h"
 
 namespace spillway::ops {
 namespace {
@@ -139,16 +140,11 @@ void expect_backward_independent_of_threads() {
   auto ids = random_ids(tokens, vocab, 7);
   for (int64_t t = 0; t < tokens; t += 3) ids[t] = 0;  // one very frequent id
   auto dout = cast_vector<T>(random_vector(tokens * dim, 8));
-  auto run = [&](int threads) {
-    omp_set_num_threads(threads);
+  testing::expect_same_bits_with_1_and_4_threads([&] {
     std::vector<T> dtable(static_cast<size_t>(vocab * dim));
     embedding_backward<T>(ids.data(), dout.data(), dtable.data(), tokens, vocab, dim);
     return dtable;
-  };
-  const int saved = omp_get_max_threads();
-  auto one = run(1), four = run(4);
-  omp_set_num_threads(saved);
-  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(T)), 0);
+  });
 }
 
 TEST(Embedding, BackwardDoesNotDependOnThreadCount) {

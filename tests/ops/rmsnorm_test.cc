@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "testing/numeric.h"
+#include "testing/threads.h"
 
 namespace spillway::ops {
 namespace {
@@ -123,17 +124,12 @@ void expect_backward_independent_of_threads() {
   auto dy = cast_vector<T>(random_vector(rows * dim, 13));
   std::vector<T> y(x.size()), rstd(rows);
   rmsnorm_forward<T>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, kEps);
-  auto run = [&](int threads) {
-    omp_set_num_threads(threads);
+  testing::expect_same_bits_with_1_and_4_threads([&] {
     std::vector<T> grads(x.size() + w.size());  // dx, then dweight
     rmsnorm_backward<T>(dy.data(), x.data(), w.data(), rstd.data(), grads.data(),
                         grads.data() + x.size(), rows, dim);
     return grads;
-  };
-  const int saved = omp_get_max_threads();
-  auto one = run(1), four = run(4);
-  omp_set_num_threads(saved);
-  EXPECT_EQ(std::memcmp(one.data(), four.data(), one.size() * sizeof(T)), 0);
+  });
 }
 
 TEST(RMSNorm, BackwardDoesNotDependOnThreadCount) {

@@ -15,9 +15,11 @@ using graph::ValueRole;
 
 namespace {
 
-// A stretch of nodes [first, last] during which a value is on the device.
+// A stretch of nodes [first, last] that use a value while it is on the
+// device; its memory is taken at `load` (<= first: a prefetch starts early).
 struct Segment {
   int32_t first, last;
+  int32_t load;
 };
 
 struct ValuePlan {
@@ -28,7 +30,8 @@ struct ValuePlan {
   bool output = false;
 };
 
-std::vector<ValuePlan> initial_plans(const Graph& g, const graph::AllocationCost& cost) {
+std::vector<ValuePlan> initial_plans(const Graph& g, const graph::AllocationCost& cost,
+                                     const std::vector<bool>& resident) {
   std::vector<ValuePlan> plans(g.values().size());
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const auto& n = g.nodes()[i];
@@ -43,7 +46,8 @@ std::vector<ValuePlan> initial_plans(const Graph& g, const graph::AllocationCost
     p.cost = cost(g.values()[v].bytes());
     p.computed = g.values()[v].role == ValueRole::computed;
     p.output = g.is_output(Value{static_cast<int32_t>(v)});
-    if (!t.empty()) p.segments.push_back({t.front(), t.back()});
+    const bool stays = v < resident.size() && resident[v];
+    if (!t.empty() && !stays) p.segments.push_back({t.front(), t.back(), t.front()});
   }
   return plans;
 }
@@ -52,7 +56,7 @@ std::vector<uint64_t> device_profile(const std::vector<ValuePlan>& plans, size_t
   std::vector<int64_t> delta(nodes + 1, 0);
   for (const auto& p : plans) {
     for (const auto& s : p.segments) {
-      delta[static_cast<size_t>(s.first)] += static_cast<int64_t>(p.cost);
+      delta[static_cast<size_t>(s.load)] += static_cast<int64_t>(p.cost);
       delta[static_cast<size_t>(s.last) + 1] -= static_cast<int64_t>(p.cost);
     }
   }
@@ -83,8 +87,9 @@ void split(ValuePlan& p, std::pair<int32_t, int32_t> gap) {
   for (size_t k = 0; k < p.segments.size(); ++k) {
     Segment s = p.segments[k];
     if (s.first <= gap.first && gap.second <= s.last) {
-      p.segments[k] = {s.first, gap.first};
-      p.segments.insert(p.segments.begin() + static_cast<std::ptrdiff_t>(k) + 1, Segment{gap.second, s.last});
+      p.segments[k] = {s.first, gap.first, s.load};
+      p.segments.insert(p.segments.begin() + static_cast<std::ptrdiff_t>(k) + 1,
+                        Segment{gap.second, s.last, gap.second});
       return;
     }
   }
@@ -92,7 +97,7 @@ void split(ValuePlan& p, std::pair<int32_t, int32_t> gap) {
 
 }  // namespace
 
-uint64_t minimum_device_budget(const Graph& g, const graph::AllocationCost& cost) {
+uint64_t minimum_device_budget(const Graph& g, const graph::AllocationCost& cost, const std::vector<bool>& resident) {
   uint64_t minimum = 0;
   for (const auto& n : g.nodes()) {
     std::vector<int32_t> ids;
@@ -101,24 +106,25 @@ uint64_t minimum_device_budget(const Graph& g, const graph::AllocationCost& cost
     std::sort(ids.begin(), ids.end());
     ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
     uint64_t bytes = 0;
-    for (int32_t id : ids) bytes += cost(g.values()[static_cast<size_t>(id)].bytes());
+    for (int32_t id : ids) {
+      const auto u = static_cast<size_t>(id);
+      if (u < resident.size() && resident[u]) continue;
+      bytes += cost(g.values()[u].bytes());
+    }
     minimum = std::max(minimum, bytes);
   }
   return minimum;
 }
 
-Placement plan_placement(const Graph& g, uint64_t device_budget, uint64_t host_budget,
-                         const graph::AllocationCost& cost) {
-  const uint64_t minimum = minimum_device_budget(g, cost);
-  SPW_CHECK(device_budget >= minimum, "--device-mem", "a budget of ", format_bytes(device_budget),
-            " is below this step's minimum of ", format_bytes(minimum), " (the largest single op's tensors)");
-  const size_t n_nodes = g.nodes().size();
-  std::vector<ValuePlan> plans = initial_plans(g, cost);
+namespace {
 
+// Sends the largest idle values home until the device profile (loads at
+// their first use) fits `budget`.
+void offload_until_under(std::vector<ValuePlan>& plans, size_t n_nodes, uint64_t budget) {
   for (;;) {
     std::vector<uint64_t> profile = device_profile(plans, n_nodes);
     auto peak_it = std::max_element(profile.begin(), profile.end());
-    if (peak_it == profile.end() || *peak_it <= device_budget) break;
+    if (peak_it == profile.end() || *peak_it <= budget) return;
     const auto at = static_cast<int32_t>(peak_it - profile.begin());
     // The largest value idle at the peak goes home; ties go to the longest gap.
     int best = -1;
@@ -133,15 +139,111 @@ Placement plan_placement(const Graph& g, uint64_t device_budget, uint64_t host_b
         best_gap = *gap;
       }
     }
-    // The minimum check above guarantees a candidate: over budget at a node
-    // means something resident there is not one of its operands.
+    // The caller checked the minimum: over budget at a node means something
+    // resident there is not one of its operands.
     SPW_CHECK(best >= 0, "planner", "no value to offload at node ", at);
     split(plans[static_cast<size_t>(best)], best_gap);
+  }
+}
+
+// Moves each load as late as a single host->device stream allows while
+// still finishing before its first use: walking the loads from the last
+// needed to the first, each ends when the next one (in stream order) starts
+// or when its node starts, whichever is earlier. A load never starts before
+// the value's previous stretch ended.
+void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
+                    double h2d_rate) {
+  std::vector<double> start_of(node_seconds.size() + 1, 0.0);
+  for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  struct Load {
+    size_t value, segment;
+    int32_t need, earliest;
+  };
+  std::vector<Load> loads;
+  for (size_t v = 0; v < plans.size(); ++v) {
+    ValuePlan& p = plans[v];
+    for (size_t k = 0; k < p.segments.size(); ++k) {
+      if (p.computed && k == 0) continue;  // born on the device
+      const int32_t earliest = k == 0 ? 0 : p.segments[k - 1].last + 1;
+      loads.push_back({v, k, p.segments[k].first, earliest});
+    }
+  }
+  std::sort(loads.begin(), loads.end(), [](const Load& a, const Load& b) {
+    return a.need != b.need ? a.need > b.need : a.value > b.value;
+  });
+  double stream_free_from = start_of.back();
+  for (const Load& l : loads) {
+    const double seconds = static_cast<double>(g.values()[l.value].bytes()) / h2d_rate;
+    const double start = std::min(start_of[static_cast<size_t>(l.need)], stream_free_from) - seconds;
+    stream_free_from = start;
+    // The last node that begins at or before `start`.
+    auto at = static_cast<int32_t>(std::upper_bound(start_of.begin(), start_of.end() - 1, start) - start_of.begin()) - 1;
+    plans[l.value].segments[l.segment].load = std::clamp(at, l.earliest, l.need);
+  }
+}
+
+void reset_loads(std::vector<ValuePlan>& plans) {
+  for (auto& p : plans) {
+    for (auto& s : p.segments) s.load = s.first;
+  }
+}
+
+uint64_t peak_of(const std::vector<ValuePlan>& plans, size_t n_nodes) {
+  std::vector<uint64_t> profile = device_profile(plans, n_nodes);
+  return profile.empty() ? 0 : *std::max_element(profile.begin(), profile.end());
+}
+
+}  // namespace
+
+Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph::AllocationCost& cost) {
+  const uint64_t minimum = minimum_device_budget(g, cost, r.resident);
+  SPW_CHECK(r.device_budget >= minimum, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+            " is below this step's minimum of ", format_bytes(minimum), " (the largest single op's tensors)");
+  const size_t n_nodes = g.nodes().size();
+  const bool prefetch = !r.node_seconds.empty() && r.h2d_bytes_per_second > 0;
+  SPW_CHECK(!prefetch || r.node_seconds.size() == n_nodes, "planner", "node times for ", r.node_seconds.size(),
+            " nodes, the graph has ", n_nodes);
+
+  // Early loads hold memory longer than the greedy pass counted: plan again
+  // under a budget lowered by the overshoot until the prefetched plan fits;
+  // if it never does, loads start at their nodes (which the greedy pass
+  // guarantees to fit).
+  std::vector<ValuePlan> plans;
+  uint64_t effective = r.device_budget;
+  bool fits = false;
+  for (int attempt = 0; attempt < 24; ++attempt) {
+    plans = initial_plans(g, cost, r.resident);
+    offload_until_under(plans, n_nodes, effective);
+    if (!prefetch) {
+      fits = true;
+      break;
+    }
+    schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
+    const uint64_t peak = peak_of(plans, n_nodes);
+    if (peak <= r.device_budget) {
+      fits = true;
+      break;
+    }
+    const uint64_t step = std::max(peak - r.device_budget, r.device_budget / 64);
+    if (effective < minimum + step) break;
+    effective -= step;
+  }
+  if (!fits) {
+    plans = initial_plans(g, cost, r.resident);
+    offload_until_under(plans, n_nodes, r.device_budget);
+    reset_loads(plans);
   }
 
   Placement out;
   out.nodes.resize(n_nodes);
+  out.resident = r.resident;
+  out.resident.resize(g.values().size(), false);
   std::vector<int64_t> host_delta(n_nodes + 1, 0);
+  struct Issue {
+    int32_t node, need;
+    Value value;
+  };
+  std::vector<Issue> issues;
   for (size_t v = 0; v < plans.size(); ++v) {
     const ValuePlan& p = plans[v];
     if (p.segments.empty()) continue;
@@ -152,39 +254,50 @@ Placement plan_placement(const Graph& g, uint64_t device_budget, uint64_t host_b
       if (born_here) {
         out.nodes[static_cast<size_t>(s.first)].allocate.push_back(value);
       } else {
-        out.nodes[static_cast<size_t>(s.first)].load.push_back(value);
+        issues.push_back({s.load, s.first, value});
         out.bytes_loaded += g.values()[v].bytes();
       }
       out.nodes[static_cast<size_t>(s.last)].drop.push_back(value);
     }
-    // A computed value goes home once, at the end of its first stretch, when
-    // it comes back later or is an output the caller reads after the step.
+    // A computed value goes home once, as soon as it exists, when it comes
+    // back later or is an output the caller reads after the step.
     const bool stored = p.computed && (p.segments.size() > 1 || p.output);
     if (stored) {
-      const int32_t at = p.segments.front().last;
+      const int32_t at = p.segments.front().first;
       out.nodes[static_cast<size_t>(at)].store.push_back(value);
       out.bytes_stored += g.values()[v].bytes();
       if (p.segments.size() > 1) ++out.values_offloaded;
+      host_delta[static_cast<size_t>(at)] += static_cast<int64_t>(p.cost);
       if (!p.output) {
         const int32_t release = p.segments.back().first;  // after its last load
         out.nodes[static_cast<size_t>(release)].release_host.push_back(value);
-        host_delta[static_cast<size_t>(at)] += static_cast<int64_t>(p.cost);
         host_delta[static_cast<size_t>(release) + 1] -= static_cast<int64_t>(p.cost);
-      } else {
-        host_delta[static_cast<size_t>(at)] += static_cast<int64_t>(p.cost);
       }
     }
   }
-  std::vector<uint64_t> profile = device_profile(plans, n_nodes);
-  out.device_peak = profile.empty() ? 0 : *std::max_element(profile.begin(), profile.end());
+  // Loads are issued in the order the host->device stream should run them:
+  // by issuing node, then by the node that needs them.
+  std::sort(issues.begin(), issues.end(), [](const Issue& a, const Issue& b) {
+    return a.node != b.node ? a.node < b.node : a.need != b.need ? a.need < b.need : a.value.id < b.value.id;
+  });
+  for (const Issue& i : issues) out.nodes[static_cast<size_t>(i.node)].load.push_back(i.value);
+  out.device_peak = peak_of(plans, n_nodes);
   int64_t host = 0;
   for (size_t i = 0; i < n_nodes; ++i) {
     host += host_delta[i];
     out.host_peak = std::max<uint64_t>(out.host_peak, static_cast<uint64_t>(host));
   }
-  SPW_CHECK(out.host_peak <= host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
-            " of host memory for offloaded values, more than the budget of ", format_bytes(host_budget));
+  SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
+            " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));
   return out;
+}
+
+Placement plan_placement(const Graph& g, uint64_t device_budget, uint64_t host_budget,
+                         const graph::AllocationCost& cost) {
+  PlacementRequest r;
+  r.device_budget = device_budget;
+  r.host_budget = host_budget;
+  return plan_placement(g, r, cost);
 }
 
 }  // namespace spillway::plan

@@ -20,9 +20,11 @@ namespace spillway::plan {
 
 // What happens around one node, in this order: loads (host -> device) and
 // allocations of the node's outputs before it runs; after it, stores
-// (device -> host), device frees, then host frees.
+// (device -> host) of values it produced, device frees, then host frees.
+// A store is issued as soon as its value exists, so the copy runs while the
+// forward pass goes on; the device copy is freed at the end of its stretch.
 struct NodeActions {
-  std::vector<graph::Value> load;
+  std::vector<graph::Value> load;  // issued here, in this order; each is needed by a later (or this) node
   std::vector<graph::Value> allocate;
   std::vector<graph::Value> store;
   std::vector<graph::Value> drop;
@@ -36,15 +38,36 @@ struct Placement {
   uint64_t bytes_loaded = 0;   // host -> device per step
   uint64_t bytes_stored = 0;   // device -> host per step
   int values_offloaded = 0;    // computed values that went home mid-step
+  std::vector<bool> resident;  // as requested, sized to the graph's values
+};
+
+// What the planner is asked for, beyond the graph.
+struct PlacementRequest {
+  uint64_t device_budget = UINT64_MAX;  // for the values the plan moves; resident ones are outside it
+  uint64_t host_budget = UINT64_MAX;    // for stored copies of computed values
+  // By value id: bound by the caller to device memory for the whole step
+  // (weights and gradient accumulators that fit). The plan never moves
+  // them and does not count them.
+  std::vector<bool> resident;
+  // When given (one entry per node, predicted seconds), each load starts
+  // as late as it can while still finishing, on a single host->device
+  // stream of `h2d_bytes_per_second`, before the node that needs it: the
+  // copies hide under compute, and the device holds each loaded value only
+  // for the time its copy needs. Without them a load starts at its node.
+  std::vector<double> node_seconds;
+  double h2d_bytes_per_second = 0;
 };
 
 // The least device budget any placement of `graph` can meet: the largest
-// set of values one node touches at once.
-uint64_t minimum_device_budget(const graph::Graph& graph, const graph::AllocationCost& cost);
+// set of values one node touches at once (resident values not counted).
+uint64_t minimum_device_budget(const graph::Graph& graph, const graph::AllocationCost& cost,
+                               const std::vector<bool>& resident = {});
 
 // Throws Error("--device-mem", ...) naming the minimum when the budget is
 // below it, and Error("--host-mem", ...) when the stored copies would not
 // fit the host budget.
+Placement plan_placement(const graph::Graph& graph, const PlacementRequest& request,
+                         const graph::AllocationCost& cost);
 Placement plan_placement(const graph::Graph& graph, uint64_t device_budget, uint64_t host_budget,
                          const graph::AllocationCost& cost);
 

@@ -65,5 +65,63 @@ TEST(Placement, HostBudgetIsAHardLimitToo) {
   EXPECT_THROW(plan_placement(g, minimum, tight.host_peak - 1, cost), Error);
 }
 
+// The first node at or after `from` that reads or writes v.
+int first_use(const graph::Graph& g, graph::Value v, size_t from) {
+  for (size_t i = from; i < g.nodes().size(); ++i) {
+    const auto& n = g.nodes()[i];
+    for (auto x : n.inputs) if (x == v) return static_cast<int>(i);
+    for (auto x : n.outputs) if (x == v) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(Placement, ResidentValuesAreNeverMovedNorCounted) {
+  graph::Graph g = training_graph();
+  std::vector<bool> resident(g.values().size(), false);
+  uint64_t resident_bytes = 0;
+  for (auto p : g.parameters()) {
+    resident[static_cast<size_t>(p.id)] = true;
+    resident_bytes += cost(g.value(p).bytes());
+  }
+  PlacementRequest r;
+  r.resident = resident;
+  const Placement all = plan_placement(g, UINT64_MAX, UINT64_MAX, cost);
+  const Placement p = plan_placement(g, r, cost);
+  EXPECT_LT(p.device_peak, all.device_peak);
+  EXPECT_GE(p.device_peak + resident_bytes, all.device_peak);
+  EXPECT_LE(minimum_device_budget(g, cost, resident), minimum_device_budget(g, cost));
+  for (const auto& act : p.nodes) {
+    for (auto v : act.load) EXPECT_FALSE(resident[static_cast<size_t>(v.id)]) << g.value(v).name;
+    for (auto v : act.drop) EXPECT_FALSE(resident[static_cast<size_t>(v.id)]) << g.value(v).name;
+  }
+}
+
+TEST(Placement, PrefetchedLoadsStartEarlierAndStillFitTheBudget) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  const Placement roomy = plan_placement(g, UINT64_MAX, UINT64_MAX, cost);
+  const uint64_t budget = minimum + (roomy.device_peak - minimum) / 3;
+  PlacementRequest r;
+  r.device_budget = budget;
+  r.node_seconds.assign(g.nodes().size(), 1e-3);
+  r.h2d_bytes_per_second = 100e6;  // a load of ~200 KB takes two nodes
+  const Placement p = plan_placement(g, r, cost);
+  EXPECT_LE(p.device_peak, budget);
+  int early = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    for (auto v : p.nodes[i].load) {
+      const int use = first_use(g, v, i);
+      ASSERT_GE(use, static_cast<int>(i)) << g.value(v).name << " loaded after every use";
+      if (use > static_cast<int>(i)) ++early;
+    }
+  }
+  EXPECT_GT(early, 0);
+  // The same step without node times loads everything at its node.
+  const Placement late = plan_placement(g, budget, UINT64_MAX, cost);
+  for (size_t i = 0; i < late.nodes.size(); ++i) {
+    for (auto v : late.nodes[i].load) EXPECT_EQ(first_use(g, v, i), static_cast<int>(i));
+  }
+}
+
 }  // namespace
 }  // namespace spillway::plan

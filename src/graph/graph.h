@@ -76,6 +76,7 @@ struct Node {
   std::vector<Value> outputs;
   NodeAttrs attrs;
   bool backward = false;  // emitted by autodiff
+  bool recompute = false;  // a clone of a forward node, re-run in the backward pass (graph/recompute.h)
 };
 
 class Graph {

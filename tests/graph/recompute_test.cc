@@ -1,0 +1,305 @@
+// Recomputation on a real LLaMA step: the transformed graph must give the
+// same loss and gradients bit for bit (same kernels on the same inputs), the
+// backward must stop reading what the policy drops, and the liveness peak
+// must fall.
+#include "graph/recompute.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "base/status.h"
+#include "device/cpu/cpu_device.h"
+#include "exec/executor.h"
+#include "graph/autodiff.h"
+#include "graph/liveness.h"
+#include "model/llama_graph.h"
+#include "testing/numeric.h"
+
+namespace spillway::graph {
+namespace {
+
+model::LlamaConfig tiny_config(bool tied) {
+  model::LlamaConfig c;
+  c.vocab_size = 11;
+  c.hidden_size = 16;
+  c.intermediate_size = 24;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;  // grouped-query attention
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+// Activations dominate: long sequence, small vocabulary and model.
+model::LlamaConfig activation_heavy_config() {
+  model::LlamaConfig c;
+  c.vocab_size = 16;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 4;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  return c;
+}
+
+struct Step {
+  model::LlamaConfig config;
+  int64_t batch = 0, seq = 0;
+  Graph graph;
+  model::LlamaGraph model;
+  Gradients grads;
+};
+
+std::unique_ptr<Step> build_step(const model::LlamaConfig& config, int64_t batch, int64_t seq) {
+  auto s = std::make_unique<Step>();
+  s->config = config;
+  s->batch = batch;
+  s->seq = seq;
+  Builder b(s->graph, DType::f32);
+  s->model = model::build_llama(b, config, batch, seq);
+  s->graph.mark_output(s->model.loss);
+  s->grads = append_backward(b, s->model.loss, s->model.parameters);
+  return s;
+}
+
+enum class Rule { none, layers, selective, drop_everything };
+
+std::string rule_name(Rule r) {
+  switch (r) {
+    case Rule::none: return "none";
+    case Rule::layers: return "layers";
+    case Rule::selective: return "selective";
+    case Rule::drop_everything: return "drop_everything";
+  }
+  return "?";
+}
+
+void PrintTo(Rule r, std::ostream* os) { *os << rule_name(r); }
+
+Recomputed transform(const Graph& g, Rule r) {
+  switch (r) {
+    case Rule::none: return recompute(g, RecomputePolicy::none);
+    case Rule::layers: return recompute(g, RecomputePolicy::layers);
+    case Rule::selective: return recompute(g, RecomputePolicy::selective);
+    case Rule::drop_everything: return recompute(g, [](const Graph&, Value) { return false; });
+  }
+  throw Error("test", "unknown rule");
+}
+
+uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
+
+// The bytes of the loss and of every parameter's gradient after one step.
+std::vector<std::vector<char>> run_step(const Graph& g, const Step& s) {
+  auto u = testing::random_vector(s.batch * s.seq * 2, 7, 0, static_cast<double>(s.config.vocab_size));
+  std::vector<int32_t> tokens, targets;
+  for (int64_t i = 0; i < s.batch * s.seq; ++i) {
+    tokens.push_back(static_cast<int32_t>(u[static_cast<size_t>(i)]));
+    targets.push_back(static_cast<int32_t>(u[static_cast<size_t>(s.batch * s.seq + i)]));
+  }
+  targets[1] = -100;
+  std::vector<std::vector<float>> params;
+  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
+    params.push_back(testing::random_vector<float>(g.value(s.model.parameters[i]).shape.numel(), 100 + i, -0.5, 0.5));
+  }
+
+  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
+  exec::CpuExecutor e(g, *space);
+  e.bind(s.model.tokens, std::span<int32_t>(tokens));
+  e.bind(s.model.targets, std::span<int32_t>(targets));
+  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<float>(params[i]));
+  e.run();
+  EXPECT_EQ(space->peak(), e.liveness().peak_bytes);
+
+  auto bytes = [&](Value v) {
+    std::span<const float> x = e.read<float>(v);
+    std::vector<char> out(x.size_bytes());
+    std::memcpy(out.data(), x.data(), x.size_bytes());
+    return out;
+  };
+  std::vector<std::vector<char>> result{bytes(s.model.loss)};
+  for (Value p : s.model.parameters) result.push_back(bytes(s.grads[p]));
+  return result;
+}
+
+bool produced_by_forward(const Graph& g, Value v) {
+  const ValueInfo& info = g.value(v);
+  return info.role == ValueRole::computed && !g.nodes()[static_cast<size_t>(info.producer)].backward;
+}
+
+// What each policy allows the backward pass to read of the forward pass,
+// written from the policy's meaning rather than from its code.
+bool allowed_forward_read(const Graph& g, Value v, Rule r, int64_t layers) {
+  if (r == Rule::none || g.is_output(v)) return true;
+  if (r == Rule::drop_everything) return false;
+  const Node& producer = g.nodes()[static_cast<size_t>(g.value(v).producer)];
+  if (!producer.name.starts_with("model.layers.")) return true;  // outside the layers
+  for (int64_t i = 0; i < layers; ++i) {
+    // The residual stream leaving layer i: the next layer's input, or the final norm's.
+    if (v == g.find("model.layers." + std::to_string(i) + ".mlp_residual")) return true;
+  }
+  return r == Rule::selective && (producer.kind == OpKind::matmul || producer.kind == OpKind::attention);
+}
+
+void expect_valid(const Graph& original, const Graph& g) {
+  ASSERT_GE(g.values().size(), original.values().size());
+  for (size_t v = 0; v < original.values().size(); ++v) {
+    const ValueInfo &a = original.values()[v], &b = g.values()[v];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.shape, b.shape) << a.name;
+    EXPECT_EQ(a.dtype, b.dtype) << a.name;
+    EXPECT_EQ(a.role, b.role) << a.name;
+  }
+  EXPECT_EQ(g.outputs(), original.outputs());
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    for (Value in : n.inputs) {
+      const ValueInfo& info = g.value(in);
+      if (info.role != ValueRole::computed) continue;
+      EXPECT_GE(info.producer, 0) << info.name << " has no producer";
+      EXPECT_LT(info.producer, static_cast<int32_t>(i)) << n.name << " reads " << info.name << " before it is made";
+    }
+    for (Value out : n.outputs) EXPECT_EQ(g.value(out).producer, static_cast<int32_t>(i)) << g.value(out).name;
+  }
+  for (size_t v = 0; v < g.values().size(); ++v) {
+    if (g.values()[v].role == ValueRole::computed) EXPECT_GE(g.values()[v].producer, 0) << g.values()[v].name;
+  }
+  // The original nodes are all there, in their order, forward ones unchanged.
+  std::vector<const Node*> kept;
+  for (const Node& n : g.nodes()) {
+    if (!n.recompute) kept.push_back(&n);
+  }
+  ASSERT_EQ(kept.size(), original.nodes().size());
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const Node &a = original.nodes()[i], &b = *kept[i];
+    EXPECT_EQ(a.name, b.name);
+    EXPECT_EQ(a.kind, b.kind) << a.name;
+    EXPECT_EQ(a.outputs, b.outputs) << a.name;
+    EXPECT_EQ(a.backward, b.backward) << a.name;
+    if (!a.backward) EXPECT_EQ(a.inputs, b.inputs) << a.name;
+  }
+}
+
+class Recompute : public ::testing::TestWithParam<std::tuple<bool, Rule>> {};
+
+TEST_P(Recompute, LossAndEveryGradientAreBitwiseIdentical) {
+  auto [tied, rule] = GetParam();
+  auto s = build_step(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s->graph, rule);
+  if (rule == Rule::none) {
+    EXPECT_EQ(r.stats.nodes_cloned, 0);
+    EXPECT_EQ(r.graph.nodes().size(), s->graph.nodes().size());
+  } else {
+    EXPECT_GT(r.stats.nodes_cloned, 0);
+  }
+  auto want = run_step(s->graph, *s);
+  auto got = run_step(r.graph, *s);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(got[0], want[0]) << "loss";
+  for (size_t i = 0; i < s->model.parameters.size(); ++i) {
+    EXPECT_EQ(got[i + 1], want[i + 1]) << s->graph.value(s->model.parameters[i]).name;
+  }
+}
+
+TEST_P(Recompute, GraphStaysValidAndBackwardReadsOnlyWhatIsKept) {
+  auto [tied, rule] = GetParam();
+  auto s = build_step(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s->graph, rule);
+  const Graph& g = r.graph;
+  expect_valid(s->graph, g);
+
+  std::set<std::string> clone_names;
+  int clones = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.recompute) {
+      ++clones;
+      EXPECT_TRUE(n.backward) << n.name;
+      EXPECT_TRUE(n.name.ends_with(" (recompute)")) << n.name;
+      // Each forward node is cloned at most once: later readers share the clone.
+      EXPECT_TRUE(clone_names.insert(n.name).second) << n.name << " cloned twice";
+      for (Value out : n.outputs) {
+        EXPECT_GE(out.id, static_cast<int32_t>(s->graph.values().size())) << "a clone overwrote an original value";
+        EXPECT_TRUE(g.value(out).name.ends_with(" (recompute)")) << g.value(out).name;
+      }
+    }
+    if (!n.backward) continue;
+    for (Value in : n.inputs) {
+      if (!produced_by_forward(g, in)) continue;  // an input, a parameter, a backward value or a clone
+      EXPECT_TRUE(allowed_forward_read(g, in, rule, s->config.num_hidden_layers))
+          << n.name << " reads the dropped forward value " << g.value(in).name;
+    }
+  }
+  EXPECT_EQ(clones, r.stats.nodes_cloned);
+  if (rule != Rule::none) EXPECT_GT(r.stats.values_dropped, 0);
+  else EXPECT_EQ(r.stats.values_dropped, 0);
+}
+
+TEST_P(Recompute, DroppedOriginalsDieInTheForwardPass) {
+  auto [tied, rule] = GetParam();
+  auto s = build_step(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s->graph, rule);
+  Liveness before = analyze_liveness(s->graph, allocator_cost);
+  Liveness after = analyze_liveness(r.graph, allocator_cost);
+  int32_t first_backward = 0;
+  while (!r.graph.nodes()[static_cast<size_t>(first_backward)].backward) ++first_backward;
+  int died = 0;
+  for (size_t v = 0; v < s->graph.values().size(); ++v) {
+    Value val{static_cast<int32_t>(v)};
+    const int32_t last = before.of[v].last_use;
+    if (!produced_by_forward(s->graph, val) || last == Liveness::kEndOfStep ||
+        !s->graph.nodes()[static_cast<size_t>(last)].backward) {
+      continue;  // not alive in the backward pass to begin with
+    }
+    const std::string& name = s->graph.value(val).name;
+    if (r.graph.find(name + " (recompute)").valid()) {
+      ++died;
+      EXPECT_LT(after.of[v].last_use, first_backward) << name << " is recomputed yet still alive in the backward";
+    } else {
+      EXPECT_TRUE(allowed_forward_read(s->graph, val, rule, s->config.num_hidden_layers))
+          << name << " is neither kept nor recomputed";
+    }
+  }
+  EXPECT_LE(died, r.stats.values_dropped);
+  if (rule == Rule::none) EXPECT_EQ(died, 0);
+  else EXPECT_GT(died, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntied, Recompute,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(Rule::none, Rule::layers, Rule::selective,
+                                                              Rule::drop_everything)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "tied_" : "untied_") +
+                                  rule_name(std::get<1>(info.param));
+                         });
+
+TEST(Recompute, LayersLowersThePeakAndSelectiveLiesBetween) {
+  auto s = build_step(activation_heavy_config(), 2, 64);
+  uint64_t original = analyze_liveness(s->graph, allocator_cost).peak_bytes;
+  uint64_t layers = analyze_liveness(recompute(s->graph, RecomputePolicy::layers).graph, allocator_cost).peak_bytes;
+  uint64_t selective = analyze_liveness(recompute(s->graph, RecomputePolicy::selective).graph, allocator_cost).peak_bytes;
+  std::printf("liveness peak: original %llu, selective %llu, layers %llu bytes\n",
+              static_cast<unsigned long long>(original), static_cast<unsigned long long>(selective),
+              static_cast<unsigned long long>(layers));
+  EXPECT_LT(layers, original);
+  EXPECT_LT(selective, original);
+  EXPECT_LE(layers, selective);
+}
+
+TEST(Recompute, PolicyNamesRoundTrip) {
+  for (auto p : {RecomputePolicy::none, RecomputePolicy::layers, RecomputePolicy::selective}) {
+    EXPECT_EQ(parse_recompute_policy(recompute_policy_name(p)), p);
+  }
+  try {
+    parse_recompute_policy("everything");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown policy 'everything'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::graph

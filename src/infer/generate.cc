@@ -1,26 +1,38 @@
 #include "infer/generate.h"
 
+#include <chrono>
+
 #include "base/status.h"
 
 namespace spillway::infer {
 
-std::vector<int32_t> generate(LlamaDecoder& decoder, std::span<const int32_t> prompt,
-                              const GenerateOptions& options, const std::function<void(int32_t)>& on_token) {
+std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
+                              const std::function<void(int32_t)>& on_token, GenerateStats* stats) {
+  using Clock = std::chrono::steady_clock;
   SPW_CHECK(!prompt.empty(), "generation", "the prompt holds no tokens");
   TokenSampler sampler(options.sampling);
-  std::vector<float> logits = decoder.forward(prompt);
-  const size_t row = logits.size() / prompt.size();
+  GenerateStats s;
+  s.prompt_tokens = static_cast<int64_t>(prompt.size());
   std::vector<int32_t> out;
-  std::span<const float> last(logits.data() + logits.size() - row, row);
+  auto start = Clock::now();
+  std::vector<float> logits = decoder.forward_last(prompt);
+  // Each round draws from the last logits, then feeds the token drawn unless
+  // generation ends there (no forward pass whose logits nobody reads).
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    int32_t token = sampler.next(last);
+    const int32_t token = sampler.next(logits);
+    (i == 0 ? s.prefill_seconds : s.decode_seconds) += std::chrono::duration<double>(Clock::now() - start).count();
     if (token == options.stop_token) break;
     out.push_back(token);
     if (on_token) on_token(token);
-    if (decoder.position() >= decoder.capacity()) break;
-    logits = decoder.forward(std::span<const int32_t>(&token, 1));
-    last = std::span<const float>(logits);
+    if (i + 1 == options.max_new_tokens || decoder.position() >= decoder.capacity()) break;
+    start = Clock::now();
+    logits = decoder.forward_last(std::span<const int32_t>(&token, 1));
+    ++s.decode_steps;
   }
+  if (options.max_new_tokens <= 0) {
+    s.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  if (stats) *stats = s;
   return out;
 }
 

@@ -6,7 +6,8 @@
 #include <span>
 #include <vector>
 
-#include "infer/llama_decoder.h"
+#include "infer/decoder.h"
+#include "infer/llama_decoder.h"  // the CPU decoder, which callers of generate() often make
 #include "infer/sampler.h"
 
 namespace spillway::infer {
@@ -17,11 +18,21 @@ struct GenerateOptions {
   int32_t stop_token = -1;  // e.g. end of text; -1: none
 };
 
+// Where the time went, for a speed report. The callback's time is not counted.
+struct GenerateStats {
+  int64_t prompt_tokens = 0;
+  double prefill_seconds = 0;  // the prompt's forward pass and the first draw
+  int64_t decode_steps = 0;    // one-token forward passes after the prompt's
+  double decode_seconds = 0;   // those passes and the draw after each
+  double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
+};
+
 // Calls `on_token` with each new token as soon as it is chosen (the stop
 // token is not passed on). Returns the new tokens. Generation also stops
-// when the decoder's context is full.
-std::vector<int32_t> generate(LlamaDecoder& decoder, std::span<const int32_t> prompt,
-                              const GenerateOptions& options,
-                              const std::function<void(int32_t)>& on_token = nullptr);
+// when the decoder's context is full. The decoder reads only the last row of
+// logits of each step (Decoder::forward_last).
+std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
+                              const std::function<void(int32_t)>& on_token = nullptr,
+                              GenerateStats* stats = nullptr);
 
 }  // namespace spillway::infer

@@ -1,5 +1,8 @@
 #include "infer/llama_decoder.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -41,7 +44,18 @@ LlamaDecoder::LlamaDecoder(const model::LlamaWeights& w, int64_t max_len)
   }
 }
 
-std::vector<float> LlamaDecoder::forward(std::span<const int32_t> tokens) {
+std::vector<float> LlamaDecoder::forward(std::span<const int32_t> tokens) { return run(tokens, true); }
+
+std::vector<float> LlamaDecoder::forward_last(std::span<const int32_t> tokens) {
+  SPW_CHECK(!tokens.empty(), "generation", "no tokens to feed");
+  return run(tokens, false);
+}
+
+std::string LlamaDecoder::description() const {
+  return "cpu, " + std::to_string(omp_get_max_threads()) + " threads, float32";
+}
+
+std::vector<float> LlamaDecoder::run(std::span<const int32_t> tokens, bool all_rows) {
   const auto& c = config_;
   const auto n = static_cast<int64_t>(tokens.size());
   SPW_CHECK(pos_ + n <= max_len_, "generation", "context of ", max_len_, " tokens is full (at ", pos_,
@@ -77,8 +91,9 @@ std::vector<float> LlamaDecoder::forward(std::span<const int32_t> tokens) {
     ops::add(x.data(), proj.data(), x.data(), n * d);
   }
   ops::rmsnorm_forward(x.data(), final_norm_, xn.data(), rstd.data(), n, d, c.rms_norm_eps);
-  std::vector<float> logits = buf(n * c.vocab_size);
-  linear(xn.data(), lm_head_, logits.data(), n, d, c.vocab_size);
+  const int64_t rows = all_rows ? n : std::min<int64_t>(n, 1);
+  std::vector<float> logits = buf(rows * c.vocab_size);
+  linear(xn.data() + (n - rows) * d, lm_head_, logits.data(), rows, d, c.vocab_size);
   pos_ += n;
   return logits;
 }

@@ -1,3 +1,5 @@
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -31,6 +33,8 @@ struct GenerateArgs {
   std::string prompt;
   int64_t max_tokens = 200;
   infer::SamplingOptions sampling;
+  std::string device = "auto";
+  bool stats = false;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -39,22 +43,32 @@ int run_generate(const GenerateArgs& a) {
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);  // tokenizer.json or tokenizer.model
   const Tokenizer& tok = *tokenizer;
   std::vector<int32_t> prompt = a.prompt.empty() ? std::vector<int32_t>{tok.eos_id()} : tok.encode(a.prompt);
-  infer::LlamaDecoder decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens);
+  std::unique_ptr<infer::Decoder> decoder =
+      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.device);
   infer::GenerateOptions g;
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
   g.stop_token = tok.eos_id();
   std::fputs(a.prompt.c_str(), stdout);
   std::string pending;
-  infer::generate(decoder, prompt, g, [&](int32_t id) {
+  infer::GenerateStats stats;
+  auto tokens = infer::generate(*decoder, prompt, g, [&](int32_t id) {
     pending += tok.decode(std::span<const int32_t>(&id, 1));
     size_t ready = complete_utf8_prefix(pending);
     std::fwrite(pending.data(), 1, ready, stdout);
     std::fflush(stdout);
     pending.erase(0, ready);
-  });
+  }, &stats);
   std::fwrite(pending.data(), 1, pending.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
+  // The report goes to stderr, so the text on stdout stays the model's alone;
+  // by default only to a terminal, so that piped runs give the same bytes.
+  if (a.stats || isatty(STDERR_FILENO)) {
+    std::fprintf(stderr, "[%s] prompt: %lld tokens in %.3f s; generated %zu tokens, decode %.1f tokens/s\n",
+                 decoder->description().c_str(), static_cast<long long>(stats.prompt_tokens), stats.prefill_seconds,
+                 tokens.size(), stats.decode_tokens_per_second());
+  }
   return 0;
 }
 
@@ -70,6 +84,11 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--top-k", a->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", a->sampling.top_p, "nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
+  cmd->add_option("--device", a->device, "auto (the GPU when there is one), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd->add_flag("--stats", a->stats,
+                "print the device and the speed at the end, to stderr (default: when stderr is a terminal)");
   return [a] { return run_generate(*a); };
 }
 

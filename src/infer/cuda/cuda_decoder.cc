@@ -16,6 +16,7 @@
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/device_guard.h"
 #include "ops/add.h"
+#include "ops/attention.h"
 #include "ops/attention_cached.h"
 #include "ops/cast.h"
 #include "ops/embedding.h"
@@ -72,6 +73,7 @@ class CudaDecoder final : public Decoder {
     request(rstd_, chunk_, "rmsnorm rstd");
     request(q_, chunk_ * q_row, "queries");
     request(att_, chunk_ * q_row, "attention output");
+    request(lse_, chunk_ * c.num_attention_heads, "attention log-sum-exp");
     request(gate_, chunk_ * ffn, "MLP gate");
     request(up_, chunk_ * ffn, "MLP up");
     request(logits_, logits_rows_ * vocab, "logits");
@@ -221,9 +223,17 @@ class CudaDecoder final : public Decoder {
       linear(xn_, L.wv, v_new, n, d, kv_row);
       ops::rope_forward_cuda(q_, q_, 1, n, hq, hd, inv_freq_, pos_, stream_);
       ops::rope_forward_cuda(k_new, k_new, 1, n, hkv, hd, inv_freq_, pos_, stream_);
-      ops::attention_cached_cuda(q_, L.k_cache, L.v_cache, att_,
-                                 ops::CachedAttentionShape{1, n, pos_ + n, max_len_, hq, hkv, hd}, scale,
-                                 attention_workspace_, ops::kAttentionCachedCudaWorkspaceBytes, stream_);
+      if (pos_ == 0) {
+        // Nothing cached yet: plain causal attention over the chunk, which
+        // the training's flash kernel (tensor cores) does fastest; the cache
+        // rows it reads are [n, kv_heads * head_dim] as that kernel wants.
+        ops::attention_forward_cuda(q_, L.k_cache, L.v_cache, att_, lse_, ops::AttentionShape{1, n, hq, hkv, hd},
+                                    scale, stream_);
+      } else {
+        ops::attention_cached_cuda(q_, L.k_cache, L.v_cache, att_,
+                                   ops::CachedAttentionShape{1, n, pos_ + n, max_len_, hq, hkv, hd}, scale,
+                                   attention_workspace_, ops::kAttentionCachedCudaWorkspaceBytes, stream_);
+      }
       linear(att_, L.wo, proj_, n, q_row, d);
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
 
@@ -276,6 +286,7 @@ class CudaDecoder final : public Decoder {
   bf16 *x_ = nullptr, *xn_ = nullptr, *proj_ = nullptr, *q_ = nullptr, *att_ = nullptr, *gate_ = nullptr,
        *up_ = nullptr;
   float* rstd_ = nullptr;
+  float* lse_ = nullptr;
   float* logits_ = nullptr;
   float* logits_host_ = nullptr;
   float* inv_freq_ = nullptr;

@@ -149,19 +149,40 @@ class Backward {
 
 }  // namespace
 
-Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt) {
+Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt, GradientOutput output) {
   Backward backward(b, wrt);
   backward.run(loss);
+  Graph& g = b.graph();
+  b.set_backward(true);
   Gradients grads;
+  std::unordered_map<int32_t, int> uses;  // gradient value id -> values of `wrt` it is the gradient of
   for (Value v : wrt) {
-    Value g = backward.grad_of(v);
-    if (!g.valid()) {
-      const ValueInfo& info = b.graph().value(v);
-      g = b.fill(info.name + ".grad", info.shape, 0.0, accumulation_dtype(info.dtype));
+    if (grads.of.count(v.id)) continue;
+    Value grad = backward.grad_of(v);
+    if (!grad.valid()) {
+      const ValueInfo& info = g.value(v);
+      grad = b.fill(info.name + ".grad", info.shape, 0.0, accumulation_dtype(info.dtype));
     }
-    b.graph().mark_output(g);
-    grads.of[v.id] = g;
+    grads.of[v.id] = grad;
+    ++uses[grad.id];
   }
+  for (Value v : wrt) {
+    Value& grad = grads.of.at(v.id);
+    if (output == GradientOutput::fresh) {
+      g.mark_output(grad);
+      continue;
+    }
+    if (g.is_accumulated(grad)) continue;  // v was listed twice
+    // Each value of `wrt` needs a buffer of its own, and a node to add into it.
+    if (uses.at(grad.id) > 1 || !g.can_accumulate(grad)) {
+      const ValueInfo& gi = g.value(grad);
+      const std::string name = g.value(v).name;
+      Value zero = b.fill(name + ".grad_zero", gi.shape, 0.0, gi.dtype);
+      grad = b.add(grad, zero, name + ".grad_acc");
+    }
+    g.mark_accumulated(grad);
+  }
+  b.set_backward(false);
   return grads;
 }
 

@@ -4,6 +4,7 @@
 // graph.h's OpKind).
 #pragma once
 
+#include <cstdint>
 #include <unordered_map>
 #include <vector>
 
@@ -16,9 +17,21 @@ struct Gradients {
   Value operator[](Value v) const;        // throws when v has no gradient
 };
 
+// Where the gradients of the values in `wrt` go.
+enum class GradientOutput : uint8_t {
+  fresh,        // new values the executor allocates, holding this step's gradient
+  accumulated,  // caller memory (Graph::mark_accumulated): each step adds its gradient
+};
+
 // `loss` must hold one element. Every value in `wrt` gets a gradient (zeros
 // when the loss does not depend on it), marked as a graph output so that it
-// lives to the end of the step.
-Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt);
+// lives to the end of the step. With GradientOutput::accumulated each
+// gradient is a value of its own, accumulated into caller memory: the node
+// that computes it adds into the caller's buffer (a fill of zeros, for a
+// value the loss does not reach, adds nothing); where that node cannot
+// accumulate, or its result is read further on, one add node (result + 0)
+// does the accumulating.
+Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt,
+                          GradientOutput output = GradientOutput::fresh);
 
 }  // namespace spillway::graph

@@ -31,6 +31,7 @@ std::vector<Value> Builder::emit(OpKind kind, std::string_view name, std::vector
                                  std::vector<std::pair<Shape, DType>> outputs,
                                  std::vector<std::string_view> output_suffixes, NodeAttrs attrs) {
   Node node{kind, path(name), std::move(inputs), {}, std::move(attrs), backward_};
+  g_.check_reads(node.name, node.inputs);  // before any output value exists
   for (size_t i = 0; i < outputs.size(); ++i) {
     std::string value_name = node.name;
     if (!output_suffixes[i].empty()) value_name += "." + std::string(output_suffixes[i]);

@@ -23,6 +23,7 @@ Value Graph::add_value(ValueInfo info) {
 
 int32_t Graph::add_node(Node node) {
   auto index = static_cast<int32_t>(nodes_.size());
+  check_reads(node.name, node.inputs);
   for (Value out : node.outputs) {
     ValueInfo& info = values_.at(static_cast<size_t>(out.id));
     SPW_CHECK(info.producer < 0 && info.role == ValueRole::computed, info.name,
@@ -33,8 +34,59 @@ int32_t Graph::add_node(Node node) {
   return index;
 }
 
+void Graph::check_reads(std::string_view node_name, const std::vector<Value>& inputs) const {
+  for (Value in : inputs) {
+    SPW_CHECK(!value(in).accumulated, std::string(node_name), "reads '", value(in).name,
+              "', a value accumulated into caller memory (it holds a running sum, not this step's result)");
+  }
+}
+
 void Graph::mark_output(Value v) {
   if (!is_output(v)) outputs_.push_back(v);
+}
+
+namespace {
+
+// The output of a node of this kind that can add into existing contents, or
+// -1 when none can.
+int accumulating_output(const Node& n) {
+  switch (n.kind) {
+    case OpKind::matmul:
+    case OpKind::embedding_backward:
+    case OpKind::add:
+      return 0;
+    case OpKind::fill:
+      return n.attrs.fill_value == 0 ? 0 : -1;  // += 0 is nothing to do
+    case OpKind::rmsnorm_backward:
+      return 1;  // dweight
+    default:
+      return -1;
+  }
+}
+
+}  // namespace
+
+bool Graph::can_accumulate(Value v) const {
+  const ValueInfo& info = value(v);
+  if (info.accumulated) return true;
+  if (info.role != ValueRole::computed || info.producer < 0) return false;
+  const Node& producer = nodes_[static_cast<size_t>(info.producer)];
+  const int out = accumulating_output(producer);
+  if (out < 0 || producer.outputs[static_cast<size_t>(out)] != v) return false;
+  for (const Node& n : nodes_) {
+    if (std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end()) return false;
+  }
+  return true;
+}
+
+void Graph::mark_accumulated(Value v) {
+  const ValueInfo& info = value(v);
+  SPW_CHECK(can_accumulate(v), info.name,
+            "cannot be accumulated into caller memory: only an output of matmul, embedding_backward, add, "
+            "fill (0) or rmsnorm_backward's dweight that no node reads can");
+  values_[static_cast<size_t>(v.id)].accumulated = true;
+  nodes_[static_cast<size_t>(info.producer)].attrs.accumulate = true;
+  mark_output(v);
 }
 
 bool Graph::is_output(Value v) const {
@@ -67,7 +119,7 @@ std::string Graph::str() const {
     s += ") -> ";
     for (size_t j = 0; j < n.outputs.size(); ++j) {
       const ValueInfo& v = value(n.outputs[j]);
-      s += (j ? ", " : "") + v.name + v.shape.str();
+      s += (j ? ", " : "") + v.name + v.shape.str() + (v.accumulated ? " (+=)" : "");
     }
     s += "\n";
   }

@@ -54,6 +54,9 @@ struct ValueInfo {
   DType dtype = DType::f32;
   ValueRole role = ValueRole::computed;
   int32_t producer = -1;  // node index, -1 for inputs and parameters
+  // Accumulated into caller memory (Graph::mark_accumulated): the caller
+  // binds its buffer, and the producer adds its result to what is there.
+  bool accumulated = false;
   uint64_t bytes() const { return static_cast<uint64_t>(shape.numel()) * dtype_size(dtype); }
 };
 
@@ -66,6 +69,11 @@ struct NodeAttrs {
   double fill_value = 0;                  // fill
   int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
   int64_t pos0 = 0;                       // rope: position of the first token
+  // The node adds its result into the existing contents of its accumulating
+  // output (out += result) instead of overwriting it: the only output of
+  // matmul (beta = 1), embedding_backward, add and fill (value 0: nothing to
+  // do), and dweight (output 1) of rmsnorm_backward. Set by mark_accumulated.
+  bool accumulate = false;
   std::shared_ptr<const std::vector<float>> inv_freq;  // rope
 };
 
@@ -93,6 +101,20 @@ class Graph {
   void mark_output(Value v);
   const std::vector<Value>& outputs() const { return outputs_; }
   bool is_output(Value v) const;
+
+  // Makes `v` a value accumulated into caller memory: the caller binds a
+  // buffer to it (StepProgram::bind) and zeroes it when a new sum starts;
+  // executors never allocate or free it, and its producer adds its result to
+  // the buffer's contents (out += result) every step. `v` becomes a graph
+  // output. Only an output that can accumulate (see NodeAttrs::accumulate)
+  // and that no node reads can be marked; afterwards no node may read it
+  // either (it holds a running sum, not this step's result).
+  void mark_accumulated(Value v);
+  bool is_accumulated(Value v) const { return value(v).accumulated; }
+  // Whether mark_accumulated(v) would accept v.
+  bool can_accumulate(Value v) const;
+  // Throws, naming the node, when one of `inputs` is an accumulated value.
+  void check_reads(std::string_view node_name, const std::vector<Value>& inputs) const;
 
   std::vector<Value> parameters() const;
   Value find(std::string_view name) const;  // invalid when absent

@@ -12,7 +12,7 @@
 namespace spillway::graph {
 
 struct Lifetime {
-  bool managed = false;    // produced by a node (inputs and parameters are the caller's)
+  bool managed = false;    // produced by a node (inputs, parameters and accumulated values are the caller's)
   int32_t def = -1;        // producing node
   int32_t last_use = -1;   // last node that reads it; kEndOfStep for graph outputs
 };

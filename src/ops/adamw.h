@@ -1,11 +1,15 @@
 // AdamW with decoupled weight decay, the same arithmetic as torch.optim.AdamW.
 //
 // Contract, for each of n elements, with t = hp.step (counting from 1):
+//   g  = grad * grad_scale
 //   p  = p * (1 - lr * weight_decay)
 //   m  = beta1 * m + (1 - beta1) * g
 //   v  = beta2 * v + (1 - beta2) * g^2
 //   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-// param, m, v are updated in place; grad is read.
+// param, m, v are updated in place; grad is read. grad_scale folds the mean
+// over micro-batches (grad holds their sum) and gradient clipping into the
+// update, so neither needs a pass over the gradients of its own; it enters
+// the arithmetic rounded to T like the other scalars.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@ struct AdamWHyper {
   double eps = 1e-8;
   double weight_decay = 0.0;
   int64_t step = 1;
+  double grad_scale = 1.0;
 };
 
 template <typename T>

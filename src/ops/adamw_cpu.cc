@@ -20,10 +20,11 @@ void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWHyp
   const T step_size = static_cast<T>(hp.lr / (1.0 - std::pow(hp.beta1, t)));
   const T correction2_sqrt = static_cast<T>(std::sqrt(1.0 - std::pow(hp.beta2, t)));
   const T eps = static_cast<T>(hp.eps);
+  const T grad_scale = static_cast<T>(hp.grad_scale);
 
 #pragma omp parallel for simd schedule(static) if (n > (1 << 15))
   for (int64_t i = 0; i < n; ++i) {
-    const T g = grad[i];
+    const T g = grad[i] * grad_scale;
     const T p = param[i] * decay;
     const T mi = beta1 * m[i] + one_minus_beta1 * g;
     const T vi = beta2 * v[i] + one_minus_beta2 * g * g;

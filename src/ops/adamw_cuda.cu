@@ -20,7 +20,7 @@ using elementwise::vector_head;
 
 // The step's scalars, rounded to float as the CPU kernel rounds them.
 struct AdamWScalars {
-  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, correction2_sqrt, eps;
+  float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, step_size, correction2_sqrt, eps, grad_scale;
 };
 
 // adamw_cpu.cc's expressions in its evaluation order, each operation rounded
@@ -34,7 +34,8 @@ struct AdamWStep {
   __nv_bfloat16* param_bf16;
   AdamWScalars s;
 
-  __device__ float update(float& p, float g, float& mi, float& vi) const {
+  __device__ float update(float& p, float grad, float& mi, float& vi) const {
+    const float g = __fmul_rn(grad, s.grad_scale);
     const float decayed = __fmul_rn(p, s.decay);
     mi = __fadd_rn(__fmul_rn(s.beta1, mi), __fmul_rn(s.one_minus_beta1, g));
     vi = __fadd_rn(__fmul_rn(s.beta2, vi), __fmul_rn(__fmul_rn(s.one_minus_beta2, g), g));
@@ -86,6 +87,7 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16
       static_cast<float>(hp.lr / (1.0 - std::pow(hp.beta1, t))),
       static_cast<float>(std::sqrt(1.0 - std::pow(hp.beta2, t))),
       static_cast<float>(hp.eps),
+      static_cast<float>(hp.grad_scale),
   };
   const AdamWStep op{param, grad, m, v, reinterpret_cast<__nv_bfloat16*>(param_bf16), s};
   launch_elementwise<4>("adamw", op, n,

@@ -8,6 +8,9 @@
 // Backward: dtable[v, :] = sum over t with ids[t] == v of dout[t, :].
 // dtable is overwritten (rows no token uses become zero). The sum runs in token
 // order for every row, so the result does not depend on the thread count.
+// With `accumulate`, each row's sum (rounded to T) is added to what dtable
+// holds instead (dtable += result; rows no token uses are left as they are),
+// so gradients of several micro-batches sum in the caller's buffer.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +23,7 @@ void embedding_forward(const int32_t* ids, const T* table, T* out, int64_t token
 
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t tokens,
-                        int64_t vocab, int64_t dim);
+                        int64_t vocab, int64_t dim, bool accumulate = false);
 
 }  // namespace spillway::ops
 
@@ -47,11 +50,13 @@ void embedding_check_ids_cuda(const int32_t* ids, int64_t tokens, int64_t vocab,
 // sorted keys ends.
 uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 
-// Deterministic without float atomics: dtable is cleared, the positions are
-// sorted by (id, position) in the workspace, then each row some token uses
-// sums its tokens' dout rows in token order, in fp32.
+// Deterministic without float atomics: dtable is cleared (unless
+// `accumulate`), the positions are sorted by (id, position) in the workspace,
+// then each row some token uses sums its tokens' dout rows in token order, in
+// fp32, and writes the sum (or, with `accumulate`, adds it to the row).
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
-                             int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream);
+                             int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
+                             bool accumulate = false);
 
 }  // namespace spillway::ops
 #endif

@@ -30,7 +30,7 @@ void embedding_forward(const int32_t* ids, const T* table, T* out, int64_t token
 
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t tokens,
-                        int64_t vocab, int64_t dim) {
+                        int64_t vocab, int64_t dim, bool accumulate) {
   check_ids(ids, tokens, vocab);
   // A stable counting sort of the positions by id lets each table row be owned
   // by one thread and summed in token order, whatever the thread count.
@@ -50,7 +50,7 @@ void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t to
     for (int64_t v = 0; v < vocab; ++v) {
       T* row = dtable + v * dim;
       if (start[v] == start[v + 1]) {
-        std::fill_n(row, dim, T(0));
+        if (!accumulate) std::fill_n(row, dim, T(0));
         continue;
       }
       std::fill(sum.begin(), sum.end(), 0.0);
@@ -58,7 +58,11 @@ void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t to
         const T* src = dout + positions[i] * dim;
         for (int64_t j = 0; j < dim; ++j) sum[j] += static_cast<double>(src[j]);
       }
-      for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<T>(sum[j]);
+      if (accumulate) {
+        for (int64_t j = 0; j < dim; ++j) row[j] += static_cast<T>(sum[j]);
+      } else {
+        for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<T>(sum[j]);
+      }
     }
   }
 }
@@ -68,8 +72,8 @@ template void embedding_forward<float>(const int32_t*, const float*, float*, int
 template void embedding_forward<double>(const int32_t*, const double*, double*, int64_t, int64_t,
                                         int64_t);
 template void embedding_backward<float>(const int32_t*, const float*, float*, int64_t, int64_t,
-                                        int64_t);
+                                        int64_t, bool);
 template void embedding_backward<double>(const int32_t*, const double*, double*, int64_t,
-                                         int64_t, int64_t);
+                                         int64_t, int64_t, bool);
 
 }  // namespace spillway::ops

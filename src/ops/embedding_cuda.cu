@@ -152,10 +152,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // For each run of sorted keys (one table row's tokens): dtable[id, chunk] =
-// sum of dout[t, chunk] over the run, in position order, in fp32. Threads of
-// a sorted position that does not start a run have nothing to do; rows with
-// no run keep the zeros they were cleared to.
-template <int V>
+// sum of dout[t, chunk] over the run, in position order, in fp32 (Accumulate:
+// dtable[id, chunk] += that sum). Threads of a sorted position that does not
+// start a run have nothing to do; rows with no run keep what they hold (the
+// zeros they were cleared to, unless accumulating).
+template <int V, bool Accumulate>
 __global__ void __launch_bounds__(kThreads)
     sum_runs_kernel(const uint64_t* __restrict__ keys, const int32_t* __restrict__ run_end,
                     const __nv_bfloat16* __restrict__ dout, float* __restrict__ dtable,
@@ -188,6 +189,15 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   float* row = dtable + static_cast<int64_t>(id) * dim + j;
+  if constexpr (Accumulate && V == 8) {
+    const float4 lo = *reinterpret_cast<const float4*>(row);
+    const float4 hi = *reinterpret_cast<const float4*>(row + 4);
+    const float old[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sum[q] = old[q] + sum[q];
+  } else if constexpr (Accumulate) {
+    sum[0] = row[0] + sum[0];
+  }
   if constexpr (V == 8) {
     *reinterpret_cast<float4*>(row) = make_float4(sum[0], sum[1], sum[2], sum[3]);
     *reinterpret_cast<float4*>(row + 4) = make_float4(sum[4], sum[5], sum[6], sum[7]);
@@ -220,6 +230,20 @@ void sort_keys(uint64_t* keys, int64_t n, cudaStream_t stream) {
     bitonic_tile_kernel<<<tiles, tile_threads, 0, stream>>>(keys, tile, k, k);
     SPW_CUDA(cudaGetLastError());
   }
+}
+
+template <int V>
+void launch_sum_runs(const Workspace& ws, const __nv_bfloat16* dout, float* dtable, int64_t tokens,
+                     int64_t vocab, int64_t dim, bool accumulate, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(tokens * (dim / V));
+  if (accumulate) {
+    sum_runs_kernel<V, true><<<blocks, kThreads, 0, stream>>>(ws.keys, ws.run_end, dout, dtable, tokens,
+                                                              vocab, dim);
+  } else {
+    sum_runs_kernel<V, false><<<blocks, kThreads, 0, stream>>>(ws.keys, ws.run_end, dout, dtable, tokens,
+                                                               vocab, dim);
+  }
+  SPW_CUDA(cudaGetLastError());
 }
 
 }  // namespace
@@ -256,13 +280,16 @@ uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 }
 
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
-                             int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream) {
+                             int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
+                             bool accumulate) {
   check_shape(tokens, vocab, dim);
   SPW_CHECK(workspace != nullptr, "embedding", "backward needs a workspace of ",
             embedding_backward_workspace_bytes(tokens, vocab), " bytes");
   // Every row is cleared at full write bandwidth; the rows tokens use are
-  // then written again with their sums.
-  SPW_CUDA(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * dim) * sizeof(float), stream));
+  // then written again with their sums. Accumulating leaves the rows alone.
+  if (!accumulate) {
+    SPW_CUDA(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * dim) * sizeof(float), stream));
+  }
   if (tokens == 0) return;
   const Workspace ws = carve(workspace, tokens);
   const int64_t n = sort_length(tokens);
@@ -273,13 +300,10 @@ void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable
   SPW_CUDA(cudaGetLastError());
   const auto* db = reinterpret_cast<const __nv_bfloat16*>(dout);
   if (dim % 8 == 0 && aligned16(dout) && aligned16(dtable)) {
-    sum_runs_kernel<8><<<blocks_for(tokens * (dim / 8)), kThreads, 0, stream>>>(
-        ws.keys, ws.run_end, db, dtable, tokens, vocab, dim);
+    launch_sum_runs<8>(ws, db, dtable, tokens, vocab, dim, accumulate, stream);
   } else {
-    sum_runs_kernel<1><<<blocks_for(tokens * dim), kThreads, 0, stream>>>(
-        ws.keys, ws.run_end, db, dtable, tokens, vocab, dim);
+    launch_sum_runs<1>(ws, db, dtable, tokens, vocab, dim, accumulate, stream);
   }
-  SPW_CUDA(cudaGetLastError());
 }
 
 }  // namespace spillway::ops

@@ -8,7 +8,10 @@
 //   dweight[j] = sum_r dy[r, j] * xhat[r, j]
 //   dx[r, :]   = rstd[r] * (dy[r, :] * weight - xhat[r, :] * mean_j(dy[r, j] * weight[j] * xhat[r, j]))
 // dx and dweight are overwritten. dweight sums rows in a fixed order of fixed
-// blocks, so it does not depend on the thread count.
+// blocks, so it does not depend on the thread count. With
+// `accumulate_dweight`, the sum (rounded to T) is added to what dweight holds
+// instead (dweight += result), so gradients of several micro-batches sum in
+// the caller's buffer; dx is overwritten either way.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +24,7 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, int64_t rows, i
 
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T* dx, T* dweight,
-                      int64_t rows, int64_t dim);
+                      int64_t rows, int64_t dim, bool accumulate_dweight = false);
 
 }  // namespace spillway::ops
 
@@ -43,14 +46,15 @@ void rmsnorm_forward_cuda(const bf16* x, const bf16* weight, bf16* y, float* rst
 // dweight sums per block of rows.
 uint64_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t dim);
 
-// dweight (overwritten) is reduced in two fixed-order stages, so it is
-// bitwise the same run to run and GPU to GPU: each block of rows (its size
-// fixed by `rows` alone) sums its rows in order into the workspace, then the
-// block partials are summed in block order, within 8 fixed segments and the
-// segments in order. dim * 4 bytes must fit in a block's shared memory.
+// dweight (overwritten, or added to with `accumulate_dweight`) is reduced in
+// two fixed-order stages, so it is bitwise the same run to run and GPU to
+// GPU: each block of rows (its size fixed by `rows` alone) sums its rows in
+// order into the workspace, then the block partials are summed in block
+// order, within 8 fixed segments and the segments in order. dim * 4 bytes
+// must fit in a block's shared memory.
 void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, const float* rstd,
                            bf16* dx, float* dweight, int64_t rows, int64_t dim, void* workspace,
-                           cudaStream_t stream);
+                           cudaStream_t stream, bool accumulate_dweight = false);
 
 }  // namespace spillway::ops
 #endif

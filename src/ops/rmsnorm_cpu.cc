@@ -38,7 +38,7 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, int64_t rows, i
 
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T* dx, T* dweight,
-                      int64_t rows, int64_t dim) {
+                      int64_t rows, int64_t dim, bool accumulate_dweight) {
   const int64_t per_block = block_rows(rows);
   const int64_t blocks = (rows + per_block - 1) / per_block;
   std::vector<double> partial(static_cast<size_t>(blocks * dim), 0.0);
@@ -77,7 +77,11 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
       const double* p = partial.data() + b * dim + begin;
       for (int64_t j = 0; j < width; ++j) sum[j] += p[j];
     }
-    for (int64_t j = 0; j < width; ++j) dweight[begin + j] = static_cast<T>(sum[j]);
+    if (accumulate_dweight) {
+      for (int64_t j = 0; j < width; ++j) dweight[begin + j] += static_cast<T>(sum[j]);
+    } else {
+      for (int64_t j = 0; j < width; ++j) dweight[begin + j] = static_cast<T>(sum[j]);
+    }
   }
 }
 
@@ -86,8 +90,8 @@ template void rmsnorm_forward<float>(const float*, const float*, float*, float*,
 template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t,
                                       int64_t, double);
 template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
-                                      float*, float*, int64_t, int64_t);
+                                      float*, float*, int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(const double*, const double*, const double*,
-                                       const double*, double*, double*, int64_t, int64_t);
+                                       const double*, double*, double*, int64_t, int64_t, bool);
 
 }  // namespace spillway::ops

@@ -257,12 +257,13 @@ __global__ void __launch_bounds__(kMaxBackwardThreads, kBackwardBlocksPerSm)
   }
 }
 
-// dweight[j] = the block partials summed in block order: kSegments threads
-// per column each sum a fixed run of blocks in order, then the runs are
-// added in order. blockDim = (32 columns, kSegments).
+// dweight[j] = the block partials summed in block order (accumulate:
+// dweight[j] += that sum): kSegments threads per column each sum a fixed run
+// of blocks in order, then the runs are added in order. blockDim = (32
+// columns, kSegments).
 __global__ void __launch_bounds__(32 * kSegments)
     sum_partials_kernel(const float* __restrict__ partial, float* __restrict__ dweight,
-                        int64_t blocks, int64_t dim) {
+                        int64_t blocks, int64_t dim, bool accumulate) {
   __shared__ float segment_sum[kSegments][32];
   const int64_t j = int64_t(blockIdx.x) * 32 + threadIdx.x;
   const int64_t per_segment = (blocks + kSegments - 1) / kSegments;
@@ -279,7 +280,7 @@ __global__ void __launch_bounds__(32 * kSegments)
     float total = 0;
 #pragma unroll
     for (int s = 0; s < kSegments; ++s) total += segment_sum[s][threadIdx.x];
-    dweight[j] = total;
+    dweight[j] = accumulate ? dweight[j] + total : total;
   }
 }
 
@@ -341,10 +342,12 @@ uint64_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t dim) {
 
 void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, const float* rstd,
                            bf16* dx, float* dweight, int64_t rows, int64_t dim, void* workspace,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, bool accumulate_dweight) {
   check_shape(rows, dim);
   if (rows == 0) {
-    SPW_CUDA(cudaMemsetAsync(dweight, 0, static_cast<size_t>(dim) * sizeof(float), stream));
+    if (!accumulate_dweight) {
+      SPW_CUDA(cudaMemsetAsync(dweight, 0, static_cast<size_t>(dim) * sizeof(float), stream));
+    }
     return;
   }
   SPW_CHECK(workspace != nullptr, "rmsnorm", "backward needs a workspace of ",
@@ -360,8 +363,8 @@ void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, co
     launch_backward<1>(dyb, xb, wb, rstd, dxb, partial, rows, dim, stream);
   }
   const auto column_blocks = static_cast<unsigned>((dim + 31) / 32);
-  sum_partials_kernel<<<column_blocks, dim3(32, kSegments), 0, stream>>>(partial, dweight,
-                                                                         row_blocks(rows), dim);
+  sum_partials_kernel<<<column_blocks, dim3(32, kSegments), 0, stream>>>(
+      partial, dweight, row_blocks(rows), dim, accumulate_dweight);
   SPW_CUDA(cudaGetLastError());
 }
 

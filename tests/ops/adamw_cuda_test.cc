@@ -77,6 +77,31 @@ TEST(AdamWCuda, MatchesCpuOverSteps) {
   }
 }
 
+// grad_scale (mean over micro-batches times the clipping factor) against the
+// CPU kernel with the same scale, over steps whose scale changes.
+TEST(AdamWCuda, GradScaleMatchesCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  AdamWHyper hp;
+  hp.lr = 1e-3;
+  hp.weight_decay = 0.1;
+  for (int64_t n : {int64_t{7}, int64_t{4097}, int64_t{(1 << 20) + 3}}) {
+    auto param = random_vector<float>(n, 61 + n);
+    std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
+    DeviceArray<float> dparam(param), dm(m), dv(v);
+    for (int64_t step = 1; step <= 3; ++step) {
+      hp.step = step;
+      hp.grad_scale = 0.25 * (0.9 / (1.5 + static_cast<double>(step)));
+      const auto grad = random_vector<float>(n, 70 * step + n, -8, 8);  // a sum of micro-batches
+      DeviceArray<float> dgrad(grad);
+      adamw_update_cuda(dparam.get(), dgrad.get(), dm.get(), dv.get(), nullptr, n, hp, nullptr);
+      adamw_update(param.data(), grad.data(), m.data(), v.data(), n, hp);
+    }
+    EXPECT_LT(rel_error(dparam.download(), as_double(param)), 1e-5) << "param, n " << n;
+    EXPECT_LT(rel_error(dm.download(), as_double(m)), 1e-5) << "m, n " << n;
+    EXPECT_LT(rel_error(dv.download(), as_double(v)), 1e-5) << "v, n " << n;
+  }
+}
+
 TEST(AdamWCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t n = 100003;

@@ -89,6 +89,40 @@ TEST(AdamW, FirstStepMovesEachWeightByLearningRate) {
   EXPECT_LE(rel_error(param, {1.0 * decay - 0.01, -2.0 * decay + 0.01, 0.5 * decay - 0.01}), 1e-14);
 }
 
+// grad_scale (the mean over micro-batches and the clipping factor, folded
+// into one number) enters as g = grad * float(scale): bit for bit the update
+// from gradients scaled beforehand, and within rounding of the double formula
+// on the scaled gradient.
+TEST(AdamW, GradScaleMultipliesTheGradientFirst) {
+  AdamWHyper hp;
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.grad_scale = 0.5 * 0.123456789;  // 2 micro-batches, clipped
+  const int64_t n = 70001;
+  auto param0 = cast_vector<float>(random_vector(n, 31));
+  std::vector<float> p_scaled = param0, m_scaled(n, 0.0f), v_scaled(n, 0.0f);
+  std::vector<float> p_pre = param0, m_pre(n, 0.0f), v_pre(n, 0.0f);
+  State ref{{param0.begin(), param0.end()}, std::vector<double>(n, 0.0), std::vector<double>(n, 0.0)};
+  for (int s = 1; s <= 3; ++s) {
+    hp.step = s;
+    auto grad = cast_vector<float>(random_vector(n, 40 + s, -4.0, 4.0));
+    adamw_update<float>(p_scaled.data(), grad.data(), m_scaled.data(), v_scaled.data(), n, hp);
+    std::vector<float> pre(grad.size());
+    for (int64_t i = 0; i < n; ++i) pre[i] = grad[i] * static_cast<float>(hp.grad_scale);
+    AdamWHyper unscaled = hp;
+    unscaled.grad_scale = 1.0;
+    adamw_update<float>(p_pre.data(), pre.data(), m_pre.data(), v_pre.data(), n, unscaled);
+    std::vector<double> grad_ref(grad.size());
+    for (int64_t i = 0; i < n; ++i) grad_ref[i] = static_cast<double>(grad[i]) * hp.grad_scale;
+    reference_step(ref, grad_ref, hp);
+  }
+  EXPECT_EQ(p_scaled, p_pre);
+  EXPECT_EQ(m_scaled, m_pre);
+  EXPECT_EQ(v_scaled, v_pre);
+  EXPECT_LE(rel_error(p_scaled, ref.param), 1e-5);
+  EXPECT_LE(rel_error(m_scaled, ref.m), 1e-5);
+}
+
 TEST(AdamW, RejectsStepZero) {
   AdamWHyper hp;
   hp.step = 0;

@@ -98,6 +98,37 @@ TEST(AddCuda, F32AddAndAccumulateMatchCpu) {
   }
 }
 
+// The accumulating add (the last add of a tied parameter's gradient, into
+// the caller's buffer) on outputs that hold known values: f32 gives
+// old + (a + b) exactly as the CPU kernel does; bf16 rounds a + b, adds it to
+// old and rounds again.
+TEST(AddCuda, AccumulatingAddAddsTheSumToOut) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (int64_t n : kSizes) {
+    for (int64_t offset : {0, 1}) {
+      const auto a = random_vector<float>(n + offset, 51 + n);
+      const auto b = random_vector<float>(n + offset, 52 + n);
+      const auto old = random_vector<float>(n + offset, 53 + n, -3, 3);
+      DeviceArray<float> da(a), db(b), dout(old);
+      add_cuda(da.get() + offset, db.get() + offset, dout.get() + offset, n, nullptr, /*accumulate=*/true);
+      auto want = old;
+      add(a.data() + offset, b.data() + offset, want.data() + offset, n, /*accumulate=*/true);
+      EXPECT_EQ(dout.download(), want) << "f32, n " << n << " offset " << offset;
+
+      const auto ha = random_bf16(n + offset, 54 + n, -4, 4), hb = random_bf16(n + offset, 55 + n, -4, 4);
+      const auto hold = random_bf16(n + offset, 56 + n, -4, 4);
+      DeviceArray<bf16> dha(ha), dhb(hb), dhout(hold);
+      add_cuda(dha.get() + offset, dhb.get() + offset, dhout.get() + offset, n, nullptr, /*accumulate=*/true);
+      std::vector<bf16> hwant = hold;
+      for (int64_t i = offset; i < n + offset; ++i) {
+        const float sum = to_float(to_bf16(to_float(ha[i]) + to_float(hb[i])));
+        hwant[i] = to_bf16(to_float(hold[i]) + sum);
+      }
+      EXPECT_EQ(bits_of(dhout.download()), bits_of(hwant)) << "bf16, n " << n << " offset " << offset;
+    }
+  }
+}
+
 TEST(AddCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t n = 2048 * 64 + 5;

@@ -45,6 +45,25 @@ TEST(Add, FloatMatchesReference) {
   }
 }
 
+// out += a + b: the sum rounded first, then added, so exactly old + (a + b).
+TEST(Add, AccumulatingAddAddsTheSumToOut) {
+  uint64_t seed = 20;
+  for (int64_t n : kSizes) {
+    auto a = cast_vector<float>(random_vector(n, seed++));
+    auto b = cast_vector<float>(random_vector(n, seed++));
+    const auto old = cast_vector<float>(random_vector(n, seed++, -5.0, 5.0));
+    auto out = old;
+    add<float>(a.data(), b.data(), out.data(), n, /*accumulate=*/true);
+    for (int64_t i = 0; i < n; ++i) {
+      const float sum = a[i] + b[i];
+      ASSERT_EQ(out[i], old[i] + sum) << "n=" << n << " i=" << i;
+    }
+    std::vector<double> out_d(old.begin(), old.end()), ad(a.begin(), a.end()), bd(b.begin(), b.end());
+    add<double>(ad.data(), bd.data(), out_d.data(), n, true);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out_d[i], static_cast<double>(old[i]) + (ad[i] + bd[i]));
+  }
+}
+
 TEST(Add, AccumulateMatchesReference) {
   uint64_t seed = 50;
   for (int64_t n : kSizes) {

@@ -166,6 +166,36 @@ TEST(EmbeddingCuda, UnalignedBuffersTakeTheScalarPath) {
             float_bits_of(sum_in_token_order(ids, fdout_n, vocab, dim)));
 }
 
+// Accumulating into a table that already holds values (not poison: the old
+// contents count): each row gets old + its fp32 sum in token order, rows no
+// token uses keep their values, and the CPU's accumulating kernel agrees.
+TEST(EmbeddingCuda, BackwardAccumulatesIntoTheTable) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const EmbeddingCase cases[] = {
+      {3, 11, 7, 11}, {300, 1000, 64, 1000}, {2049, 5000, 16, 40}, {4096, 32000, 2048, 32000}};
+  for (const EmbeddingCase& c : cases) {
+    const auto ids = random_ids(c.tokens, c.distinct, static_cast<uint64_t>(c.tokens + 7 * c.dim));
+    const auto dout = random_bf16(c.tokens * c.dim, 16);
+    auto old_d = random_vector(c.vocab * c.dim, 17, -2.0, 2.0);
+    const std::vector<float> old(old_d.begin(), old_d.end());
+    DeviceArray<int32_t> dids(ids);
+    DeviceArray<bf16> ddout(dout);
+    DeviceArray<float> dtable(old);
+    DeviceArray<char> workspace(embedding_backward_workspace_bytes(c.tokens, c.vocab));
+    embedding_backward_cuda(dids.get(), ddout.get(), dtable.get(), c.tokens, c.vocab, c.dim,
+                            workspace.get(), nullptr, /*accumulate=*/true);
+    const auto got = dtable.download();
+
+    const auto fdout = widen(dout);
+    auto want_bits = sum_in_token_order(ids, fdout, c.vocab, c.dim);
+    for (size_t i = 0; i < want_bits.size(); ++i) want_bits[i] = old[i] + want_bits[i];
+    EXPECT_TRUE(float_bits_of(got) == float_bits_of(want_bits)) << "not old + the fp32 sum, " << describe(c);
+    auto cpu = old;
+    embedding_backward(ids.data(), fdout.data(), cpu.data(), c.tokens, c.vocab, c.dim, /*accumulate=*/true);
+    EXPECT_LT(rel_error(got, as_double(cpu)), 1e-6) << describe(c);
+  }
+}
+
 TEST(EmbeddingCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t tokens = 16384, vocab = 128256, dim = 64;

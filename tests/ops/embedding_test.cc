@@ -105,6 +105,27 @@ TEST(Embedding, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// Accumulating adds each used row's rounded sum to what the table held, so
+// the result is old + result exactly, and rows no token uses keep their
+// values (the backward of a second micro-batch into the same buffer).
+TEST(Embedding, BackwardAccumulatesIntoTheTable) {
+  uint64_t seed = 80;
+  for (const Dims& d : kShapes) {
+    auto ids = random_ids(d.tokens, d.vocab, seed++);
+    auto dout = cast_vector<float>(random_vector(d.tokens * d.dim, seed++));
+    std::vector<float> fresh(static_cast<size_t>(d.vocab * d.dim), std::numeric_limits<float>::quiet_NaN());
+    embedding_backward<float>(ids.data(), dout.data(), fresh.data(), d.tokens, d.vocab, d.dim);
+
+    const auto old = cast_vector<float>(random_vector(d.vocab * d.dim, seed++, -4.0, 4.0));
+    auto acc = old;
+    embedding_backward<float>(ids.data(), dout.data(), acc.data(), d.tokens, d.vocab, d.dim,
+                              /*accumulate=*/true);
+    for (size_t i = 0; i < acc.size(); ++i) {
+      ASSERT_EQ(acc[i], old[i] + fresh[i]) << "tokens=" << d.tokens << " vocab=" << d.vocab << " i=" << i;
+    }
+  }
+}
+
 void expect_bad_id(const std::vector<int32_t>& ids, const std::string& id_text,
                    const std::string& position_text) {
   const int64_t vocab = 10, dim = 2;

@@ -339,6 +339,36 @@ TEST_F(MatmulCudaTest, AlphaAndBetaScale) {
   EXPECT_LT(full_error(mm, f32, 3000, stream_), 1e-5);
 }
 
+// A weight gradient accumulated over two micro-batches, as the engines do:
+// C (f32, holding known values) += op(A1) op(B1), then += op(A2) op(B2), with
+// beta = 1, against the CPU's float matmul doing the same.
+TEST_F(MatmulCudaTest, AccumulatesMicroBatchesIntoC) {
+  CublasLtMatmul mm;
+  const int64_t m = 96, n = 80, k = 300;
+  uint64_t seed = 2500;
+  for (DType ab : {DType::bf16, DType::f32}) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+      SCOPED_TRACE(std::string(dtype_name(ab)) + (ta ? " T" : " N") + (tb ? "T" : "N"));
+      const HostMatrix c0 = random_matrix(m * n, seed += 10, DType::f32);
+      DeviceBuffer c(static_cast<size_t>(m * n) * 4);
+      upload(c0, c.get(), stream_);
+      std::vector<float> want = c0.values;
+      for (int micro = 0; micro < 2; ++micro) {
+        const HostMatrix a = random_matrix(m * k, seed += 10, ab), b = random_matrix(k * n, seed += 10, ab);
+        DeviceBuffer da(a.values.size() * dtype_size(ab)), db(b.values.size() * dtype_size(ab));
+        upload(a, da.get(), stream_);
+        upload(b, db.get(), stream_);
+        mm.run(ta, tb, m, n, k, 1.0f, da.get(), ab, db.get(), ab, 1.0f, c.get(), DType::f32, stream_);
+        matmul<float>(ta, tb, m, n, k, 1.0f, a.values.data(), b.values.data(), 1.0f, want.data());
+      }
+      const HostResult got = download(c.get(), m * n, DType::f32, stream_);
+      EXPECT_LT(testing::rel_error(got.floats(), std::vector<double>(want.begin(), want.end())),
+                tolerance(ab, DType::f32));
+    }
+  }
+}
+
 TEST_F(MatmulCudaTest, ZeroInnerSizeScalesC) {
   CublasLtMatmul mm;
   const int64_t m = 37, n = 19;

@@ -89,6 +89,28 @@ TEST(Matmul, AlphaAndBetaScale) {
   }
 }
 
+// beta = 1 is how a parameter's gradient accumulates into the caller's
+// buffer: C == old C + op(A) op(B), for every transpose the backward uses.
+TEST(Matmul, BetaOneAccumulatesIntoC) {
+  uint64_t seed = 200;
+  for (const Dims& d : kShapes) {
+    for (int t = 0; t < 4; ++t) {
+      const bool ta = t & 1, tb = t & 2;
+      auto af = cast_vector<float>(random_vector(d.m * d.k, seed++));
+      auto bf = cast_vector<float>(random_vector(d.k * d.n, seed++));
+      const auto old = cast_vector<float>(random_vector(d.m * d.n, seed++, -3.0, 3.0));
+      std::vector<float> fresh(old.size(), std::numeric_limits<float>::quiet_NaN());
+      matmul<float>(ta, tb, d.m, d.n, d.k, 1.0f, af.data(), bf.data(), 0.0f, fresh.data());
+      auto acc = old;
+      matmul<float>(ta, tb, d.m, d.n, d.k, 1.0f, af.data(), bf.data(), 1.0f, acc.data());
+      std::vector<double> want(old.size());
+      for (size_t i = 0; i < want.size(); ++i) want[i] = static_cast<double>(old[i]) + fresh[i];
+      EXPECT_LE(rel_error(acc, want), 1e-6) << "m=" << d.m << " n=" << d.n << " k=" << d.k
+                                            << " trans_a=" << ta << " trans_b=" << tb;
+    }
+  }
+}
+
 TEST(Matmul, EmptyInnerDimensionScalesC) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> c = {1, 2, 3, 4, 5, 6};

@@ -103,6 +103,46 @@ TEST(RMSNormCuda, ZeroRowsClearsDweight) {
   EXPECT_EQ(dweight.download(), std::vector<float>(9, 0.0f));
 }
 
+// Accumulating dweight into a buffer of known values: old + the dweight a
+// fresh run writes, bit for bit, and within fp32 rounding of the CPU's
+// accumulating kernel; dx is written as in a fresh run. No rows: untouched.
+TEST(RMSNormCuda, BackwardAccumulatesDweight) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (const Shape& s : {Shape{3, 7}, Shape{1000, 33}, Shape{4096, 2048}, Shape{5, 129}}) {
+    const int64_t rows = s.rows, dim = s.dim, n = rows * dim;
+    const auto x = random_bf16(n, 21, -2, 2), w = random_bf16(dim, 22, 0.5, 1.5), dy = random_bf16(n, 23);
+    const auto old_d = random_vector(dim, 24, -3.0, 3.0);
+    const std::vector<float> old(old_d.begin(), old_d.end());
+    DeviceArray<bf16> dx_in(x), dw_in(w), ddy(dy), y(static_cast<size_t>(n));
+    DeviceArray<bf16> dx_fresh(static_cast<size_t>(n)), dx_acc(static_cast<size_t>(n));
+    DeviceArray<float> rstd(static_cast<size_t>(rows)), fresh(static_cast<size_t>(dim)), acc(old);
+    DeviceArray<char> workspace(rmsnorm_backward_workspace_bytes(rows, dim));
+    rmsnorm_forward_cuda(dx_in.get(), dw_in.get(), y.get(), rstd.get(), rows, dim, kEps, nullptr);
+    rmsnorm_backward_cuda(ddy.get(), dx_in.get(), dw_in.get(), rstd.get(), dx_fresh.get(), fresh.get(), rows, dim,
+                          workspace.get(), nullptr);
+    rmsnorm_backward_cuda(ddy.get(), dx_in.get(), dw_in.get(), rstd.get(), dx_acc.get(), acc.get(), rows, dim,
+                          workspace.get(), nullptr, /*accumulate_dweight=*/true);
+    const auto got = acc.download(), got_fresh = fresh.download();
+    std::vector<float> want(old.size());
+    for (size_t j = 0; j < want.size(); ++j) want[j] = old[j] + got_fresh[j];
+    const std::string where = "rows " + std::to_string(rows) + " dim " + std::to_string(dim);
+    EXPECT_EQ(float_bits_of(got), float_bits_of(want)) << where;
+    EXPECT_EQ(bits_of(dx_acc.download()), bits_of(dx_fresh.download())) << where;
+
+    const auto fx = widen(x), fw = widen(w), fdy = widen(dy), got_rstd = rstd.download();
+    std::vector<float> cpu = old, cpu_dx(static_cast<size_t>(n));
+    rmsnorm_backward(fdy.data(), fx.data(), fw.data(), got_rstd.data(), cpu_dx.data(), cpu.data(), rows, dim,
+                     /*accumulate_dweight=*/true);
+    EXPECT_LT(rel_error(got, as_double(cpu)), 1e-5) << where;
+  }
+  DeviceArray<bf16> dummy(16);
+  const std::vector<float> old = {1.5f, -2.0f, 3.25f};
+  DeviceArray<float> dweight(old);
+  rmsnorm_backward_cuda(dummy.get(), dummy.get(), dummy.get(), nullptr, dummy.get(), dweight.get(), 0, 3, nullptr,
+                        nullptr, /*accumulate_dweight=*/true);
+  EXPECT_EQ(dweight.download(), old);
+}
+
 TEST(RMSNormCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t rows = 3000, dim = 2048, n = rows * dim;

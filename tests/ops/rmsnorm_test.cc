@@ -114,6 +114,31 @@ TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// Accumulating adds the same rounded dweight to what the buffer held, so the
+// result is old + result exactly; dx is overwritten as before.
+TEST(RMSNorm, BackwardAccumulatesDweightIntoTheBuffer) {
+  uint64_t seed = 300;
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 5}, {1000, 257}, {0, 4}}) {
+    auto x = cast_vector<float>(random_vector(rows * dim, seed++));
+    auto w = cast_vector<float>(random_vector(dim, seed++, 0.5, 1.5));
+    auto dy = cast_vector<float>(random_vector(rows * dim, seed++));
+    std::vector<float> y(x.size()), rstd(static_cast<size_t>(rows));
+    rmsnorm_forward<float>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, kEps);
+    std::vector<float> dx(x.size()), dw(w.size(), std::numeric_limits<float>::quiet_NaN());
+    rmsnorm_backward<float>(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
+
+    const auto old = cast_vector<float>(random_vector(dim, seed++, -3.0, 3.0));
+    auto acc = old;
+    std::vector<float> dx_acc(x.size(), std::numeric_limits<float>::quiet_NaN());
+    rmsnorm_backward<float>(dy.data(), x.data(), w.data(), rstd.data(), dx_acc.data(), acc.data(), rows, dim,
+                            /*accumulate_dweight=*/true);
+    EXPECT_EQ(dx_acc, dx) << "rows=" << rows << " dim=" << dim;
+    for (int64_t j = 0; j < dim; ++j) {
+      EXPECT_EQ(acc[j], old[j] + dw[j]) << "rows=" << rows << " dim=" << dim << " j=" << j;
+    }
+  }
+}
+
 // The double kernel shows any change in the order of dweight's sum in its low
 // bits; the float one sums in double and rounds, which hides most of them.
 template <typename T>

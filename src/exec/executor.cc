@@ -31,8 +31,8 @@ void StepProgram::check_binding(Value v, uint64_t bytes) const {
 
 void Executor::bind(Value v, void* data) {
   const auto& info = graph_.value(v);
-  SPW_CHECK(info.role != ValueRole::computed, info.name,
-            "only inputs and parameters are bound; computed values belong to the executor");
+  SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
+            "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
   data_[static_cast<size_t>(v.id)] = data;
 }
 
@@ -52,6 +52,8 @@ void Executor::run() {
   for (size_t v = 0; v < values.size(); ++v) {
     SPW_CHECK(values[v].role == ValueRole::computed || data_[v], values[v].name,
               "input or parameter was not bound before the step");
+    SPW_CHECK(!values[v].accumulated || data_[v], values[v].name,
+              "accumulated value was not bound to the caller's buffer before the step");
   }
   const auto& nodes = graph_.nodes();
   try {

@@ -31,7 +31,11 @@ class StepProgram {
  public:
   virtual ~StepProgram() = default;
 
-  // Inputs and parameters live in the caller's memory; bind them before run().
+  // Inputs, parameters and accumulated values (graph::Graph::mark_accumulated)
+  // live in the caller's memory; bind them before run(). The producer of an
+  // accumulated value adds into the bound buffer on every run(): the caller
+  // zeroes it to start a new sum, and reads it (there, or through data())
+  // after a step. The program never allocates, frees or clears it.
   virtual void bind(graph::Value v, void* data) = 0;
   template <typename T>
   void bind(graph::Value v, std::span<T> data) {

@@ -23,8 +23,8 @@ PlannedExecutor::~PlannedExecutor() { release_all(); }
 
 void PlannedExecutor::bind(Value v, void* data) {
   const auto& info = graph_.value(v);
-  SPW_CHECK(info.role != ValueRole::computed, info.name,
-            "only inputs and parameters are bound; computed values belong to the executor");
+  SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
+            "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
   bound_[static_cast<size_t>(v.id)] = data;
 }
 
@@ -42,6 +42,8 @@ void PlannedExecutor::run() {
   for (size_t v = 0; v < values.size(); ++v) {
     SPW_CHECK(values[v].role == ValueRole::computed || bound_[v], values[v].name,
               "input or parameter was not bound before the step");
+    SPW_CHECK(!values[v].accumulated || bound_[v], values[v].name,
+              "accumulated value was not bound to the caller's buffer before the step");
   }
   try {
     for (size_t i = 0; i < graph_.nodes().size(); ++i) {
@@ -49,17 +51,24 @@ void PlannedExecutor::run() {
       for (Value v : act.load) {
         const auto id = static_cast<size_t>(v.id);
         const auto& info = values[id];
-        const void* source = info.role == ValueRole::computed ? on_host_[id] : bound_[id];
+        const void* source = info.role == ValueRole::computed && !info.accumulated ? on_host_[id] : bound_[id];
         on_device_[id] = device_.allocate(info.bytes(), info.name);
         copy_(on_device_[id], source, info.bytes());
       }
       for (Value v : act.allocate) {
-        const auto& info = values[static_cast<size_t>(v.id)];
-        on_device_[static_cast<size_t>(v.id)] = device_.allocate(info.bytes(), info.name);
+        const auto id = static_cast<size_t>(v.id);
+        const auto& info = values[id];
+        on_device_[id] = device_.allocate(info.bytes(), info.name);
+        // Its producer adds to the running sum, which comes from the caller.
+        if (info.accumulated) copy_(on_device_[id], bound_[id], info.bytes());
       }
       runner_.run(graph_, graph_.nodes()[i], on_device_);
       for (Value v : act.store) {
         const auto id = static_cast<size_t>(v.id);
+        if (values[id].accumulated) {  // home is the caller's buffer
+          copy_(bound_[id], on_device_[id], values[id].bytes());
+          continue;
+        }
         on_host_[id] = host_.allocate(values[id].bytes(), values[id].name);
         copy_(on_host_[id], on_device_[id], values[id].bytes());
       }
@@ -68,6 +77,7 @@ void PlannedExecutor::run() {
         on_device_[static_cast<size_t>(v.id)] = nullptr;
       }
       for (Value v : act.release_host) {
+        if (values[static_cast<size_t>(v.id)].accumulated) continue;
         host_.free(on_host_[static_cast<size_t>(v.id)]);
         on_host_[static_cast<size_t>(v.id)] = nullptr;
       }
@@ -80,6 +90,7 @@ void PlannedExecutor::run() {
 
 const void* PlannedExecutor::data(Value v) const {
   const auto id = static_cast<size_t>(v.id);
+  if (graph_.value(v).accumulated) return bound_[id];
   const void* p = on_host_[id] ? on_host_[id] : on_device_[id];
   SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step)");
   return p;

@@ -2,7 +2,11 @@
 // budgeted device space and a host space exactly as the plan says, so the
 // device's measured peak is the plan's predicted peak and never passes the
 // budget. The caller's inputs and parameters stay in its own (host) memory
-// and are loaded for the stretches that use them.
+// and are loaded for the stretches that use them. An accumulated value
+// (graph::Graph::mark_accumulated) is the caller's too: the placement's
+// allocation of it loads the caller's running sum, its producer adds to that
+// on the device, and the placement's store writes the sum back to the
+// caller's buffer (no host copy of the program's own).
 #pragma once
 
 #include <functional>

@@ -58,7 +58,8 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
     }
     case OpKind::embedding_backward: {
       const Shape& dtable = x.out_shape(0);
-      ops::embedding_backward(x.ids(0), x.in(1), x.out(0), x.in_shape(0).numel(), dtable[0], dtable[1]);
+      ops::embedding_backward(x.ids(0), x.in(1), x.out(0), x.in_shape(0).numel(), dtable[0], dtable[1],
+                              a.accumulate);
       break;
     }
     case OpKind::rmsnorm:
@@ -67,7 +68,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       break;
     case OpKind::rmsnorm_backward:
       ops::rmsnorm_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.out(0), x.out(1),
-                            x.in_shape(1).rows(), x.in_shape(1).last());
+                            x.in_shape(1).rows(), x.in_shape(1).last(), a.accumulate);
       break;
     case OpKind::matmul: {
       const Shape& sa = x.in_shape(0);
@@ -75,7 +76,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       int64_t m = a.trans_a ? sa.last() : sa.rows();
       int64_t k = a.trans_a ? sa.rows() : sa.last();
       int64_t nn = a.trans_b ? sb.rows() : sb.last();
-      ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(0), x.out(0));
+      ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(a.accumulate ? 1 : 0), x.out(0));
       break;
     }
     case OpKind::rope:
@@ -104,7 +105,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       ops::swiglu_backward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1), x.out_shape(0).numel());
       break;
     case OpKind::add:
-      ops::add(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel());
+      ops::add(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel(), a.accumulate);
       break;
     case OpKind::cross_entropy:
       ops::cross_entropy_forward(x.in(0), x.ids(1), x.out(1), x.out(0), x.in_shape(0).rows(),
@@ -123,6 +124,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
 
 void run_node_cpu(const Graph& g, const Node& n, const std::vector<void*>& data) {
   if (n.kind == OpKind::fill) {
+    if (n.attrs.accumulate) return;  // adding zeros (graph.h allows no other value)
     const auto& out = g.value(n.outputs[0]);
     ops::fill(data[static_cast<size_t>(n.outputs[0].id)], out.dtype, out.shape.numel(), n.attrs.fill_value);
     return;

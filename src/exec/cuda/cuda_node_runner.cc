@@ -120,7 +120,8 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
   const auto& out0 = g.value(n.outputs[0]);
   switch (n.kind) {
     case OpKind::fill:
-      ops::fill_cuda(out(0), out0.dtype, out0.shape.numel(), a.fill_value, stream_);
+      // Accumulating adds zeros (graph.h allows no other value): nothing to do.
+      if (!a.accumulate) ops::fill_cuda(out(0), out0.dtype, out0.shape.numel(), a.fill_value, stream_);
       break;
     case OpKind::embedding: {
       const Shape& table = g.value(n.inputs[0]).shape;
@@ -130,7 +131,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     }
     case OpKind::embedding_backward:
       ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
-                                   out0.shape[0], out0.shape[1], workspace_, stream_);
+                                   out0.shape[0], out0.shape[1], workspace_, stream_, a.accumulate);
       break;
     case OpKind::rmsnorm: {
       const Shape& x = g.value(n.inputs[0]).shape;
@@ -141,7 +142,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     case OpKind::rmsnorm_backward: {
       const Shape& x = g.value(n.inputs[1]).shape;
       ops::rmsnorm_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), f32(in(3)), bf(out(0)), f32(out(1)), x.rows(),
-                                 x.last(), workspace_, stream_);
+                                 x.last(), workspace_, stream_, a.accumulate);
       break;
     }
     case OpKind::matmul: {
@@ -150,8 +151,9 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       const int64_t m = a.trans_a ? va.shape.last() : va.shape.rows();
       const int64_t k = a.trans_a ? va.shape.rows() : va.shape.last();
       const int64_t nn = a.trans_b ? vb.shape.rows() : vb.shape.last();
-      matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0), out0.dtype,
-                   stream_);
+      // beta = 1 adds into the caller's buffer (an accumulated gradient).
+      matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, a.accumulate ? 1.0f : 0.0f,
+                   out(0), out0.dtype, stream_);
       break;
     }
     case OpKind::rope:
@@ -194,9 +196,9 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       break;
     case OpKind::add:
       if (out0.dtype == DType::f32) {
-        ops::add_cuda(f32(in(0)), f32(in(1)), f32(out(0)), out0.shape.numel(), stream_);
+        ops::add_cuda(f32(in(0)), f32(in(1)), f32(out(0)), out0.shape.numel(), stream_, a.accumulate);
       } else {
-        ops::add_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_);
+        ops::add_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_, a.accumulate);
       }
       break;
     case OpKind::cross_entropy: {

@@ -47,13 +47,16 @@ class CpuEngine final : public Engine {
               "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
     StepStats stats;
     const float share = 1.0f / static_cast<float>(micro_batches);
+    // The step adds each micro-batch's gradients into grads_; AdamW takes
+    // their mean, clipped, through one scale.
+    for (auto& t : grads_.tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      stats.loss += step_.run(weights_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) * share;
-      step_.write_gradients(grads_, share, micro > 0);
+      stats.loss += step_.run(weights_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), grads_) * share;
     }
-    stats.grad_norm = clip_grad_norm(grads_, options_.grad_clip);
+    const double scale =
+        accumulated_grad_scale(global_grad_norm(grads_), micro_batches, options_.grad_clip, &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
-    optimizer_.step(weights_, grads_, lr);
+    optimizer_.step(weights_, grads_, lr, scale);
     return stats;
   }
 
@@ -87,7 +90,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<MemorySpace> host_;
   TrainStep step_;
   TrainStep eval_;
-  model::LlamaWeights grads_;
+  model::LlamaWeights grads_;  // the sum of the micro-batches' gradients
   bool profiling_ = false;
   int profiled_steps_ = 0;
 };

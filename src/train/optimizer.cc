@@ -12,10 +12,21 @@ double global_grad_norm(const model::LlamaWeights& grads) {
   return std::sqrt(sum);
 }
 
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
+double accumulated_grad_scale(double sum_norm, int64_t micro_batches, double max_norm, double* mean_norm) {
+  const double mean = 1.0 / static_cast<double>(micro_batches);
+  const double norm = sum_norm * mean;
+  if (mean_norm) *mean_norm = norm;
+  return mean * clip_factor(norm, max_norm);
+}
+
 double clip_grad_norm(model::LlamaWeights& grads, double max_norm) {
   double norm = global_grad_norm(grads);
   if (max_norm > 0 && norm > max_norm) {
-    float scale = static_cast<float>(max_norm / (norm + 1e-6));
+    float scale = static_cast<float>(clip_factor(norm, max_norm));
     for (auto& t : grads.tensors()) {
       for (float& g : t.data) g *= scale;
     }
@@ -26,7 +37,7 @@ double clip_grad_norm(model::LlamaWeights& grads, double max_norm) {
 AdamW::AdamW(const model::LlamaConfig& config)
     : m(model::LlamaWeights::zeros(config)), v(model::LlamaWeights::zeros(config)) {}
 
-void AdamW::step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr) {
+void AdamW::step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale) {
   ++steps_taken;
   auto& p = params.tensors();
   for (size_t i = 0; i < p.size(); ++i) {
@@ -37,6 +48,7 @@ void AdamW::step(model::LlamaWeights& params, const model::LlamaWeights& grads, 
     hp.eps = eps;
     hp.weight_decay = p[i].shape.rank() >= 2 ? weight_decay : 0.0;
     hp.step = steps_taken;
+    hp.grad_scale = grad_scale;
     ops::adamw_update(p[i].data.data(), grads.tensors()[i].data.data(), m.tensors()[i].data.data(),
                       v.tensors()[i].data.data(), p[i].shape.numel(), hp);
   }

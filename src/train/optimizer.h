@@ -12,6 +12,14 @@ namespace spillway::train {
 
 // L2 norm of all gradients together, summed in double in tensor order.
 double global_grad_norm(const model::LlamaWeights& grads);
+// What clipping multiplies gradients of global norm `norm` by:
+// max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm, else 1.
+double clip_factor(double norm, double max_norm);
+// The one scale AdamW applies to a sum of `micro_batches` micro-batches'
+// gradients whose global norm is `sum_norm`: their mean, clipped to
+// `max_norm`. `*mean_norm` (when given) receives the mean's norm before
+// clipping, sum_norm / micro_batches.
+double accumulated_grad_scale(double sum_norm, int64_t micro_batches, double max_norm, double* mean_norm = nullptr);
 // Scales the gradients so their global norm is at most `max_norm` (no-op for
 // max_norm <= 0). Returns the norm before clipping.
 double clip_grad_norm(model::LlamaWeights& grads, double max_norm);
@@ -21,8 +29,9 @@ class AdamW {
   AdamW() = default;
   explicit AdamW(const model::LlamaConfig& config);
 
-  // One update with learning rate `lr`; counts steps itself.
-  void step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr);
+  // One update with learning rate `lr`, from grads * grad_scale (see
+  // ops::AdamWHyper::grad_scale); counts steps itself.
+  void step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale = 1.0);
 
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   int64_t steps_taken = 0;

@@ -1,5 +1,6 @@
 #include "train/train_step.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/status.h"
@@ -13,7 +14,7 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   model_ = model::build_llama(b, config, batch, seq);
   graph_.mark_output(model_.loss);
   if (with_backward) {
-    grads_ = graph::append_backward(b, model_.loss, model_.parameters);
+    grads_ = graph::append_backward(b, model_.loss, model_.parameters, graph::GradientOutput::accumulated);
   } else {
     graph_.mark_output(model_.logits);
   }
@@ -34,7 +35,25 @@ const plan::Placement* TrainStep::placement() const {
 }
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
+                      std::span<const int32_t> targets, model::LlamaWeights& grads) {
+  SPW_CHECK(!grads_.of.empty(), "train step", "a forward-only step computes no gradients");
+  auto& g = grads.tensors();
+  SPW_CHECK(g.size() == model_.parameters.size(), "train step", "gradients hold ", g.size(),
+            " tensors, the model has ", model_.parameters.size());
+  for (size_t i = 0; i < g.size(); ++i) program_->bind(grads_[model_.parameters[i]], std::span<float>(g[i].data));
+  return run_bound(weights, tokens, targets);
+}
+
+double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
                       std::span<const int32_t> targets) {
+  if (grads_.of.empty()) return run_bound(weights, tokens, targets);
+  if (!own_grads_) own_grads_ = model::LlamaWeights::zeros(weights.config());
+  for (auto& t : own_grads_->tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
+  return run(weights, tokens, targets, *own_grads_);
+}
+
+double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
+                            std::span<const int32_t> targets) {
   const auto n = static_cast<size_t>(batch_ * seq_);
   SPW_CHECK(tokens.size() == n && targets.size() == n, "train step",
             "batch holds ", tokens.size(), " tokens and ", targets.size(), " targets, the step needs ", n);
@@ -51,9 +70,10 @@ double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tok
 }
 
 void TrainStep::write_gradients(model::LlamaWeights& grads, float scale, bool accumulate) const {
+  SPW_CHECK(own_grads_.has_value(), "train step", "no gradients kept: run() without a gradient buffer first");
   auto& tensors = grads.tensors();
   for (size_t i = 0; i < tensors.size(); ++i) {
-    std::span<const float> g = program_->read<float>(grads_[model_.parameters[i]]);
+    const std::vector<float>& g = own_grads_->tensors()[i].data;
     float* out = tensors[i].data.data();
     if (accumulate) {
       for (size_t j = 0; j < g.size(); ++j) out[j] += scale * g[j];

@@ -33,11 +33,21 @@ class TrainStep {
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
 
-  // tokens and targets are [batch, seq]. Returns the mean loss.
+  // tokens and targets are [batch, seq]. Returns the mean loss. The step's
+  // parameter gradients are accumulated into caller memory
+  // (graph::GradientOutput::accumulated): this run adds each gradient into
+  // `grads`, laid out as the weights. The caller zeroes `grads` before the
+  // first micro-batch of an optimizer step; nothing else is allocated for
+  // gradients.
+  double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
+             std::span<const int32_t> targets, model::LlamaWeights& grads);
+  // Without a gradient buffer: a forward-only step, or a step whose gradients
+  // go to a set the step keeps (zeroed first) for write_gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
              std::span<const int32_t> targets);
 
-  // grads[i] (+)= scale * gradient of parameter i from the last run.
+  // grads[i] (+)= scale * gradient of parameter i from the last run without
+  // a gradient buffer.
   void write_gradients(model::LlamaWeights& grads, float scale, bool accumulate) const;
   std::span<const float> logits() const { return program_->read<float>(model_.logits); }
   const graph::Graph& graph() const { return graph_; }
@@ -46,12 +56,17 @@ class TrainStep {
   const plan::Placement* placement() const;
 
  private:
+  // Binds tokens, targets and weights, runs, returns the loss.
+  double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
+                   std::span<const int32_t> targets);
+
   int64_t batch_, seq_;
   graph::Graph graph_;
   model::LlamaGraph model_;
   graph::Gradients grads_;
   exec::CpuNodeRunner runner_;
   std::unique_ptr<exec::StepProgram> program_;
+  std::optional<model::LlamaWeights> own_grads_;  // for run() without a gradient buffer
 };
 
 }  // namespace spillway::train

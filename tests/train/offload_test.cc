@@ -47,9 +47,12 @@ TEST(Offload, QuarterOfTheTrainingStateGivesBitIdenticalSteps) {
   EXPECT_NE(tight_engine->description().find("values offloaded"), std::string::npos) << tight_engine->description();
 
   for (int step = 0; step < 3; ++step) {
-    auto in = tokens(128, step), out = tokens(128, step + 100);
-    StepStats a = free_engine->train_step(in, out, 1, 1e-2);
-    StepStats b = tight_engine->train_step(in, out, 1, 1e-2);
+    // Step 1 accumulates 2 micro-batches into the caller's gradient buffers,
+    // which the planned step loads, adds to on the device, and stores back.
+    const int64_t micro = step == 1 ? 2 : 1;
+    auto in = tokens(128 * micro, step), out = tokens(128 * micro, step + 100);
+    StepStats a = free_engine->train_step(in, out, micro, 1e-2);
+    StepStats b = tight_engine->train_step(in, out, micro, 1e-2);
     EXPECT_EQ(a.loss, b.loss) << "step " << step;
     EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << step;
   }

@@ -46,6 +46,9 @@ TEST(TrainStep, AdamWStepsDriveTheLossDownOnARepeatingSequence) {
   EXPECT_LT(loss, 0.2 * first);
 }
 
+// The step adds its gradients into the caller's buffer: two halves run into
+// one buffer hold twice the gradient of the whole batch (whose loss is their
+// mean), and the buffer is all the gradient memory there is.
 TEST(TrainStep, AccumulatedGradientsOfTwoHalvesEqualTheWholeBatch) {
   auto space = make_host_heap_space("cpu:device", MemorySpace::kUnlimited);
   const int64_t seq = 8;
@@ -58,24 +61,34 @@ TEST(TrainStep, AccumulatedGradientsOfTwoHalvesEqualTheWholeBatch) {
     targets.push_back(static_cast<int32_t>((i * 11 + 1) % 32));
   }
   auto g_whole = model::LlamaWeights::zeros(small());
-  auto g_acc = model::LlamaWeights::zeros(small());
-  double l_whole = whole.run(weights, tokens, targets);
-  whole.write_gradients(g_whole, 1.0f, false);
+  auto g_sum = model::LlamaWeights::zeros(small());
+  double l_whole = whole.run(weights, tokens, targets, g_whole);
   std::span<const int32_t> t(tokens), y(targets);
-  double l0 = half.run(weights, t.subspan(0, seq), y.subspan(0, seq));
-  half.write_gradients(g_acc, 0.5f, false);
-  double l1 = half.run(weights, t.subspan(seq, seq), y.subspan(seq, seq));
-  half.write_gradients(g_acc, 0.5f, true);
+  double l0 = half.run(weights, t.subspan(0, seq), y.subspan(0, seq), g_sum);
+  const uint64_t in_use = space->in_use();
+  double l1 = half.run(weights, t.subspan(seq, seq), y.subspan(seq, seq), g_sum);
+  EXPECT_EQ(space->in_use(), in_use);  // the loss of the last run, nothing for gradients
   EXPECT_NEAR(l_whole, 0.5 * (l0 + l1), 1e-5);
   for (size_t i = 0; i < g_whole.tensors().size(); ++i) {
     const auto& a = g_whole.tensors()[i].data;
-    const auto& b = g_acc.tensors()[i].data;
+    const auto& b = g_sum.tensors()[i].data;
     double diff = 0, ref = 0;
     for (size_t j = 0; j < a.size(); ++j) {
-      diff += (a[j] - b[j]) * (a[j] - b[j]);
+      diff += (a[j] - 0.5 * b[j]) * (a[j] - 0.5 * b[j]);
       ref += a[j] * a[j];
     }
+    EXPECT_GT(ref, 0) << g_whole.tensors()[i].name;
     EXPECT_LT(std::sqrt(diff / ref), 1e-5) << g_whole.tensors()[i].name;
+  }
+  // Without a buffer the step keeps its own, zeroed each run: the same
+  // gradient as the first half alone, whatever ran before.
+  auto g_first = model::LlamaWeights::zeros(small()), g_kept = model::LlamaWeights::zeros(small());
+  half.run(weights, t.subspan(0, seq), y.subspan(0, seq), g_first);
+  half.run(weights, t.subspan(seq, seq), y.subspan(seq, seq));
+  half.run(weights, t.subspan(0, seq), y.subspan(0, seq));
+  half.write_gradients(g_kept, 1.0f, false);
+  for (size_t i = 0; i < g_first.tensors().size(); ++i) {
+    EXPECT_EQ(g_first.tensors()[i].data, g_kept.tensors()[i].data) << g_first.tensors()[i].name;
   }
 }
 

@@ -1,6 +1,14 @@
 // The CUDA engine: the step graph in bf16 on one stream; fp32 master
 // weights, fp32 gradients and fp32 AdamW moments stay on the GPU, and the
 // optimizer writes the bf16 working copy the next step's graph reads.
+//
+// Gradients: one fp32 buffer per parameter, carved from one allocation and
+// bound to the step graph's accumulated gradients
+// (graph::GradientOutput::accumulated). The buffers are zeroed once per
+// optimizer step, every micro-batch's backward adds into them (matmul beta =
+// 1, accumulating embedding and RMSNorm kernels), and AdamW reads the sum
+// with one scale that takes the mean over micro-batches and clips: no second
+// gradient set, no separate add or scale kernels.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
@@ -16,10 +24,10 @@
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
 #include "ops/adamw.h"
-#include "ops/add.h"
 #include "ops/cast.h"
 #include "ops/grad_norm.h"
 #include "train/engine.h"
+#include "train/optimizer.h"
 
 namespace spillway::train {
 
@@ -61,6 +69,15 @@ class CudaEngine final : public Engine {
     }
     upload_state();
 
+    // Gradients, each 256-byte aligned (cuBLASLt's plans assume it).
+    for (const Param& p : params_) grad_bytes_ += align_up(static_cast<uint64_t>(p.n) * 4, 256);
+    grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    uint64_t offset = 0;
+    for (Param& p : params_) {
+      p.grad = reinterpret_cast<float*>(grads_ + offset);
+      offset += align_up(static_cast<uint64_t>(p.n) * 4, 256);
+    }
+
     const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
@@ -90,24 +107,22 @@ class CudaEngine final : public Engine {
     SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
               "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
     StepStats stats;
+    // Every micro-batch's backward adds into the gradient buffers.
+    SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, stream_));
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       stats.loss += run_step(train_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
                     static_cast<double>(micro_batches);
-      if (micro_batches > 1) accumulate_gradients(micro == 0, micro + 1 == micro_batches, micro_batches);
     }
     const auto optimizer_start = std::chrono::steady_clock::now();
-    std::vector<float*> grads = gradient_pointers(micro_batches > 1);
     for (size_t i = 0; i < params_.size(); ++i) {
-      ops::sum_of_squares_cuda(grads[i], params_[i].n, norm_out_, i > 0, norm_workspace_, stream_);
+      ops::sum_of_squares_cuda(params_[i].grad, params_[i].n, norm_out_, i > 0, norm_workspace_, stream_);
     }
     double sum_squares = 0;
     SPW_CUDA(cudaMemcpyAsync(&sum_squares, norm_out_, sizeof sum_squares, cudaMemcpyDeviceToHost, stream_));
     SPW_CUDA(cudaStreamSynchronize(stream_));
-    stats.grad_norm = std::sqrt(sum_squares);
-    if (options_.grad_clip > 0 && stats.grad_norm > options_.grad_clip) {
-      const float scale = static_cast<float>(options_.grad_clip / (stats.grad_norm + 1e-6));
-      for (size_t i = 0; i < params_.size(); ++i) ops::scale_cuda(grads[i], params_[i].n, scale, stream_);
-    }
+    // The mean over micro-batches and the clipping, folded into AdamW.
+    const double grad_scale =
+        accumulated_grad_scale(std::sqrt(sum_squares), micro_batches, options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
     for (size_t i = 0; i < params_.size(); ++i) {
       ops::AdamWHyper hp;
@@ -117,7 +132,8 @@ class CudaEngine final : public Engine {
       hp.eps = optimizer_.eps;
       hp.weight_decay = params_[i].decay ? optimizer_.weight_decay : 0.0;
       hp.step = optimizer_.steps_taken;
-      ops::adamw_update_cuda(params_[i].master, grads[i], params_[i].m, params_[i].v, params_[i].working,
+      hp.grad_scale = grad_scale;
+      ops::adamw_update_cuda(params_[i].master, params_[i].grad, params_[i].m, params_[i].v, params_[i].working,
                              params_[i].n, hp, stream_);
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -162,7 +178,7 @@ class CudaEngine final : public Engine {
     float* master = nullptr;
     bf16* working = nullptr;
     float *m = nullptr, *v = nullptr;
-    float* grad_sum = nullptr;  // only with gradient accumulation
+    float* grad = nullptr;  // the sum of this optimizer step's micro-batch gradients
     bool decay = false;
   };
 
@@ -182,13 +198,18 @@ class CudaEngine final : public Engine {
     graph::Builder b(s.graph, DType::bf16);
     s.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
     s.graph.mark_output(s.model.loss);
-    if (with_backward) s.grads = graph::append_backward(b, s.model.loss, s.model.parameters);
+    if (with_backward) {
+      s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, graph::GradientOutput::accumulated);
+    }
     MemorySpace& mem = device_->device_memory();
     s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
     for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.model.parameters[i], params_[i].working);
     s.executor->bind(s.model.tokens, tokens_);
     s.executor->bind(s.model.targets, targets_);
+    if (with_backward) {
+      for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.grads[s.model.parameters[i]], params_[i].grad);
+    }
   }
 
   double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets) {
@@ -208,34 +229,6 @@ class CudaEngine final : public Engine {
     return loss;
   }
 
-  float* graph_gradient(size_t i) const {
-    return static_cast<float*>(const_cast<void*>(train_.executor->data(train_.grads[train_.model.parameters[i]])));
-  }
-
-  std::vector<float*> gradient_pointers(bool accumulated) const {
-    std::vector<float*> g;
-    for (size_t i = 0; i < params_.size(); ++i) g.push_back(accumulated ? params_[i].grad_sum : graph_gradient(i));
-    return g;
-  }
-
-  // Sums the micro-batches' gradients into grad_sum, then takes the mean.
-  void accumulate_gradients(bool first, bool last, int64_t micro_batches) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      Param& p = params_[i];
-      if (!p.grad_sum) {
-        p.grad_sum = static_cast<float*>(device_->device_memory().allocate(static_cast<uint64_t>(p.n) * 4,
-                                                                           "gradient accumulator"));
-      }
-      if (first) {
-        SPW_CUDA(cudaMemcpyAsync(p.grad_sum, graph_gradient(i), static_cast<size_t>(p.n) * 4,
-                                 cudaMemcpyDeviceToDevice, stream_));
-      } else {
-        ops::accumulate_cuda(p.grad_sum, graph_gradient(i), p.n, stream_);
-      }
-      if (last) ops::scale_cuda(p.grad_sum, p.n, 1.0f / static_cast<float>(micro_batches), stream_);
-    }
-  }
-
   model::LlamaWeights& weights_;
   AdamW& optimizer_;
   EngineOptions options_;
@@ -245,6 +238,8 @@ class CudaEngine final : public Engine {
   std::vector<Param> params_;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
+  char* grads_ = nullptr;  // every parameter's gradient (Param::grad), each 256-byte aligned
+  uint64_t grad_bytes_ = 0;
   void* norm_workspace_ = nullptr;
   double* norm_out_ = nullptr;
   CudaStep train_, eval_;

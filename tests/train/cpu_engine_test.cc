@@ -1,0 +1,113 @@
+// The CPU engine's gradient accumulation: the step adds every micro-batch's
+// gradients into one buffer and AdamW takes their mean, clipped, through one
+// scale, so 2 micro-batches of batch B update the weights as 1 of batch 2B.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "train/engine.h"
+
+namespace spillway::train {
+namespace {
+
+model::LlamaConfig config(bool tied) {
+  model::LlamaConfig c;
+  c.vocab_size = 64;
+  c.hidden_size = 32;
+  c.intermediate_size = 48;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = tied;
+  return c;
+}
+
+std::vector<int32_t> tokens(size_t n, uint64_t seed) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<int32_t>((x >> 33) % 64);
+  }
+  return t;
+}
+
+double rel_diff(const model::LlamaWeights& a, const model::LlamaWeights& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    for (size_t j = 0; j < a.tensors()[i].data.size(); ++j) {
+      const double d = static_cast<double>(a.tensors()[i].data[j]) - b.tensors()[i].data[j];
+      diff += d * d;
+      ref += static_cast<double>(a.tensors()[i].data[j]) * a.tensors()[i].data[j];
+    }
+  }
+  return std::sqrt(diff / ref);
+}
+
+struct Case {
+  bool tied;
+  double grad_clip;  // 0: none; 0.05: every step clips
+};
+
+TEST(CpuEngine, TwoMicroBatchesUpdateAsOneBatchOfTwiceTheSize) {
+  for (const Case c : {Case{false, 0.0}, Case{false, 0.05}, Case{true, 0.05}}) {
+    SCOPED_TRACE(std::string(c.tied ? "tied" : "untied") + ", clip " + std::to_string(c.grad_clip));
+    EngineOptions whole_opts, half_opts;
+    whole_opts.batch = 4;
+    half_opts.batch = 2;
+    whole_opts.seq = half_opts.seq = 16;
+    whole_opts.grad_clip = half_opts.grad_clip = c.grad_clip;
+    whole_opts.device = half_opts.device = "cpu";
+    auto w_whole = model::LlamaWeights::random(config(c.tied), 4, 0.1);
+    auto w_halves = w_whole;
+    const auto w0 = w_whole;
+    AdamW o_whole(config(c.tied)), o_halves(config(c.tied));
+    auto whole = make_cpu_engine(w_whole, o_whole, whole_opts);
+    auto halves = make_cpu_engine(w_halves, o_halves, half_opts);
+    for (int step = 0; step < 3; ++step) {
+      // Inputs are [micro-batch][batch][seq]: the halves are the whole's rows 0-1 and 2-3.
+      auto in = tokens(64, 10 + step), out = tokens(64, 50 + step);
+      StepStats a = whole->train_step(in, out, 1, 1e-2);
+      StepStats b = halves->train_step(in, out, 2, 1e-2);
+      EXPECT_NEAR(a.loss, b.loss, 1e-5 * a.loss) << "step " << step;
+      EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm) << "step " << step;
+      if (c.grad_clip > 0) EXPECT_GT(a.grad_norm, c.grad_clip) << "the case must clip";
+    }
+    EXPECT_GT(rel_diff(w0, w_whole), 1e-3) << "the steps must move the weights";
+    EXPECT_LT(rel_diff(w_whole, w_halves), 2e-5);
+    EXPECT_LT(rel_diff(o_whole.m, o_halves.m), 2e-5);
+    EXPECT_LT(rel_diff(o_whole.v, o_halves.v), 2e-5);
+    EXPECT_EQ(o_whole.steps_taken, 3);
+    EXPECT_EQ(o_halves.steps_taken, 3);
+  }
+}
+
+// The gradient buffer is zeroed by each optimizer step, so a step's update
+// does not depend on the steps before it: two engines that took different
+// first steps take the same second step from the same weights and moments.
+TEST(CpuEngine, EachStepStartsANewGradientSum) {
+  EngineOptions o;
+  o.batch = 2;
+  o.seq = 16;
+  o.grad_clip = 0;
+  o.device = "cpu";
+  auto w_a = model::LlamaWeights::random(config(false), 5, 0.1);
+  AdamW opt_a(config(false));
+  auto a = make_cpu_engine(w_a, opt_a, o);
+  a->train_step(tokens(64, 1), tokens(64, 2), 2, 1e-2);
+  // b starts where a is now, with a's moments.
+  auto w_b = w_a;
+  AdamW opt_b = opt_a;
+  auto b = make_cpu_engine(w_b, opt_b, o);
+  StepStats sa = a->train_step(tokens(64, 3), tokens(64, 4), 2, 1e-2);
+  StepStats sb = b->train_step(tokens(64, 3), tokens(64, 4), 2, 1e-2);
+  EXPECT_EQ(sa.loss, sb.loss);
+  EXPECT_EQ(sa.grad_norm, sb.grad_norm);
+  for (size_t i = 0; i < w_a.tensors().size(); ++i) {
+    EXPECT_EQ(w_a.tensors()[i].data, w_b.tensors()[i].data) << w_a.tensors()[i].name;
+  }
+}
+
+}  // namespace
+}  // namespace spillway::train

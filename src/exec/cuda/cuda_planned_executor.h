@@ -1,0 +1,92 @@
+// Runs a step under a placement (plan/placement.h) on three CUDA streams:
+// kernels on the compute stream, loads on a host->device stream and stores
+// on a device->host stream, ordered by events only where data or memory is
+// shared, so copies run under the compute of other nodes:
+//  - a load may reuse memory the compute stream just gave back, so its
+//    stream first waits for the compute work issued so far;
+//  - a node waits for the loads of its operands, and nothing else;
+//  - a store waits for the node that made its value; the device copy is
+//    freed (for the compute stream to reuse) once the store is done;
+//  - host memory of a released copy is reused by a store only after the
+//    load that read it last.
+// Values marked resident in the placement are bound to device memory by the
+// caller and never move; other bound values (parameters at home) are host
+// memory, pinned, and are loaded where the plan says.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+#include "exec/executor.h"
+#include "plan/placement.h"
+
+namespace spillway::exec {
+
+// One stretch of work on one stream of a measured step.
+struct StreamInterval {
+  int stream = 0;  // 0 compute, 1 host->device, 2 device->host
+  double start = 0, end = 0;  // seconds from the start of the step
+  std::string label;
+};
+
+class CudaPlannedExecutor final : public StepProgram {
+ public:
+  CudaPlannedExecutor(const graph::Graph& graph, plan::Placement placement, MemorySpace& device,
+                      MemorySpace& pinned_host, NodeRunner& runner, cudaStream_t compute, cudaStream_t h2d,
+                      cudaStream_t d2h);
+  ~CudaPlannedExecutor() override;
+  CudaPlannedExecutor(const CudaPlannedExecutor&) = delete;
+  CudaPlannedExecutor& operator=(const CudaPlannedExecutor&) = delete;
+
+  using StepProgram::bind;
+  void bind(graph::Value v, void* data) override;
+  // Enqueues the step. When the compute stream reaches its end, every copy
+  // of the step has finished too; synchronize it before reading outputs.
+  void run() override;
+  // Outputs that went home are read from their host copies, others from
+  // the device (resident values: the caller's own memory).
+  const void* data(graph::Value v) const override;
+  const graph::Graph& graph() const override { return graph_; }
+  const plan::Placement& placement() const { return placement_; }
+
+  // With timing on, run() records an event around every node and copy, and
+  // timeline() returns what each stream did in the last step (call it after
+  // the compute stream has finished).
+  void set_timing(bool on) { timing_ = on; }
+  std::vector<StreamInterval> timeline() const;
+
+ private:
+  void release_all();
+  cudaEvent_t timing_event();
+
+  const graph::Graph& graph_;
+  const plan::Placement placement_;
+  MemorySpace& device_;
+  MemorySpace& host_;
+  NodeRunner& runner_;
+  cudaStream_t compute_, h2d_, d2h_;
+  std::vector<void*> bound_;     // the caller's memory, by value id
+  std::vector<void*> on_device_;  // what the runner reads: bound device memory or the plan's copies
+  std::vector<void*> planned_;    // device memory this executor allocated
+  std::vector<void*> on_host_;    // host copies of computed values
+  std::vector<cudaEvent_t> loaded_, stored_;  // by value id, re-recorded each time
+  std::vector<bool> load_pending_, store_pending_;
+  std::vector<cudaEvent_t> progress_;  // by node: compute has issued everything before its loads
+  std::vector<cudaEvent_t> made_;      // by node: it has run, its stores may start
+  cudaEvent_t released_load_ = nullptr;  // the last load of the latest host copy given back
+  cudaEvent_t d2h_done_ = nullptr;
+
+  bool timing_ = false;
+  struct Mark {
+    int stream;
+    size_t begin, end;  // indices into events_
+    std::string label;
+  };
+  std::vector<cudaEvent_t> events_;  // timing events, reused from step to step
+  size_t events_used_ = 0;
+  std::vector<Mark> marks_;
+};
+
+}  // namespace spillway::exec

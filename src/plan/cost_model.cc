@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "plan/timeline_svg.h"
+
 namespace spillway::plan {
 
 using graph::OpKind;
@@ -48,54 +50,31 @@ StepPrediction predict_step(const graph::Graph& g, const Placement& placement, c
 
 std::string timeline_svg(const graph::Graph& g, const Placement& placement, const StepPrediction& p,
                          const MachineRates& rates, const std::string& title) {
-  const double width = 1200, left = 110, row = 34, top = 40;
-  const double total = std::max(p.step_seconds, 1e-12);
-  auto x = [&](double t) { return left + t / total * (width - left - 20); };
-  char buf[256];
-  std::string svg = "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"170\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  std::snprintf(buf, sizeof buf, "<text x=\"10\" y=\"22\" font-size=\"14\">%s (predicted step %.1f ms)</text>\n",
-                title.c_str(), p.step_seconds * 1e3);
-  svg += buf;
-  const char* rows[] = {"compute", "host→device", "device→host"};
-  for (int i = 0; i < 3; ++i) {
-    std::snprintf(buf, sizeof buf, "<text x=\"10\" y=\"%.0f\">%s</text>\n", top + row * i + 20, rows[i]);
-    svg += buf;
-  }
-  // Compute bars in node order; each copy is drawn on its stream as early
-  // as its stream is free: a load just before the node that needs it, a
-  // store right after the node that made it.
+  // Compute bars in node order; each copy runs on its stream as early as the
+  // stream is free: a load from the node that issues it, a store right after
+  // the node that made its value.
+  std::vector<TimelineBar> bars;
   double t = 0, h2d_free = 0, d2h_free = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     const auto& act = placement.nodes[i];
     for (auto v : act.load) {
       const double d = static_cast<double>(g.value(v).bytes()) / rates.h2d_bytes;
-      const double start = std::max(h2d_free, t - d);
+      const double start = std::max(h2d_free, t);
       h2d_free = start + d;
-      std::snprintf(buf, sizeof buf, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"24\" fill=\"#2ca02c\"/>\n",
-                    x(start), top + row, std::max(0.5, x(start + d) - x(start)));
-      svg += buf;
+      bars.push_back({1, start, start + d, "load " + g.value(v).name, false});
     }
-    const double d = p.node_seconds[i];
-    const bool heavy = g.nodes()[i].kind == OpKind::matmul || g.nodes()[i].kind == OpKind::attention ||
-                       g.nodes()[i].kind == OpKind::attention_backward;
-    std::snprintf(buf, sizeof buf,
-                  "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"24\" fill=\"%s\"><title>%s %s</title></rect>\n",
-                  x(t), top, std::max(0.3, x(t + d) - x(t)), heavy ? "#1f77b4" : "#aec7e8",
-                  std::string(graph::op_name(g.nodes()[i].kind)).c_str(), g.nodes()[i].name.c_str());
-    svg += buf;
-    t += d;
+    const auto& n = g.nodes()[i];
+    const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
+    bars.push_back({0, t, t + p.node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
+    t += p.node_seconds[i];
     for (auto v : act.store) {
       const double c = static_cast<double>(g.value(v).bytes()) / rates.d2h_bytes;
       const double start = std::max(d2h_free, t);
       d2h_free = start + c;
-      std::snprintf(buf, sizeof buf, "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"24\" fill=\"#d62728\"/>\n",
-                    x(start), top + 2 * row, std::max(0.5, x(start + c) - x(start)));
-      svg += buf;
+      bars.push_back({2, start, start + c, "store " + g.value(v).name, false});
     }
   }
-  svg += "</svg>\n";
-  return svg;
+  return timeline_svg(bars, title + " (predicted)");
 }
 
 }  // namespace spillway::plan

@@ -182,6 +182,36 @@ void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::ve
   }
 }
 
+// Keeps each value that goes home on the device until its store is
+// predicted to be over: stores run one after another on the device->host
+// stream, each from the end of the node that made its value.
+void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
+                       double d2h_rate) {
+  std::vector<double> start_of(node_seconds.size() + 1, 0.0);
+  for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  std::vector<size_t> stored;
+  for (size_t v = 0; v < plans.size(); ++v) {
+    const ValuePlan& p = plans[v];
+    if (p.computed && !p.segments.empty() && (p.segments.size() > 1 || p.output)) stored.push_back(v);
+  }
+  std::sort(stored.begin(), stored.end(), [&](size_t a, size_t b) {
+    return plans[a].segments[0].first != plans[b].segments[0].first ? plans[a].segments[0].first < plans[b].segments[0].first
+                                                                     : a < b;
+  });
+  double stream_free_at = 0;
+  for (size_t v : stored) {
+    Segment& s = plans[v].segments[0];
+    const double start = std::max(stream_free_at, start_of[static_cast<size_t>(s.first) + 1]);
+    stream_free_at = start + static_cast<double>(g.values()[v].bytes()) / d2h_rate;
+    // The first node that starts after the store ends; the value is freed
+    // after the node before it.
+    auto done = static_cast<int32_t>(std::lower_bound(start_of.begin(), start_of.end() - 1, stream_free_at) -
+                                     start_of.begin()) - 1;
+    if (plans[v].segments.size() > 1) done = std::min(done, plans[v].segments[1].load - 1);
+    s.last = std::max(s.last, std::min(done, static_cast<int32_t>(node_seconds.size()) - 1));
+  }
+}
+
 void reset_loads(std::vector<ValuePlan>& plans) {
   for (auto& p : plans) {
     for (auto& s : p.segments) s.load = s.first;
@@ -219,6 +249,7 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
       break;
     }
     schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
+    if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second);
     const uint64_t peak = peak_of(plans, n_nodes);
     if (peak <= r.device_budget) {
       fits = true;

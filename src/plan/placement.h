@@ -56,6 +56,10 @@ struct PlacementRequest {
   // for the time its copy needs. Without them a load starts at its node.
   std::vector<double> node_seconds;
   double h2d_bytes_per_second = 0;
+  // With node times, a value that goes home keeps its device memory until
+  // its store (on a single device->host stream of this speed, in the order
+  // the values are made) is predicted to be done, so freeing it never waits.
+  double d2h_bytes_per_second = 0;
 };
 
 // The least device budget any placement of `graph` can meet: the largest

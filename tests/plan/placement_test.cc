@@ -116,6 +116,11 @@ TEST(Placement, PrefetchedLoadsStartEarlierAndStillFitTheBudget) {
     }
   }
   EXPECT_GT(early, 0);
+  // Holding stored values until their copies are done keeps the budget too.
+  r.d2h_bytes_per_second = 100e6;
+  const Placement held = plan_placement(g, r, cost);
+  EXPECT_LE(held.device_peak, budget);
+  EXPECT_GT(held.bytes_stored, 0u);
   // The same step without node times loads everything at its node.
   const Placement late = plan_placement(g, budget, UINT64_MAX, cost);
   for (size_t i = 0; i < late.nodes.size(); ++i) {

@@ -12,6 +12,7 @@
 #include "model/llama_graph.h"
 #include "plan/cost_model.h"
 #include "plan/placement.h"
+#include "plan/training_plan.h"
 
 namespace spillway::cli {
 
@@ -21,59 +22,51 @@ struct PlanArgs {
   std::string config = "llama3-8b";
   int64_t seq = 8192;
   int64_t batch = 1;
+  int64_t grad_accum = 1;
   std::string device_mem = "80GiB";
   std::string host_mem = "125GiB";
-  bool bf16_moments = false;
   std::string svg;
 };
 
 int run_plan(const PlanArgs& a) {
-  const model::LlamaConfig config = model::resolve_config(a.config);
-  const uint64_t device_budget = parse_bytes(a.device_mem, "--device-mem");
-  const uint64_t host_budget = parse_bytes(a.host_mem, "--host-mem");
-  const auto params = static_cast<uint64_t>(model::parameter_count(config));
-  // Training state beyond the step graph: fp32 master weights and AdamW
-  // moments (fp32, or bf16 with --bf16-moments), living at home in host
-  // memory; the graph's bf16 weights and fp32 gradients are planned below.
-  const uint64_t moments = params * (a.bf16_moments ? 4 : 8);
-  const uint64_t master = params * 4;
-  const uint64_t host_state = master + moments + params * 2;  // + the bf16 working copy
-  std::printf("%s: %.2f B parameters, batch %lld x seq %lld\n", a.config.c_str(), static_cast<double>(params) / 1e9,
-              static_cast<long long>(a.batch), static_cast<long long>(a.seq));
-  std::printf("host state: fp32 master %s + AdamW moments (%s) %s + bf16 weights %s = %s of %s host budget\n",
-              format_bytes(master).c_str(), a.bf16_moments ? "bf16" : "fp32", format_bytes(moments).c_str(),
-              format_bytes(params * 2).c_str(), format_bytes(host_state).c_str(), format_bytes(host_budget).c_str());
-  SPW_CHECK(host_state < host_budget, "--host-mem", "the optimizer state alone needs ", format_bytes(host_state),
-            a.bf16_moments ? "" : " (try --bf16-moments)");
-
-  graph::Graph g;
-  graph::Builder b(g, DType::bf16);
-  auto m = model::build_llama(b, config, a.batch, a.seq);
-  g.mark_output(m.loss);
-  graph::append_backward(b, m.loss, m.parameters);
-  auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
-  const uint64_t minimum = plan::minimum_device_budget(g, cost);
-  std::printf("step graph: %zu nodes, %zu values; minimum device budget %s\n", g.nodes().size(), g.values().size(),
-              format_bytes(minimum).c_str());
-  // Workspaces (cuBLASLt, cuDNN, kernels) are outside the graph.
-  const uint64_t reserve = 2ull << 30;
-  SPW_CHECK(device_budget > reserve, "--device-mem", "leaves nothing beside ", format_bytes(reserve), " of workspaces");
-  plan::Placement p = plan::plan_placement(g, device_budget - reserve, host_budget - host_state, cost);
-  const plan::MachineRates rates = plan::h100_rates();
-  const plan::StepPrediction pred = plan::predict_step(g, p, rates);
-  const double tokens = static_cast<double>(a.batch * a.seq);
-  const double flops = model::training_flops_per_token(config, a.seq) * tokens;
-  std::printf("device peak %s (+%s workspaces) of %s; host peak %s (offloaded values) + %s state\n",
-              format_bytes(p.device_peak).c_str(), format_bytes(reserve).c_str(), format_bytes(device_budget).c_str(),
-              format_bytes(p.host_peak).c_str(), format_bytes(host_state).c_str());
-  std::printf("moved per step: %s host->device, %s device->host; %d values offloaded\n",
-              format_bytes(p.bytes_loaded).c_str(), format_bytes(p.bytes_stored).c_str(), p.values_offloaded);
-  std::printf("predicted on %s: compute %.3f s, host->device %.3f s, device->host %.3f s -> step %.3f s, "
-              "%.0f tok/s, MFU %.3f\n",
-              rates.name.c_str(), pred.compute_seconds, pred.h2d_seconds, pred.d2h_seconds, pred.step_seconds,
-              tokens / pred.step_seconds, flops / pred.step_seconds / rates.peak_flops);
+  plan::TrainingPlanRequest req;
+  req.config = model::resolve_config(a.config);
+  req.batch = a.batch;
+  req.seq = a.seq;
+  req.micro_batches = a.grad_accum;
+  req.device_budget = parse_bytes(a.device_mem, "--device-mem");
+  req.host_budget = parse_bytes(a.host_mem, "--host-mem");
+  // Kernel workspaces and optimizer staging outside the graph, as the GPU
+  // engine measures them at a few gigabytes at most.
+  req.device_reserved = 2ull << 30;
+  req.rates = plan::h100_rates();
+  const auto p = plan::plan_training(req);
+  const auto& g = p->graph;
+  std::printf("%s: %.2f B parameters, batch %lld x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
+              a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(a.batch),
+              static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum),
+              static_cast<long long>(a.batch * a.seq * a.grad_accum));
+  std::printf("layout: %s\n", p->layout().c_str());
+  std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
+              g.nodes().size(), g.values().size(),
+              format_bytes(plan::minimum_device_budget(g, [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
+                                                       p->placement.resident))
+                  .c_str());
+  std::printf("device: %s resident + %s planned peak + %s workspaces of %s\n", format_bytes(p->resident_bytes).c_str(),
+              format_bytes(p->placement.device_peak).c_str(), format_bytes(req.device_reserved).c_str(),
+              format_bytes(req.device_budget).c_str());
+  std::printf("host: %s state (fp32 master and AdamW moments%s) + %s offloaded values of %s\n",
+              format_bytes(p->host_state_bytes).c_str(), p->weights_resident ? "" : ", bf16 weights",
+              format_bytes(p->placement.host_peak).c_str(), format_bytes(req.host_budget).c_str());
+  std::printf("moved per micro-batch: %s host->device, %s device->host\n",
+              format_bytes(p->placement.bytes_loaded).c_str(), format_bytes(p->placement.bytes_stored).c_str());
+  std::printf("predicted on %s: micro-batch %.3f s (compute %.3f, host->device %.3f, device->host %.3f), "
+              "optimizer %.3f s -> step %.3f s, %.0f tok/s, MFU %.3f\n",
+              req.rates.name.c_str(), p->micro.step_seconds, p->micro.compute_seconds, p->micro.h2d_seconds,
+              p->micro.d2h_seconds, p->optimizer_seconds, p->step_seconds, p->tokens_per_second, p->mfu);
   if (!a.svg.empty()) {
-    write_text_file_atomically(a.svg, plan::timeline_svg(g, p, pred, rates, a.config + " seq " + std::to_string(a.seq)));
+    write_text_file_atomically(a.svg, plan::timeline_svg(g, p->placement, p->micro, req.rates,
+                                                         a.config + " seq " + std::to_string(a.seq) + ", one micro-batch"));
     std::printf("timeline: %s\n", a.svg.c_str());
   }
   return 0;
@@ -89,7 +82,7 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "sequences per micro-batch")->capture_default_str();
   cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
-  cmd->add_flag("--bf16-moments", a->bf16_moments, "keep AdamW moments in bf16 to fit larger models");
+  cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();
   cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");
   return [a] { return run_plan(*a); };
 }

@@ -1,0 +1,147 @@
+#include "plan/training_plan.h"
+
+#include <algorithm>
+#include <exception>
+#include <limits>
+#include <optional>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "device/memory_space.h"
+#include "graph/liveness.h"
+#include "model/llama_config_json.h"
+
+namespace spillway::plan {
+
+namespace {
+
+uint64_t accounted(uint64_t n) { return MemorySpace::accounted_bytes(n); }
+
+struct Layout {
+  bool weights, grads;
+};
+
+// One layout planned for `g`; the caller keeps the fastest.
+struct Planned {
+  Layout layout;
+  Placement placement;
+  uint64_t resident_bytes = 0, host_state_bytes = 0;
+  StepPrediction micro;
+  double optimizer_seconds = 0, step_seconds = 0;
+};
+
+Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout layout) {
+  Planned out;
+  out.layout = layout;
+  const auto& g = p.graph;
+  std::vector<bool> resident(g.values().size(), false);
+  auto keep = [&](graph::Value v) {
+    resident[static_cast<size_t>(v.id)] = true;
+    out.resident_bytes += accounted(g.value(v).bytes());
+  };
+  keep(p.model.tokens);
+  keep(p.model.targets);
+  for (graph::Value w : p.model.parameters) {
+    if (layout.weights) keep(w);
+    if (layout.grads) keep(p.grads[w]);
+  }
+  // fp32 master and moments always live at home, and the bf16 weights when
+  // they are not on the device; gradients sent home are the placement's.
+  out.host_state_bytes = p.parameters * 12 + (layout.weights ? 0 : p.parameters * 2);
+  SPW_CHECK(out.host_state_bytes < r.host_budget, "--host-mem", "the training state needs ",
+            format_bytes(out.host_state_bytes), " of host memory, more than the budget of ",
+            format_bytes(r.host_budget));
+  const uint64_t taken = r.device_reserved + out.resident_bytes;
+  SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+            " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
+  PlacementRequest req;
+  req.device_budget = r.device_budget - taken;
+  req.host_budget = r.host_budget - out.host_state_bytes;
+  req.resident = resident;
+  for (const auto& n : g.nodes()) req.node_seconds.push_back(node_cost(g, n, r.rates).seconds);
+  req.h2d_bytes_per_second = r.rates.h2d_bytes;
+  req.d2h_bytes_per_second = r.rates.d2h_bytes;
+  out.placement = plan_placement(g, req, accounted);
+  out.micro = predict_step(g, out.placement, r.rates);
+  out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.rates);
+  out.step_seconds = static_cast<double>(r.micro_batches) * out.micro.step_seconds + out.optimizer_seconds;
+  return out;
+}
+
+}  // namespace
+
+std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
+  SPW_CHECK(r.micro_batches >= 1, "--grad-accum", "needs at least one micro-batch");
+  auto p = std::make_unique<TrainingPlan>();
+  graph::Builder b(p->graph, DType::bf16);
+  p->model = model::build_llama(b, r.config, r.batch, r.seq);
+  p->graph.mark_output(p->model.loss);
+  p->grads = graph::append_backward(b, p->model.loss, p->model.parameters, graph::GradientOutput::accumulated);
+  p->parameters = static_cast<uint64_t>(model::parameter_count(r.config));
+  return p;
+}
+
+void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
+  std::optional<Planned> best;
+  std::exception_ptr first_error;
+  for (Layout layout : {Layout{true, true}, Layout{true, false}, Layout{false, false}}) {
+    // Gradients sent home are not summed on the host: one micro-batch only.
+    if (!layout.grads && r.micro_batches > 1) continue;
+    if (r.stream_weights && layout.weights) continue;
+    try {
+      Planned candidate = plan_layout(p, r, layout);
+      if (!best || candidate.step_seconds < best->step_seconds) best = std::move(candidate);
+    } catch (const Error&) {
+      if (!first_error) first_error = std::current_exception();
+    }
+  }
+  if (!best) std::rethrow_exception(first_error);
+  p.weights_resident = best->layout.weights;
+  p.grads_resident = best->layout.grads;
+  p.placement = std::move(best->placement);
+  p.resident_bytes = best->resident_bytes;
+  p.host_state_bytes = best->host_state_bytes;
+  p.micro = std::move(best->micro);
+  p.optimizer_seconds = best->optimizer_seconds;
+  p.step_seconds = best->step_seconds;
+  const double tokens = static_cast<double>(r.batch * r.seq * r.micro_batches);
+  p.tokens_per_second = tokens / p.step_seconds;
+  p.mfu = model::training_flops_per_token(r.config, r.seq) * p.tokens_per_second / r.rates.peak_flops;
+}
+
+std::unique_ptr<TrainingPlan> plan_training(const TrainingPlanRequest& r) {
+  auto p = training_graph(r);
+  choose_layout(*p, r);
+  return p;
+}
+
+bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq, uint64_t device_budget) {
+  graph::Graph g;
+  graph::Builder b(g, DType::bf16);
+  auto m = model::build_llama(b, config, batch, seq);
+  g.mark_output(m.loss);
+  graph::append_backward(b, m.loss, m.parameters, graph::GradientOutput::accumulated);
+  const uint64_t params = static_cast<uint64_t>(model::parameter_count(config));
+  // bf16 weights, fp32 master, two fp32 moments and fp32 gradients; the
+  // graph's own peak; about a gigabyte of kernel workspaces.
+  const uint64_t need = params * 18 + graph::analyze_liveness(g, accounted).peak_bytes + (1ull << 30);
+  return need <= device_budget;
+}
+
+double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, const MachineRates& rates) {
+  const double n = static_cast<double>(parameters);
+  // Up: master and both moments (and the gradient when it lives at home);
+  // down: the same three (and the bf16 weights when they live at home).
+  const double up = n * (12.0 + (grads_resident ? 0.0 : 4.0));
+  const double down = n * (12.0 + (weights_resident ? 0.0 : 2.0));
+  return std::max(up / rates.h2d_bytes, down / rates.d2h_bytes);
+}
+
+std::string TrainingPlan::layout() const {
+  std::string s = weights_resident && grads_resident ? "weights and gradients on the device"
+                  : weights_resident                 ? "weights on the device, gradients sent home"
+                                                     : "weights streamed from the host, gradients sent home";
+  return s + "; " + std::to_string(placement.values_offloaded) + " activations offloaded";
+}
+
+}  // namespace spillway::plan

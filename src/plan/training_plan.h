@@ -1,0 +1,76 @@
+// A whole training step planned before it runs: where the weights, the
+// gradient accumulators and the optimizer state live, the placement of the
+// step graph's values under what is left of the device budget, and the
+// predicted time. `spillway plan` prints it; the GPU engine runs it, so the
+// prediction and the run describe the same program.
+//
+// The fp32 master weights and AdamW moments live at home in pinned host
+// memory; the optimizer streams them through the GPU once per optimizer
+// step. The bf16 working weights and the fp32 gradient accumulators stay on
+// the device when they fit ("resident"), otherwise they live in host memory
+// too and the placement loads the weights for the stretches that use them
+// and sends each gradient home as it is made. Every layout that fits is
+// planned and the fastest predicted one is kept.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "graph/autodiff.h"
+#include "graph/graph.h"
+#include "model/llama_config.h"
+#include "model/llama_graph.h"
+#include "plan/cost_model.h"
+#include "plan/placement.h"
+
+namespace spillway::plan {
+
+struct TrainingPlanRequest {
+  model::LlamaConfig config;
+  int64_t batch = 1, seq = 1, micro_batches = 1;
+  uint64_t device_budget = 0;    // what the plan may use on the device
+  uint64_t host_budget = 0;      // pinned host memory: optimizer state, host-side weights/gradients, offloaded values
+  uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
+  bool stream_weights = false;   // only the layout with weights and gradients at home (tests, and to compare)
+  MachineRates rates;
+};
+
+struct TrainingPlan {
+  graph::Graph graph;  // bf16 forward + backward, gradients accumulated into caller memory
+  model::LlamaGraph model;
+  graph::Gradients grads;
+  bool weights_resident = false;  // bf16 working weights on the device for the whole run
+  bool grads_resident = false;    // fp32 gradient accumulators on the device
+  Placement placement;
+  uint64_t parameters = 0;
+  uint64_t resident_bytes = 0;    // weights + gradients kept on the device
+  uint64_t host_state_bytes = 0;  // master weights, moments, host-side weights and gradients
+  StepPrediction micro;           // one micro-batch
+  double optimizer_seconds = 0;   // streaming the state through the GPU once
+  double step_seconds = 0;        // micro_batches micro-batches + the optimizer
+  double tokens_per_second = 0;
+  double mfu = 0;
+
+  // "weights and gradients on the device; 12 values offloaded" and the like.
+  std::string layout() const;
+};
+
+// The step graph alone (layout not chosen yet): what an engine sizes its
+// workspaces by before the layout is planned around them.
+std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& request);
+// Chooses the layout and placement of `plan`'s graph. Throws Error naming
+// --device-mem or --host-mem (and the amount needed) when none fits.
+void choose_layout(TrainingPlan& plan, const TrainingPlanRequest& request);
+// Both.
+std::unique_ptr<TrainingPlan> plan_training(const TrainingPlanRequest& request);
+
+// Whether the whole training state (bf16 weights, fp32 master, moments and
+// gradients) and the step's activations fit `device_budget` without any
+// planning: the case for the all-on-device engine.
+bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq, uint64_t device_budget);
+
+// Bytes each direction the optimizer moves per parameter, and its time.
+double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, const MachineRates& rates);
+
+}  // namespace spillway::plan

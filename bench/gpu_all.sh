@@ -20,7 +20,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   tail -5 "$OUT/bench.log"
   echo "bench: $(( $(date +%s) - start )) s"
 fi
-if [ -d .deps/fortunes-data ]; then
+if [ "${SKIP_TRAIN:-0}" != 1 ] && [ -d .deps/fortunes-data ]; then
   build/gpu/src/spillway train --data .deps/fortunes-data --out /tmp/run-gpu --sample-tokens 80 > "$OUT/train_gpu.log" 2>&1
   tail -12 "$OUT/train_gpu.log"
   cp /tmp/run-gpu/train_log.jsonl "$OUT/train_gpu_log.jsonl" 2>/dev/null

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/atomic_file.h"
 #include "base/bytes.h"
 #include "base/status.h"
 #include "cli/commands.h"
@@ -31,6 +32,9 @@ struct BenchArgs {
   int64_t warmup = 2;
   std::string device = "auto";
   std::string device_mem;
+  std::string host_mem;
+  std::string offload = "auto";
+  std::string timeline;
   std::string json_path;
   uint64_t seed = 1;
   bool nondeterministic = false;
@@ -48,6 +52,9 @@ int run_bench(const BenchArgs& a) {
   eo.device = a.device;
   eo.deterministic = !a.nondeterministic;
   if (!a.device_mem.empty()) eo.device_memory = parse_bytes(a.device_mem, "--device-mem");
+  if (!a.host_mem.empty()) eo.host_memory = parse_bytes(a.host_mem, "--host-mem");
+  eo.offload = a.offload;
+  eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
   const size_t n = static_cast<size_t>(a.batch * a.seq * a.grad_accum);
@@ -72,8 +79,13 @@ int run_bench(const BenchArgs& a) {
   }
   if (a.profile) {
     engine->set_profiling(true);
-    for (int i = 0; i < 2; ++i) engine->train_step(tokens, targets, a.grad_accum, 1e-4);
-    std::printf("time by op (2 profiled steps, synchronizing after each op):\n%s", engine->profile_report().c_str());
+    engine->train_step(tokens, targets, a.grad_accum, 1e-4);
+    std::printf("time by op (one profiled step):\n%s", engine->profile_report().c_str());
+    const std::string svg = engine->measured_timeline_svg();
+    if (!a.timeline.empty() && !svg.empty()) {
+      write_text_file_atomically(a.timeline, svg);
+      std::printf("measured timeline of the last micro-batch: %s\n", a.timeline.c_str());
+    }
   }
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
@@ -119,6 +131,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
   cmd->add_option("--device-mem", a->device_mem, "device memory budget (e.g. 24GiB, 0.9)")
       ->envname("SPILLWAY_DEVICE_MEM");
+  cmd->add_option("--host-mem", a->host_mem, "pinned host memory budget for a planned GPU step")
+      ->envname("SPILLWAY_HOST_MEM");
+  cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
+      ->capture_default_str();
+  cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
   cmd->add_flag("--profile", a->profile, "after the timed steps, time each op kind over two more steps");

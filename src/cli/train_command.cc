@@ -40,6 +40,13 @@ void add_training_options(CLI::App* cmd, train::TrainOptions& o) {
          "--device-mem", [&o](const std::string& v) { o.device_memory = parse_bytes(v, "--device-mem"); },
          "device memory budget (bytes, 24GiB, ...)")
       ->envname("SPILLWAY_DEVICE_MEM");
+  cmd->add_option_function<std::string>(
+         "--host-mem", [&o](const std::string& v) { o.host_memory = parse_bytes(v, "--host-mem"); },
+         "pinned host memory budget for a planned GPU step (bytes, 100GiB, ...)")
+      ->envname("SPILLWAY_HOST_MEM");
+  cmd->add_option("--offload", o.offload,
+                  "GPU: auto (plan across device and host memory when the state does not fit), on, off")
+      ->capture_default_str();
 }
 
 int run_training(const train::TrainOptions& o) {

@@ -6,7 +6,8 @@
 // after it, is the same run to run. `accumulate` true adds to *out instead
 // of overwriting it, so the squares of many tensors sum into one number.
 // scale_cuda multiplies n floats by s in place.
-// The CPU engine clips with train/optimizer.h's clip_grad_norm.
+// The engines do not scale gradients to clip: they fold the clipping factor
+// (train/optimizer.h's accumulated_grad_scale) into AdamW's grad_scale.
 #pragma once
 
 #ifdef SPILLWAY_HAS_CUDA

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/bytes.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
 #include "train/engine.h"
@@ -12,6 +13,7 @@
 
 #ifdef SPILLWAY_HAS_CUDA
 #include "device/cuda/cuda_device.h"
+#include "plan/training_plan.h"
 #endif
 
 namespace spillway::train {
@@ -131,7 +133,16 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "unknown device '", options.device, "' (auto, cpu or cuda)");
 #ifdef SPILLWAY_HAS_CUDA
   if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
-    return make_cuda_engine(weights, optimizer, options);
+    SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
+                  options.offload == "stream",
+              "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
+    bool offload = options.offload == "on" || options.offload == "stream";
+    if (options.offload == "auto") {
+      const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);
+      offload = !plan::fits_on_device(weights.config(), options.batch, options.seq, budget);
+      if (offload) log_info("the training state does not fit " + format_bytes(budget) + " of GPU memory: planning offload");
+    }
+    return offload ? make_cuda_offload_engine(weights, optimizer, options) : make_cuda_engine(weights, optimizer, options);
   }
 #else
   SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");

@@ -25,9 +25,15 @@ struct StepStats {
 struct EngineOptions {
   int64_t batch = 1;
   int64_t seq = 1;
+  int64_t micro_batches = 1;         // per optimizer step, as the trainer will call train_step (the planner needs it)
   double grad_clip = 1.0;            // <= 0: no clipping
   std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
   uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
+  uint64_t host_memory = 0;          // pinned host budget of the planned GPU engine; 0: 90% of what is available
+  // GPU only. auto: plan the step across device and host memory when the
+  // whole training state does not fit the device budget; on: always; off:
+  // never; stream: always, with weights and gradients at home on the host.
+  std::string offload = "auto";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
 };
 
@@ -50,6 +56,9 @@ class Engine {
   // steps run slower while it is on). The report sums time by op kind.
   virtual void set_profiling(bool on) = 0;
   virtual std::string profile_report() const = 0;
+  // The last profiled step as a picture of what each stream did (SVG);
+  // empty where the engine has a single stream.
+  virtual std::string measured_timeline_svg() const { return {}; }
 };
 
 // Seconds by op kind (matmul split into forward/backward and lm_head) over
@@ -63,6 +72,11 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
 #ifdef SPILLWAY_HAS_CUDA
 std::unique_ptr<Engine> make_cuda_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
+// The GPU engine for training state larger than the device: master weights
+// and moments in pinned host memory, the step run under a plan
+// (plan/training_plan.h).
+std::unique_ptr<Engine> make_cuda_offload_engine(model::LlamaWeights& weights, AdamW& optimizer,
+                                                 const EngineOptions& options);
 #endif
 
 }  // namespace spillway::train

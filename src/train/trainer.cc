@@ -177,6 +177,9 @@ TrainResult train_model(TrainOptions o) {
   engine_options.grad_clip = o.grad_clip;
   engine_options.device = o.device;
   engine_options.device_memory = o.device_memory;
+  engine_options.host_memory = o.host_memory;
+  engine_options.offload = o.offload;
+  engine_options.micro_batches = o.grad_accum;
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.lr, o.min_lr, o.warmup, o.steps};
   const int64_t end_step = o.stop_after >= 0 ? std::min(o.steps, o.stop_after) : o.steps;

@@ -42,6 +42,8 @@ struct TrainOptions {
   bool quiet = false;  // no progress output (tests)
   std::string device = "auto";  // auto, cpu, cuda
   uint64_t device_memory = 0;   // device budget in bytes; 0: the backend's default
+  uint64_t host_memory = 0;     // pinned host budget when the GPU step is planned; 0: 90% of what is available
+  std::string offload = "auto";  // GPU: auto (plan when the state does not fit), on, off
 
   // The options that define the run; a resumed run takes them from its
   // checkpoint, so a resume cannot silently change the training.

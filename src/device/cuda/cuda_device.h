@@ -37,6 +37,10 @@ class CudaDevice final : public Device {
 // The number of usable GPUs; 0 when there is no driver or no GPU.
 int cuda_device_count();
 
+// The device pool a budget left unset gets: kDefaultDevicePoolShareOfFree of
+// what is free now.
+uint64_t cuda_default_device_budget(int ordinal);
+
 std::unique_ptr<Device> make_cuda_device(int ordinal,
                                          uint64_t device_budget = MemorySpace::kUnlimited,
                                          uint64_t host_budget = MemorySpace::kUnlimited);

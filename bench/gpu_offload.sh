@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# On the GPU machine: LLaMA-3-8B at seq 8192 trained by the planned engine.
+# First `spillway plan`'s prediction, then the measured steps, then one
+# profiled micro-batch whose per-stream timeline goes to $OUT.
+# Usage: bench/gpu_offload.sh DEVICE_MEM GRAD_ACCUM [extra bench flags]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+mem=${1:-80GiB}
+accum=${2:-32}
+shift 2 || true
+OUT=${OUT:-/tmp/out}
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+B=build/gpu/src/spillway
+tag=8b-${mem}-x${accum}
+free -g | head -2
+$B plan --config llama3-8b --seq 8192 --batch 1 --grad-accum "$accum" --device-mem "$mem" --host-mem 110GiB \
+  --svg "$OUT/plan-$tag.svg" | tee "$OUT/plan-$tag.txt"
+/usr/bin/time -v $B bench --config llama3-8b --seq 8192 --batch 1 --grad-accum "$accum" --steps ${STEPS:-2} --warmup 1 \
+  --device-mem "$mem" --host-mem 110GiB --nondeterministic --offload on --json "$OUT/bench.jsonl" --profile --timeline "$OUT/timeline-$tag.svg" "$@" \
+  > "$OUT/bench-$tag.log" 2>&1
+tail -8 "$OUT/bench-$tag.log"; grep -E "Maximum resident|Elapsed" "$OUT/bench-$tag.log"

@@ -1,0 +1,495 @@
+// The planned GPU engine, for training state larger than the device.
+//
+// Home of the state is host memory: the caller's own fp32 master weights
+// and AdamW moments, pinned where they lie (no second copy of tens of
+// gigabytes). The step graph runs under a plan (plan/training_plan.h) on
+// three streams: bf16 working weights and fp32 gradient accumulators stay on
+// the device when the plan says they fit, otherwise the weights are loaded
+// for the stretches that use them and the gradients go home as they are
+// made; activations go home and come back where the budget needs it. The
+// optimizer streams master weights and moments through the GPU in chunks,
+// three chunks in flight (one loading, one updating, one going home), and
+// runs the same AdamW kernel as the all-on-device engine.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/log.h"
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "device/cuda/cuda_pool.h"
+#include "exec/cuda/cuda_node_runner.h"
+#include "exec/cuda/cuda_planned_executor.h"
+#include "model/llama_graph.h"
+#include "ops/adamw.h"
+#include "ops/cast.h"
+#include "ops/grad_norm.h"
+#include "plan/timeline_svg.h"
+#include "plan/training_plan.h"
+#include "train/engine.h"
+#include "train/optimizer.h"
+
+namespace spillway::train {
+
+namespace {
+
+// Host memory the OS reports as available, from /proc/meminfo.
+uint64_t available_host_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 16ull << 30;
+}
+
+// Pins the caller's vectors in place. cudaHostRegister works on whole pages,
+// and small vectors share pages, so the page-rounded ranges are merged first
+// and each merged range is registered once.
+class PinnedRanges {
+ public:
+  void add(const void* p, size_t bytes) {
+    const auto page = static_cast<uintptr_t>(4096);
+    const auto begin = reinterpret_cast<uintptr_t>(p) & ~(page - 1);
+    const auto end = (reinterpret_cast<uintptr_t>(p) + bytes + page - 1) & ~(page - 1);
+    ranges_.push_back({begin, end});
+  }
+  void pin() {
+    std::sort(ranges_.begin(), ranges_.end());
+    std::vector<std::pair<uintptr_t, uintptr_t>> merged;
+    for (auto r : ranges_) {
+      if (!merged.empty() && r.first <= merged.back().second) {
+        merged.back().second = std::max(merged.back().second, r.second);
+      } else {
+        merged.push_back(r);
+      }
+    }
+    for (auto r : merged) {
+      SPW_CUDA(cudaHostRegister(reinterpret_cast<void*>(r.first), r.second - r.first, cudaHostRegisterDefault));
+      pinned_.push_back(reinterpret_cast<void*>(r.first));
+    }
+  }
+  ~PinnedRanges() {
+    for (void* p : pinned_) SPW_CUDA_WARN(cudaHostUnregister(p));
+  }
+
+ private:
+  std::vector<std::pair<uintptr_t, uintptr_t>> ranges_;
+  std::vector<void*> pinned_;
+};
+
+// A forward-only program for evaluation, planned like the training step.
+struct EvalProgram {
+  graph::Graph graph;
+  model::LlamaGraph model;
+  std::unique_ptr<exec::CudaNodeRunner> runner;
+  std::unique_ptr<exec::CudaPlannedExecutor> executor;
+};
+
+class CudaOffloadEngine final : public Engine {
+ public:
+  CudaOffloadEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
+      : weights_(weights), optimizer_(optimizer), options_(o) {
+    SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
+    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 64ull << 20);
+    compute_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
+    h2d_ = as_cuda_stream(device_->stream(StreamKind::h2d)).handle();
+    d2h_ = as_cuda_stream(device_->stream(StreamKind::d2h)).handle();
+    cudaDeviceProp prop{};
+    SPW_CUDA(cudaGetDeviceProperties(&prop, 0));
+    name_ = "cuda:0 " + std::string(prop.name);
+    if (optimizer_.m.tensors().empty()) optimizer_ = AdamW(weights_.config());
+    MemorySpace& mem = device_->device_memory();
+
+    // The step graph first: its runners size the workspaces the plan must
+    // leave room for.
+    plan::TrainingPlanRequest req;
+    req.config = weights_.config();
+    req.batch = o.batch;
+    req.seq = o.seq;
+    req.micro_batches = std::max<int64_t>(1, o.micro_batches);
+    req.device_budget = mem.budget();
+    req.host_budget = o.host_memory ? o.host_memory : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    req.rates = plan::h100_rates();
+    req.stream_weights = o.offload == "stream";
+    plan_ = plan::training_graph(req);
+    runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
+    build_eval_graph();
+    eval_.runner = std::make_unique<exec::CudaNodeRunner>(eval_.graph, mem, compute_, o.deterministic);
+    // Optimizer chunks: at most kMaxChunk elements, no more than the largest tensor.
+    for (const auto& t : weights_.tensors()) chunk_ = std::max(chunk_, t.shape.numel());
+    chunk_ = std::min(chunk_, kMaxChunk);
+    for (int s = 0; s < kSlots; ++s) {
+      Slot& slot = slots_[s];
+      const auto chunk = static_cast<uint64_t>(chunk_);
+      slot.master = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (master)"));
+      slot.m = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (m)"));
+      slot.v = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (v)"));
+      slot.grad = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (gradient)"));
+      slot.working = static_cast<bf16*>(mem.allocate(chunk * 2, "optimizer staging (bf16)"));
+      for (cudaEvent_t* e : {&slot.loaded, &slot.updated, &slot.free}) {
+        SPW_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+      }
+    }
+    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8, "gradient norm");
+    norm_out_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
+    // Arena fragmentation: keep a little of the pool out of the plan.
+    req.device_reserved = mem.in_use() + mem.budget() / 100;
+    plan::choose_layout(*plan_, req);
+    log_info("planned step: " + plan_->layout() + "; device " + format_bytes(plan_->placement.device_peak) +
+             " planned + " + format_bytes(plan_->resident_bytes) + " resident; host " +
+             format_bytes(plan_->host_state_bytes) + " state + " + format_bytes(plan_->placement.host_peak) +
+             " offloaded; predicted " + std::to_string(plan_->step_seconds) + " s per step");
+
+    allocate_state();
+    host_pool_ = make_cuda_pool_space("cuda:0:pinned_host", CudaPoolKind::pinned_host, 0,
+                                      plan_->placement.host_peak + plan_->placement.host_peak / 8 + (64ull << 20));
+    executor_ = std::make_unique<exec::CudaPlannedExecutor>(plan_->graph, plan_->placement, mem, *host_pool_, *runner_,
+                                                            compute_, h2d_, d2h_);
+    bind(*executor_, plan_->model, /*with_grads=*/true);
+    plan_eval();
+  }
+
+  ~CudaOffloadEngine() override {
+    for (cudaStream_t s : {compute_, h2d_, d2h_}) SPW_CUDA_WARN(cudaStreamSynchronize(s));
+    executor_.reset();
+    eval_.executor.reset();
+    for (Slot& slot : slots_) {
+      for (cudaEvent_t e : {slot.loaded, slot.updated, slot.free}) SPW_CUDA_WARN(cudaEventDestroy(e));
+    }
+    if (host_working_) SPW_CUDA_WARN(cudaFreeHost(host_working_));
+  }
+
+  std::string description() const override {
+    return name_ + " (planned: " + plan_->layout() + "; attention through cuDNN in " +
+           std::to_string(runner_->cudnn_attention_nodes()) + " of " +
+           std::to_string(2 * weights_.config().num_hidden_layers) + " nodes)";
+  }
+
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
+                       double lr) override {
+    const size_t n = static_cast<size_t>(options_.batch * options_.seq);
+    SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
+              "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+    SPW_CHECK(plan_->grads_resident || micro_batches == 1, "--grad-accum",
+              "the gradients do not fit the device, so they go home every micro-batch and cannot be summed there; "
+              "use one micro-batch per step (a larger --batch) or a larger device budget");
+    StepStats stats;
+    if (plan_->grads_resident) SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, compute_));
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      stats.loss += run(*executor_, plan_->model, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
+                    static_cast<double>(micro_batches);
+      if (profiling_) collect_profile();
+    }
+    const auto optimizer_start = std::chrono::steady_clock::now();
+    const double grad_scale = accumulated_grad_scale(std::sqrt(sum_of_squares()), micro_batches, options_.grad_clip,
+                                                     &stats.grad_norm);
+    ++optimizer_.steps_taken;
+    stream_optimizer(lr, grad_scale);
+    if (profiling_) {
+      optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
+      ++profiled_steps_;
+    }
+    return stats;
+  }
+
+  double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
+    return run(*eval_.executor, eval_.model, inputs, targets);
+  }
+
+  // The master weights and moments are the caller's own memory, updated in
+  // place by every step.
+  void sync_to_host() override {}
+
+  uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+
+  void set_profiling(bool on) override {
+    profiling_ = on;
+    executor_->set_timing(on);
+  }
+  std::string profile_report() const override {
+    return op_time_report(plan_->graph, node_seconds_, std::max(1, profiled_steps_), optimizer_seconds_);
+  }
+  std::string measured_timeline_svg() const override {
+    std::vector<plan::TimelineBar> bars;
+    for (const auto& i : last_timeline_) {
+      const bool heavy = i.label.rfind("matmul", 0) == 0 || i.label.rfind("attention", 0) == 0;
+      bars.push_back({i.stream, i.start, i.end, i.label, heavy});
+    }
+    return plan::timeline_svg(bars, "one micro-batch on " + name_ + ", measured");
+  }
+
+ private:
+  static constexpr int kSlots = 3;
+  static constexpr int64_t kMaxChunk = 16ll << 20;  // elements per optimizer chunk
+
+  struct Param {
+    int64_t n = 0;
+    float *master = nullptr, *m = nullptr, *v = nullptr;  // host, the caller's
+    bf16* working = nullptr;  // device (resident) or pinned host
+    float* grad = nullptr;    // device, when resident
+    bool decay = false;
+  };
+  struct Slot {
+    float *master = nullptr, *m = nullptr, *v = nullptr, *grad = nullptr;
+    bf16* working = nullptr;
+    cudaEvent_t loaded = nullptr, updated = nullptr, free = nullptr;
+  };
+
+  void build_eval_graph() {
+    graph::Builder b(eval_.graph, DType::bf16);
+    eval_.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
+    eval_.graph.mark_output(eval_.model.loss);
+  }
+
+  void allocate_state() {
+    MemorySpace& mem = device_->device_memory();
+    const uint64_t tokens = static_cast<uint64_t>(options_.batch * options_.seq);
+    tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
+    targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
+    auto& tensors = weights_.tensors();
+    uint64_t working_bytes = 0;
+    for (const auto& t : tensors) {
+      const uint64_t n = static_cast<uint64_t>(t.shape.numel());
+      grad_bytes_ += align_up(n * 4, 256);
+      working_bytes += align_up(n * 2, 256);
+    }
+    char* working = nullptr;
+    if (plan_->weights_resident) {
+      working = static_cast<char*>(mem.allocate(working_bytes, "weights (bf16)"));
+    } else {
+      SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_working_), working_bytes, cudaHostAllocDefault));
+      working = host_working_;
+    }
+    if (plan_->grads_resident) grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    uint64_t wo = 0, go = 0;
+    PinnedRanges& pins = pinned_;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      Param p;
+      p.n = tensors[i].shape.numel();
+      p.master = tensors[i].data.data();
+      p.m = optimizer_.m.tensors()[i].data.data();
+      p.v = optimizer_.v.tensors()[i].data.data();
+      p.decay = tensors[i].shape.rank() >= 2;
+      p.working = reinterpret_cast<bf16*>(working + wo);
+      wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
+      if (grads_) {
+        p.grad = reinterpret_cast<float*>(grads_ + go);
+        go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
+      }
+      for (float* h : {p.master, p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
+      params_.push_back(p);
+    }
+    const auto pin_start = std::chrono::steady_clock::now();
+    pins.pin();
+    log_info("pinned " + format_bytes(weights_.numel() * 12ull) + " of master weights and moments in " +
+             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - pin_start).count()) + " s");
+    // The bf16 working copy, rounded from the master weights on the GPU (the
+    // rounding AdamW uses for every later update).
+    for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
+      SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, static_cast<size_t>(len) * 4, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
+      SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
+      bf16* out = plan_->weights_resident ? p.working + off : slot.working;
+      ops::cast_cuda(slot.master, DType::f32, out, DType::bf16, len, compute_);
+      SPW_CUDA(cudaEventRecord(slot.updated, compute_));
+      SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
+      if (!plan_->weights_resident) {
+        SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
+      }
+    });
+  }
+
+  // Runs `body(param, offset, length, slot)` over every parameter in chunks,
+  // rotating through the staging slots: a slot is reused only after the
+  // device->host stream has finished with it.
+  template <typename Body>
+  void for_each_chunk(Body body) {
+    int64_t k = 0;
+    for (const Param& p : params_) {
+      for (int64_t off = 0; off < p.n; off += chunk_) {
+        Slot& slot = slots_[k % kSlots];
+        if (k >= kSlots) SPW_CUDA(cudaStreamWaitEvent(h2d_, slot.free));
+        body(p, off, std::min(chunk_, p.n - off), slot);
+        SPW_CUDA(cudaEventRecord(slot.free, d2h_));
+        ++k;
+      }
+    }
+    for (cudaStream_t s : {h2d_, compute_, d2h_}) SPW_CUDA(cudaStreamSynchronize(s));
+  }
+
+  void stream_optimizer(double lr, double grad_scale) {
+    ops::AdamWHyper hp;
+    hp.lr = lr;
+    hp.beta1 = optimizer_.beta1;
+    hp.beta2 = optimizer_.beta2;
+    hp.eps = optimizer_.eps;
+    hp.step = optimizer_.steps_taken;
+    hp.grad_scale = grad_scale;
+    size_t i = 0;
+    const Param* current = nullptr;
+    for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
+      if (&p != current) {
+        current = &p;
+        host_grad_ = plan_->grads_resident ? nullptr : gradient_on_host(i);
+        ++i;
+      }
+      const size_t bytes = static_cast<size_t>(len) * 4;
+      SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.m, p.m + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.v, p.v + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      if (host_grad_) SPW_CUDA(cudaMemcpyAsync(slot.grad, host_grad_ + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
+      SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
+      ops::AdamWHyper h = hp;
+      h.weight_decay = p.decay ? optimizer_.weight_decay : 0.0;
+      bf16* out = plan_->weights_resident ? p.working + off : slot.working;
+      ops::adamw_update_cuda(slot.master, host_grad_ ? slot.grad : p.grad + off, slot.m, slot.v, out, len, h, compute_);
+      SPW_CUDA(cudaEventRecord(slot.updated, compute_));
+      SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
+      SPW_CUDA(cudaMemcpyAsync(p.master + off, slot.master, bytes, cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(p.m + off, slot.m, bytes, cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(p.v + off, slot.v, bytes, cudaMemcpyDeviceToHost, d2h_));
+      if (!plan_->weights_resident) {
+        SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
+      }
+    });
+  }
+
+  // The gradient of parameter i where the last step left it: its host copy.
+  const float* gradient_on_host(size_t i) const {
+    return static_cast<const float*>(executor_->data(plan_->grads[plan_->model.parameters[i]]));
+  }
+
+  double sum_of_squares() {
+    if (plan_->grads_resident) {
+      for (size_t i = 0; i < params_.size(); ++i) {
+        ops::sum_of_squares_cuda(params_[i].grad, params_[i].n, norm_out_, i > 0, norm_workspace_, compute_);
+      }
+      double s = 0;
+      SPW_CUDA(cudaMemcpyAsync(&s, norm_out_, sizeof s, cudaMemcpyDeviceToHost, compute_));
+      SPW_CUDA(cudaStreamSynchronize(compute_));
+      return s;
+    }
+    double s = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const float* g = gradient_on_host(i);
+      const int64_t n = params_[i].n;
+#pragma omp parallel for reduction(+ : s) schedule(static)
+      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(g[j]) * g[j];
+    }
+    return s;
+  }
+
+  void bind(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, bool with_grads) {
+    e.bind(m.tokens, tokens_);
+    e.bind(m.targets, targets_);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      e.bind(m.parameters[i], params_[i].working);
+      if (with_grads && plan_->grads_resident) e.bind(plan_->grads[m.parameters[i]], params_[i].grad);
+    }
+  }
+
+  // Evaluation gets its own placement in what the training step leaves: the
+  // two never run at the same time.
+  void plan_eval() {
+    const auto& g = eval_.graph;
+    std::vector<bool> resident(g.values().size(), false);
+    resident[static_cast<size_t>(eval_.model.tokens.id)] = true;
+    resident[static_cast<size_t>(eval_.model.targets.id)] = true;
+    if (plan_->weights_resident) {
+      for (graph::Value w : eval_.model.parameters) resident[static_cast<size_t>(w.id)] = true;
+    }
+    MemorySpace& mem = device_->device_memory();
+    plan::PlacementRequest req;
+    req.device_budget = mem.budget() - mem.in_use() - mem.budget() / 100;
+    req.host_budget = host_pool_->budget();
+    req.resident = resident;
+    const plan::MachineRates rates = plan::h100_rates();
+    for (const auto& node : g.nodes()) req.node_seconds.push_back(plan::node_cost(g, node, rates).seconds);
+    req.h2d_bytes_per_second = rates.h2d_bytes;
+    req.d2h_bytes_per_second = rates.d2h_bytes;
+    auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
+    eval_.executor = std::make_unique<exec::CudaPlannedExecutor>(g, plan::plan_placement(g, req, cost), mem,
+                                                                 *host_pool_, *eval_.runner, compute_, h2d_, d2h_);
+    bind(*eval_.executor, eval_.model, /*with_grads=*/false);
+  }
+
+  double run(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, std::span<const int32_t> inputs,
+             std::span<const int32_t> targets) {
+    const int64_t vocab = weights_.config().vocab_size;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
+                " is outside the vocabulary of ", vocab);
+      SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
+                " is outside the vocabulary of ", vocab);
+    }
+    SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, compute_));
+    SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, compute_));
+    e.run();
+    SPW_CUDA(cudaStreamSynchronize(compute_));
+    float loss = 0;
+    SPW_CUDA(cudaMemcpy(&loss, e.data(m.loss), sizeof loss, cudaMemcpyDefault));
+    return loss;
+  }
+
+  void collect_profile() {
+    last_timeline_ = executor_->timeline();
+    node_seconds_.resize(plan_->graph.nodes().size());
+    size_t node = 0;
+    for (const auto& i : last_timeline_) {
+      if (i.stream != 0) continue;
+      if (node < node_seconds_.size()) node_seconds_[node] += i.end - i.start;
+      ++node;
+    }
+  }
+
+  model::LlamaWeights& weights_;
+  AdamW& optimizer_;
+  EngineOptions options_;
+  std::unique_ptr<Device> device_;
+  cudaStream_t compute_ = nullptr, h2d_ = nullptr, d2h_ = nullptr;
+  std::string name_;
+  std::unique_ptr<plan::TrainingPlan> plan_;
+  std::unique_ptr<exec::CudaNodeRunner> runner_;
+  EvalProgram eval_;
+  int64_t chunk_ = 1;
+  Slot slots_[kSlots];
+  void* norm_workspace_ = nullptr;
+  double* norm_out_ = nullptr;
+  std::vector<Param> params_;
+  PinnedRanges pinned_;
+  char* host_working_ = nullptr;
+  char* grads_ = nullptr;
+  uint64_t grad_bytes_ = 0;
+  const float* host_grad_ = nullptr;
+  int32_t* tokens_ = nullptr;
+  int32_t* targets_ = nullptr;
+  std::unique_ptr<MemorySpace> host_pool_;
+  std::unique_ptr<exec::CudaPlannedExecutor> executor_;
+  bool profiling_ = false;
+  int profiled_steps_ = 0;
+  double optimizer_seconds_ = 0;
+  std::vector<double> node_seconds_;
+  std::vector<exec::StreamInterval> last_timeline_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cuda_offload_engine(model::LlamaWeights& weights, AdamW& optimizer,
+                                                 const EngineOptions& options) {
+  return std::make_unique<CudaOffloadEngine>(weights, optimizer, options);
+}
+
+}  // namespace spillway::train

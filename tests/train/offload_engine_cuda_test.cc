@@ -1,0 +1,164 @@
+// The planned GPU engine against the all-on-device one: the same kernels on
+// the same inputs, so with the state on the device the runs agree bit for
+// bit; with weights streamed, activations offloaded and gradients sent
+// home, the step must still compute the same numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "base/status.h"
+#include "device/cuda/cuda_device.h"
+#include "train/engine.h"
+
+namespace spillway::train {
+namespace {
+
+model::LlamaConfig small() {
+  model::LlamaConfig c;
+  c.vocab_size = 1000;
+  c.hidden_size = 256;
+  c.intermediate_size = 512;
+  c.num_hidden_layers = 3;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
+  std::vector<int32_t> t(n);
+  uint64_t x = seed;
+  for (auto& v : t) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    v = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return t;
+}
+
+struct TrainedRun {
+  std::vector<double> losses, norms;
+  double eval = 0;
+  model::LlamaWeights weights;
+  AdamW optimizer;
+  std::string description;
+  uint64_t peak = 0;
+};
+
+TrainedRun train(EngineOptions o, int64_t micro_batches) {
+  const auto config = small();
+  TrainedRun r;
+  r.weights = model::LlamaWeights::random(config, 5, 0.05);
+  r.optimizer = AdamW(config);
+  auto engine = make_engine(r.weights, r.optimizer, o);
+  r.description = engine->description();
+  const size_t n = static_cast<size_t>(o.batch * o.seq * micro_batches);
+  for (int step = 0; step < 3; ++step) {
+    auto tokens = random_tokens(2 * n, 40 + step, 1000);
+    std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
+    StepStats s = engine->train_step(inputs, targets, micro_batches, 1e-3);
+    r.losses.push_back(s.loss);
+    r.norms.push_back(s.grad_norm);
+  }
+  const size_t m = static_cast<size_t>(o.batch * o.seq);
+  auto tokens = random_tokens(2 * m, 77, 1000);
+  r.eval = engine->eval_loss(std::vector<int32_t>(tokens.begin(), tokens.begin() + m),
+                             std::vector<int32_t>(tokens.begin() + m, tokens.end()));
+  engine->sync_to_host();
+  r.peak = engine->peak_device_bytes();
+  return r;
+}
+
+bool same_bits(const model::LlamaWeights& a, const model::LlamaWeights& b) {
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    const auto& x = a.tensors()[i].data;
+    const auto& y = b.tensors()[i].data;
+    if (std::memcmp(x.data(), y.data(), x.size() * 4) != 0) return false;
+  }
+  return true;
+}
+
+double relative_difference(const model::LlamaWeights& a, const model::LlamaWeights& b) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    for (size_t j = 0; j < a.tensors()[i].data.size(); ++j) {
+      const double d = static_cast<double>(a.tensors()[i].data[j]) - b.tensors()[i].data[j];
+      diff += d * d;
+      ref += static_cast<double>(b.tensors()[i].data[j]) * b.tensors()[i].data[j];
+    }
+  }
+  return std::sqrt(diff / ref);
+}
+
+EngineOptions options(std::string offload) {
+  EngineOptions o;
+  o.device = "cuda";
+  o.batch = 2;
+  o.seq = 128;
+  o.grad_clip = 1.0;
+  o.offload = std::move(offload);
+  o.host_memory = 1ull << 30;
+  return o;
+}
+
+TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions resident = options("off"), planned = options("on");
+  resident.micro_batches = planned.micro_batches = 2;
+  TrainedRun a = train(resident, 2);
+  TrainedRun b = train(planned, 2);
+  EXPECT_NE(b.description.find("planned: weights and gradients on the device"), std::string::npos) << b.description;
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.norms, b.norms);
+  EXPECT_EQ(a.eval, b.eval);
+  EXPECT_EQ(b.optimizer.steps_taken, 3);
+  EXPECT_TRUE(same_bits(a.weights, b.weights));
+  EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
+  EXPECT_TRUE(same_bits(a.optimizer.v, b.optimizer.v));
+}
+
+TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions resident = options("off");
+  TrainedRun a = train(resident, 1);
+  // Weights and gradients at home; room for the kernel workspaces (two
+  // 64 MiB cuBLASLt workspaces, the optimizer's staging) and a few
+  // activations at a time.
+  EngineOptions tight = options("stream");
+  tight.device_memory = 150ull << 20;
+  TrainedRun b = train(tight, 1);
+  EXPECT_NE(b.description.find("weights streamed from the host, gradients sent home"), std::string::npos)
+      << b.description;
+  EXPECT_EQ(b.description.find("; 0 activations offloaded"), std::string::npos) << b.description;
+  EXPECT_LE(b.peak, tight.device_memory);
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    // The same kernels on the same data; only the gradient norm is summed
+    // on the host (in double) instead of the device.
+    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
+    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
+  }
+  EXPECT_NEAR(b.eval, a.eval, 1e-6 * a.eval);
+  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+}
+
+TEST(CudaOffloadEngine, GradientsSentHomeRefuseAccumulationWithAClearError) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions tight = options("stream");
+  tight.device_memory = 150ull << 20;
+  const auto config = small();
+  auto w = model::LlamaWeights::random(config, 5, 0.05);
+  AdamW opt(config);
+  auto engine = make_engine(w, opt, tight);
+  const size_t n = static_cast<size_t>(tight.batch * tight.seq * 2);
+  std::vector<int32_t> tokens = random_tokens(n, 1, 1000);
+  try {
+    engine->train_step(tokens, tokens, 2, 1e-3);
+    FAIL() << "accumulation with gradients at home was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--grad-accum"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::train

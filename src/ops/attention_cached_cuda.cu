@@ -13,6 +13,17 @@
 // Decoding gives few rows (one query times the group), so blocks take 8 rows
 // and split the keys into ranges; merge_kernel combines the ranges' partial
 // (max, sum, unnormalised output) in a fixed order.
+//
+// Workspace layout for a split into S ranges of R = batch * q_len * q_heads
+// rows: first the stats, S * R float2 (max, sum), then the outputs, S * R *
+// head_dim floats; range s, row r sits at index s * R + r of each. The stats
+// are written as one float2 and read through float2: nvcc 13.0 (V13.0.88,
+// -O3, sm_90a) miscompiled the merge's earlier scalar pair part_stats[2 * at]
+// (max) and part_stats[2 * at + 1] (sum): in the output loop over ranges,
+// unrolled 4x, iterations 2-4 loaded the sum where the max belonged (the PTX
+// lost the -4 byte offset), so those ranges were weighted 2^(sum - max) and
+// outputs came out 1e7-1e14 too large wherever there were 4 or more ranges.
+// Check the merge's PTX when changing how it reads the stats.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -62,7 +73,7 @@ template <int kMaxDim, int kRows>
 __global__ void __launch_bounds__(kThreads)
     cached_attention_kernel(const __nv_bfloat16* __restrict__ q, const __nv_bfloat16* __restrict__ k_cache,
                             const __nv_bfloat16* __restrict__ v_cache, __nv_bfloat16* __restrict__ out,
-                            float* __restrict__ part_out, float* __restrict__ part_stats, Params p) {
+                            float* __restrict__ part_out, float2* __restrict__ part_stats, Params p) {
   using T = Tile<kMaxDim, kRows>;
   constexpr int kTpr = T::kThreadsPerRow;
   extern __shared__ float shared[];
@@ -194,33 +205,32 @@ __global__ void __launch_bounds__(kThreads)
     for (int j = 0; j < T::kDimsPerThread; ++j) {
       if (j < my_dims) part_out[at * d + lane_in_row + j * kTpr] = acc[j];
     }
-    if (lane_in_row == 0) {
-      part_stats[2 * at] = m;
-      part_stats[2 * at + 1] = l;
-    }
+    if (lane_in_row == 0) part_stats[at] = make_float2(m, l);
   }
 }
 
 // One block per row: out = sum_s 2^(m_s - M) o_s / sum_s 2^(m_s - M) l_s,
-// the key ranges taken in order. Ranges that saw no key (l = 0) add nothing.
+// the key ranges taken in order. A range that saw no key (m = -inf, l = 0,
+// o = 0) gets weight 0 and adds nothing; every row has a range that saw key 0,
+// so M is finite. No range is skipped by a test on l: a partial the first
+// kernel failed to write (NaN in a poisoned workspace) shows in the output.
 __global__ void __launch_bounds__(kThreads)
-    merge_kernel(const float* __restrict__ part_out, const float* __restrict__ part_stats,
+    merge_kernel(const float* __restrict__ part_out, const float2* __restrict__ part_stats,
                  __nv_bfloat16* __restrict__ out, int splits, int64_t rows_total, int d) {
   const int64_t row = blockIdx.x;
   float big = -INFINITY;
-  for (int s = 0; s < splits; ++s) big = fmaxf(big, part_stats[2 * (s * rows_total + row)]);
+  for (int s = 0; s < splits; ++s) big = fmaxf(big, part_stats[s * rows_total + row].x);
   float total = 0.0f;
   for (int s = 0; s < splits; ++s) {
-    const float l = part_stats[2 * (s * rows_total + row) + 1];
-    if (l > 0.0f) total += l * exp2f(part_stats[2 * (s * rows_total + row)] - big);
+    const float2 st = part_stats[s * rows_total + row];
+    total += st.y * exp2f(st.x - big);
   }
   const float inv = 1.0f / total;
   for (int j = threadIdx.x; j < d; j += kThreads) {
     float o = 0.0f;
     for (int s = 0; s < splits; ++s) {
       const int64_t at = s * rows_total + row;
-      const float l = part_stats[2 * at + 1];
-      if (l > 0.0f) o += part_out[at * d + j] * exp2f(part_stats[2 * at] - big);
+      o += part_out[at * d + j] * exp2f(part_stats[at].x - big);
     }
     out[row * d + j] = __float2bfloat16_rn(o * inv);
   }
@@ -240,8 +250,10 @@ void launch(const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16*
   auto kernel = cached_attention_kernel<kMaxDim, kRows>;
   SPW_CUDA(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(T::kSharedBytes)));
-  float* part_out = static_cast<float*>(workspace);
-  float* part_stats = splits > 1 ? part_out + splits * p.rows_total * p.head_dim : nullptr;
+  // Stats first: at the workspace's start they are float2-aligned whatever
+  // head_dim is.
+  float2* part_stats = splits > 1 ? static_cast<float2*>(workspace) : nullptr;
+  float* part_out = splits > 1 ? reinterpret_cast<float*>(part_stats + splits * p.rows_total) : nullptr;
   const dim3 grid(static_cast<unsigned>((p.rows_per_kv_head + kRows - 1) / kRows),
                   static_cast<unsigned>(batch * p.kv_heads), static_cast<unsigned>(splits));
   kernel<<<grid, kThreads, T::kSharedBytes, stream>>>(q, k, v, out, part_out, part_stats, p);
@@ -275,6 +287,8 @@ void attention_cached_cuda(const bf16* q, const bf16* k_cache, const bf16* v_cac
             " query heads are not a multiple of ", s.kv_heads, " kv heads");
   SPW_CHECK(s.head_dim >= 1 && s.head_dim <= kAttentionCachedCudaMaxHeadDim, kThing, "head_dim ", s.head_dim,
             " is outside [1, ", kAttentionCachedCudaMaxHeadDim, "]");
+  SPW_CHECK(workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % alignof(float2) == 0, kThing,
+            "the workspace must be ", alignof(float2), "-byte aligned");
   if (s.batch == 0 || s.q_len == 0 || s.q_heads == 0) return;
   SPW_CHECK(s.batch * s.kv_heads <= 65535, kThing, "batch * kv_heads = ", s.batch * s.kv_heads,
             " is more than a grid's 65535");
@@ -299,7 +313,8 @@ void attention_cached_cuda(const bf16* q, const bf16* k_cache, const bf16* v_cac
   const int64_t target = kBlocksPerSm * sm_count();
   int64_t splits = blocks < target ? (target + blocks - 1) / blocks : 1;
   splits = std::min(splits, (s.kv_len + kMinKeysPerSplit - 1) / kMinKeysPerSplit);
-  const uint64_t bytes_per_split = static_cast<uint64_t>(p.rows_total) * (s.head_dim + 2) * sizeof(float);
+  const uint64_t bytes_per_split =
+      static_cast<uint64_t>(p.rows_total) * (sizeof(float2) + static_cast<uint64_t>(s.head_dim) * sizeof(float));
   splits = std::min<int64_t>(splits, static_cast<int64_t>(workspace_bytes / bytes_per_split));
   if (workspace == nullptr) splits = 1;
   splits = std::max<int64_t>(splits, 1);

@@ -1,10 +1,11 @@
 // GPU attention against a key/value cache vs the CPU kernel on the same
 // (bf16-rounded) inputs: decoding one token against short and long caches
-// (the split-key path), prefill from an empty cache, chunks of a prompt
-// against a partly filled cache, grouped and plain multi-head attention, head
-// dims 64 and 128 and odd ones, with and without a workspace. The cache rows
-// past kv_len hold NaN, which must not reach the output, and the output
-// starts poisoned.
+// (the split-key path, with 2 to 33 key ranges, an odd head dim among them),
+// prefill from an empty cache, chunks of a prompt against a partly filled
+// cache, grouped and plain multi-head attention, head dims 64 and 128 and odd
+// ones, with and without a workspace. The cache rows past kv_len hold NaN,
+// which must not reach the output, and the output and the workspace start
+// poisoned.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -96,6 +97,7 @@ const CachedAttentionShape kShapes[] = {
     {1, 17, 40, 40, 3, 3, 80},       // a head dim between the kernel's sizes
     {1, 5, 70, 70, 2, 1, 33},        // an odd head dim
     {1, 2048, 2048, 2048, 8, 2, 128},  // a long prompt at once
+    {1, 1, 700, 800, 4, 2, 33},      // decoding, odd head dim, 6 key ranges on an H100
 };
 
 TEST(AttentionCachedCuda, MatchesCpu) {
@@ -151,6 +153,10 @@ TEST(AttentionCachedCuda, RejectsBadShapes) {
   EXPECT_THROW(call({1, 5, 4, 8, 2, 1, 64}), Error);   // more queries than keys
   EXPECT_THROW(call({1, 1, 9, 8, 2, 1, 64}), Error);   // more keys than the cache holds
   EXPECT_THROW(call({1, 1, 4, 8, 3, 2, 64}), Error);   // heads not grouped evenly
+  // A workspace that is not float2-aligned.
+  EXPECT_THROW(attention_cached_cuda(buf.get(), buf.get(), buf.get(), buf.get(), {1, 1, 4, 8, 2, 1, 64}, 1.0,
+                                     reinterpret_cast<char*>(buf.get()) + 4, 1024, nullptr),
+               Error);
 }
 
 }  // namespace

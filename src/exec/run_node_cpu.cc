@@ -76,7 +76,10 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       int64_t m = a.trans_a ? sa.last() : sa.rows();
       int64_t k = a.trans_a ? sa.rows() : sa.last();
       int64_t nn = a.trans_b ? sb.rows() : sb.last();
-      ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(a.accumulate ? 1 : 0), x.out(0));
+      // A third input is added to the product (graph/fuse_matmul_add.h).
+      if (n.inputs.size() == 3) std::copy_n(x.in(2), m * nn, x.out(0));
+      const bool add_to_out = a.accumulate || n.inputs.size() == 3;
+      ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(add_to_out ? 1 : 0), x.out(0));
       break;
     }
     case OpKind::rope:

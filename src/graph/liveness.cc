@@ -16,7 +16,8 @@ Liveness analyze_liveness(const Graph& graph, const AllocationCost& cost) {
   for (size_t v = 0; v < values.size(); ++v) {
     Lifetime& life = live.of[v];
     // Accumulated values live in the caller's memory, like parameters.
-    life.managed = values[v].role == ValueRole::computed && !values[v].accumulated;
+    // A value left without a producer by a graph rewrite is never made.
+    life.managed = values[v].role == ValueRole::computed && !values[v].accumulated && values[v].producer >= 0;
     life.def = values[v].producer;
     life.last_use = life.def;  // a value nobody reads dies right after its producer
   }

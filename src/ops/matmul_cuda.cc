@@ -317,16 +317,17 @@ const MatmulPlan& CublasLtMatmul::plan_for(const MatmulKey& key, const void* a, 
 void CublasLtMatmul::multiply(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                               float alpha, const void* a, DType a_type, const void* b,
                               DType b_type, float beta, void* c, DType c_type, void* workspace,
-                              uint64_t workspace_bytes, cudaStream_t stream) {
-  const MatmulKey key = key_for(trans_a, trans_b, m, n, k, a, a_type, b, b_type, beta, c, c_type);
+                              uint64_t workspace_bytes, cudaStream_t stream, const void* c_in) {
+  MatmulKey key = key_for(trans_a, trans_b, m, n, k, a, a_type, b, b_type, beta, c, c_type);
+  if (c_in) key.c_align = std::min(key.c_align, alignment_of(c_in));
   const MatmulPlan& plan = plan_for(key, a, b, c, stream);
   SPW_CHECK(plan.workspace_bytes <= workspace_bytes, kThing, "the plan for ", key_text(key),
             " needs ", format_bytes(plan.workspace_bytes), " of workspace, ",
             format_bytes(workspace_bytes), " left");
-  // Operands swapped for the column-major library (see the top); C is both
-  // input and output (in place, same layout).
+  // Operands swapped for the column-major library (see the top); C is
+  // read from c_in (or c, in place) and D written to c, both in C's layout.
   SPW_CUBLAS(cublasLtMatmul(handle_, plan.desc, &alpha, b, plan.b_layout, a, plan.a_layout, &beta,
-                            c, plan.c_layout, c, plan.c_layout, &plan.algo, workspace,
+                            c_in ? c_in : c, plan.c_layout, c, plan.c_layout, &plan.algo, workspace,
                             workspace_bytes, stream));
 }
 
@@ -373,6 +374,20 @@ void CublasLtMatmul::run(bool trans_a, bool trans_b, int64_t m, int64_t n, int64
   SPW_CHECK(a != nullptr && b != nullptr, kThing, "null A or B for m=", m, " n=", n, " k=", k);
   multiply(trans_a, trans_b, m, n, k, alpha, a, a_type, b, b_type, beta, c, c_type, workspace_,
            workspace_bytes_, stream);
+}
+
+void CublasLtMatmul::run_with_addend(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a,
+                                     DType a_type, const void* b, DType b_type, const void* addend, void* out,
+                                     DType c_type, cudaStream_t stream) {
+  SPW_CHECK(supported(a_type, b_type, c_type), kThing, "unsupported dtypes ", dtype_name(a_type), "*",
+            dtype_name(b_type), "->", dtype_name(c_type));
+  if (m == 0 || n == 0) return;
+  SPW_CHECK(a && b && addend && out && k > 0, kThing, "null operand or k = 0 in a product with an addend");
+  int current = 0;
+  SPW_CUDA(cudaGetDevice(&current));
+  SPW_CHECK(current == device_, kThing, "called on device ", current, " but made for device ", device_);
+  multiply(trans_a, trans_b, m, n, k, 1.0f, a, a_type, b, b_type, 1.0f, out, c_type, workspace_, workspace_bytes_,
+           stream, addend);
 }
 
 }  // namespace spillway::ops

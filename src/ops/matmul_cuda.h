@@ -92,6 +92,11 @@ class CublasLtMatmul {
            const void* a, DType a_type, const void* b, DType b_type, float beta, void* c,
            DType c_type, cudaStream_t stream);
 
+  // Enqueues out = op(A) * op(B) + addend (C read from `addend`, D written
+  // to `out`, same type and layout): an add folded into the product.
+  void run_with_addend(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, const void* a, DType a_type,
+                       const void* b, DType b_type, const void* addend, void* out, DType c_type,
+                       cudaStream_t stream);
   // The key run() files these arguments under.
   static MatmulKey key_for(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                            const void* a, DType a_type, const void* b, DType b_type, float beta,
@@ -111,7 +116,8 @@ class CublasLtMatmul {
   // object's) given to cuBLASLt.
   void multiply(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const void* a, DType a_type, const void* b, DType b_type, float beta, void* c,
-                DType c_type, void* workspace, uint64_t workspace_bytes, cudaStream_t stream);
+                DType c_type, void* workspace, uint64_t workspace_bytes, cudaStream_t stream,
+                const void* c_in = nullptr);  // C read from here when given (D is always c)
   // run() for k = 0: C = beta * C.
   void scale_only(int64_t m, int64_t n, float beta, void* c, DType ab_type, DType c_type,
                   cudaStream_t stream);

@@ -8,6 +8,7 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "device/memory_space.h"
+#include "graph/fuse_matmul_add.h"
 #include "graph/liveness.h"
 #include "model/llama_config_json.h"
 
@@ -77,6 +78,7 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
   p->model = model::build_llama(b, r.config, r.batch, r.seq);
   p->graph.mark_output(p->model.loss);
   p->grads = graph::append_backward(b, p->model.loss, p->model.parameters, graph::GradientOutput::accumulated);
+  p->graph = graph::fuse_matmul_add(p->graph).graph;
   p->parameters = static_cast<uint64_t>(model::parameter_count(r.config));
   return p;
 }

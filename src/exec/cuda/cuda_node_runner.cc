@@ -152,8 +152,14 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       const int64_t k = a.trans_a ? va.shape.rows() : va.shape.last();
       const int64_t nn = a.trans_b ? vb.shape.rows() : vb.shape.last();
       // beta = 1 adds into the caller's buffer (an accumulated gradient).
-      matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, a.accumulate ? 1.0f : 0.0f,
-                   out(0), out0.dtype, stream_);
+      if (n.inputs.size() == 3) {
+        // out = a·b + addend in the matmul's epilogue (graph/fuse_matmul_add.h).
+        matmul_->run_with_addend(a.trans_a, a.trans_b, m, nn, k, in(0), va.dtype, in(1), vb.dtype, in(2), out(0),
+                                 out0.dtype, stream_);
+      } else {
+        matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype,
+                     a.accumulate ? 1.0f : 0.0f, out(0), out0.dtype, stream_);
+      }
       break;
     }
     case OpKind::rope:

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# On the GPU machine, one lease: build everything, run every gpu-labelled
+# test, the new multi-stream and kernel tests under compute-sanitizer, and
+# the 1B step (deterministic and not) with its profile. Logs go to $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+start=$(date +%s)
+scripts/gpu_build.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
+grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT/gpu_tests.log"
+echo "tests: $(( $(date +%s) - start )) s"
+for t in test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test; do
+  for tool in memcheck racecheck; do
+    [ "$tool" = racecheck ] && [ "$t" = test_train_offload_engine_cuda_test ] && continue
+    filter=""; [ "$t" = test_ops_matmul_cuda_test ] && filter="--gtest_filter=*Addend*:*Accumulates*"
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/tests/$t $filter > "$OUT/sanitizer-$tool-$t.log" 2>&1
+    echo "$tool $t: exit $? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$t.log")"
+  done
+done
+echo "sanitizer: $(( $(date +%s) - start )) s"
+for mode in "" --nondeterministic; do
+  build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 6 --warmup 2 --json "$OUT/bench.jsonl" \
+    $mode --profile > "$OUT/bench1b$mode.log" 2>&1
+  grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b$mode.log"
+done
+echo "bench: $(( $(date +%s) - start )) s"

@@ -85,7 +85,7 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
 
 void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
   std::optional<Planned> best;
-  std::exception_ptr first_error;
+  std::exception_ptr frugal_error;
   for (Layout layout : {Layout{true, true}, Layout{true, false}, Layout{false, false}}) {
     // Gradients sent home are not summed on the host: one micro-batch only.
     if (!layout.grads && r.micro_batches > 1) continue;
@@ -94,10 +94,12 @@ void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
       Planned candidate = plan_layout(p, r, layout);
       if (!best || candidate.step_seconds < best->step_seconds) best = std::move(candidate);
     } catch (const Error&) {
-      if (!first_error) first_error = std::current_exception();
+      // Layouts are tried from the most to the least device memory: the
+      // last one's reason is the one to report.
+      frugal_error = std::current_exception();
     }
   }
-  if (!best) std::rethrow_exception(first_error);
+  if (!best) std::rethrow_exception(frugal_error);
   p.weights_resident = best->layout.weights;
   p.grads_resident = best->layout.grads;
   p.placement = std::move(best->placement);

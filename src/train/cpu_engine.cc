@@ -131,11 +131,11 @@ std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& opt
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   SPW_CHECK(options.device == "auto" || options.device == "cpu" || options.device == "cuda", "--device",
             "unknown device '", options.device, "' (auto, cpu or cuda)");
+  SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
+                options.offload == "stream",
+            "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
 #ifdef SPILLWAY_HAS_CUDA
   if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
-    SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
-                  options.offload == "stream",
-              "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
     bool offload = options.offload == "on" || options.offload == "stream";
     if (options.offload == "auto") {
       const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);

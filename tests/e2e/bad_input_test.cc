@@ -100,5 +100,14 @@ TEST_F(BadInput, CorruptForeignAndMismatchedCheckpoints) {
   EXPECT_FALSE(has_checkpoint_or_temp(dir_ / "ft"));
 }
 
+TEST_F(BadInput, ImpossibleBudgetsAndUnknownOffloadMode) {
+  expect_one_error_line(run_spillway("bench --config tiny --steps 1 --offload sometimes"),
+                        {"--offload", "unknown value 'sometimes'"});
+  expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 2GiB --host-mem 125GiB"),
+                        {"--device-mem", "2.00 GiB"});
+  expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 76GiB --host-mem 64GiB"),
+                        {"--host-mem", "64.00 GiB"});
+}
+
 }  // namespace
 }  // namespace spillway::e2e

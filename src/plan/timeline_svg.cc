@@ -3,22 +3,10 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "base/xml_text.h"
+
 namespace spillway::plan {
 
-namespace {
-
-std::string escaped(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
-
-}  // namespace
 
 std::string timeline_svg(const std::vector<TimelineBar>& bars, const std::string& title) {
   const double width = 1200, left = 110, row = 34, top = 40;
@@ -34,7 +22,7 @@ std::string timeline_svg(const std::vector<TimelineBar>& bars, const std::string
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1200\" height=\"170\" font-family=\"sans-serif\" "
       "font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   std::snprintf(buf, sizeof buf, "<text x=\"10\" y=\"22\" font-size=\"14\">%s (step %.1f ms)</text>\n",
-                escaped(title).c_str(), total * 1e3);
+                xml_escaped(title).c_str(), total * 1e3);
   svg += buf;
   const char* rows[] = {"compute", "host→device", "device→host"};
   for (int i = 0; i < 3; ++i) {
@@ -48,7 +36,7 @@ std::string timeline_svg(const std::vector<TimelineBar>& bars, const std::string
     std::snprintf(buf, sizeof buf,
                   "<rect x=\"%.2f\" y=\"%.0f\" width=\"%.2f\" height=\"24\" fill=\"%s\"><title>%s</title></rect>\n",
                   x(b.start), top + row * r, std::max(0.3, x(b.end) - x(b.start)),
-                  r == 0 && b.heavy ? "#1f77b4" : colors[r], escaped(b.label).c_str());
+                  r == 0 && b.heavy ? "#1f77b4" : colors[r], xml_escaped(b.label).c_str());
     svg += buf;
   }
   svg += "</svg>\n";

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "base/xml_text.h"
+
 namespace spillway::train {
 
 namespace {
@@ -13,16 +15,6 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<') out += "&lt;";
-    else if (c == '>') out += "&gt;";
-    else if (c == '&') out += "&amp;";
-    else out += c;
-  }
-  return out;
-}
 }  // namespace
 
 std::string loss_plot_svg(const LossCurves& c) {
@@ -49,7 +41,7 @@ std::string loss_plot_svg(const LossCurves& c) {
                     fmt("%.0f", H) + "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg += "<text x=\"" + fmt("%.0f", W / 2) + "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">" +
-         escape(c.title) + "</text>\n";
+         xml_escaped(c.title) + "</text>\n";
   for (int i = 0; i <= 5; ++i) {  // grid and axis labels
     double y = y0 + (y1 - y0) * i / 5.0, x = x0 + (x1 - x0) * i / 5.0;
     svg += "<line x1=\"" + fmt("%.1f", left) + "\" x2=\"" + fmt("%.1f", W - right) + "\" y1=\"" +

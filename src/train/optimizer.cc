@@ -37,18 +37,23 @@ double clip_grad_norm(model::LlamaWeights& grads, double max_norm) {
 AdamW::AdamW(const model::LlamaConfig& config)
     : m(model::LlamaWeights::zeros(config)), v(model::LlamaWeights::zeros(config)) {}
 
+ops::AdamWHyper AdamW::hyper(double lr, double grad_scale, bool matrix) const {
+  ops::AdamWHyper hp;
+  hp.lr = lr;
+  hp.beta1 = beta1;
+  hp.beta2 = beta2;
+  hp.eps = eps;
+  hp.weight_decay = matrix ? weight_decay : 0.0;
+  hp.step = steps_taken;
+  hp.grad_scale = grad_scale;
+  return hp;
+}
+
 void AdamW::step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale) {
   ++steps_taken;
   auto& p = params.tensors();
   for (size_t i = 0; i < p.size(); ++i) {
-    ops::AdamWHyper hp;
-    hp.lr = lr;
-    hp.beta1 = beta1;
-    hp.beta2 = beta2;
-    hp.eps = eps;
-    hp.weight_decay = p[i].shape.rank() >= 2 ? weight_decay : 0.0;
-    hp.step = steps_taken;
-    hp.grad_scale = grad_scale;
+    const ops::AdamWHyper hp = hyper(lr, grad_scale, p[i].shape.rank() >= 2);
     ops::adamw_update(p[i].data.data(), grads.tensors()[i].data.data(), m.tensors()[i].data.data(),
                       v.tensors()[i].data.data(), p[i].shape.numel(), hp);
   }

@@ -33,6 +33,10 @@ class AdamW {
   // ops::AdamWHyper::grad_scale); counts steps itself.
   void step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale = 1.0);
 
+  // The kernel's arguments for one tensor at the current step: matrices
+  // (rank >= 2) decay, vectors do not.
+  ops::AdamWHyper hyper(double lr, double grad_scale, bool matrix) const;
+
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
   int64_t steps_taken = 0;
   model::LlamaWeights m, v;  // first and second moments, laid out as the parameters

@@ -27,6 +27,7 @@
 #include "ops/adamw.h"
 #include "ops/cast.h"
 #include "ops/grad_norm.h"
+#include "train/cuda/cuda_engine_common.h"
 #include "train/engine.h"
 #include "train/optimizer.h"
 
@@ -51,9 +52,7 @@ class CudaEngine final : public Engine {
     SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
     device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 256ull << 20);
     stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
-    cudaDeviceProp prop{};
-    SPW_CUDA(cudaGetDeviceProperties(&prop, 0));
-    name_ = "cuda:0 " + std::string(prop.name);
+    name_ = cuda_engine_name(0);
     MemorySpace& mem = device_->device_memory();
 
     // Parameters: fp32 master, bf16 working copy, AdamW moments.
@@ -126,14 +125,7 @@ class CudaEngine final : public Engine {
         accumulated_grad_scale(std::sqrt(sum_squares), micro_batches, options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
     for (size_t i = 0; i < params_.size(); ++i) {
-      ops::AdamWHyper hp;
-      hp.lr = lr;
-      hp.beta1 = optimizer_.beta1;
-      hp.beta2 = optimizer_.beta2;
-      hp.eps = optimizer_.eps;
-      hp.weight_decay = params_[i].decay ? optimizer_.weight_decay : 0.0;
-      hp.step = optimizer_.steps_taken;
-      hp.grad_scale = grad_scale;
+      const ops::AdamWHyper hp = optimizer_.hyper(lr, grad_scale, params_[i].decay);
       ops::adamw_update_cuda(params_[i].master, params_[i].grad, params_[i].m, params_[i].v, params_[i].working,
                              params_[i].n, hp, stream_);
     }
@@ -216,13 +208,7 @@ class CudaEngine final : public Engine {
   }
 
   double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets) {
-    const int64_t vocab = weights_.config().vocab_size;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
-                " is outside the vocabulary of ", vocab);
-      SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
-                " is outside the vocabulary of ", vocab);
-    }
+    check_token_ids(inputs, targets, weights_.config().vocab_size);
     SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
     SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
     s.executor->run();

@@ -36,6 +36,7 @@
 #include "ops/grad_norm.h"
 #include "plan/timeline_svg.h"
 #include "plan/training_plan.h"
+#include "train/cuda/cuda_engine_common.h"
 #include "train/engine.h"
 #include "train/optimizer.h"
 
@@ -107,9 +108,7 @@ class CudaOffloadEngine final : public Engine {
     compute_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
     h2d_ = as_cuda_stream(device_->stream(StreamKind::h2d)).handle();
     d2h_ = as_cuda_stream(device_->stream(StreamKind::d2h)).handle();
-    cudaDeviceProp prop{};
-    SPW_CUDA(cudaGetDeviceProperties(&prop, 0));
-    name_ = "cuda:0 " + std::string(prop.name);
+    name_ = cuda_engine_name(0);
     if (optimizer_.m.tensors().empty()) optimizer_ = AdamW(weights_.config());
     MemorySpace& mem = device_->device_memory();
 
@@ -332,13 +331,6 @@ class CudaOffloadEngine final : public Engine {
   }
 
   void stream_optimizer(double lr, double grad_scale) {
-    ops::AdamWHyper hp;
-    hp.lr = lr;
-    hp.beta1 = optimizer_.beta1;
-    hp.beta2 = optimizer_.beta2;
-    hp.eps = optimizer_.eps;
-    hp.step = optimizer_.steps_taken;
-    hp.grad_scale = grad_scale;
     size_t i = 0;
     const Param* current = nullptr;
     for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
@@ -354,8 +346,7 @@ class CudaOffloadEngine final : public Engine {
       if (host_grad_) SPW_CUDA(cudaMemcpyAsync(slot.grad, host_grad_ + off, bytes, cudaMemcpyHostToDevice, h2d_));
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
-      ops::AdamWHyper h = hp;
-      h.weight_decay = p.decay ? optimizer_.weight_decay : 0.0;
+      const ops::AdamWHyper h = optimizer_.hyper(lr, grad_scale, p.decay);
       bf16* out = plan_->weights_resident ? p.working + off : slot.working;
       ops::adamw_update_cuda(slot.master, host_grad_ ? slot.grad : p.grad + off, slot.m, slot.v, out, len, h, compute_);
       SPW_CUDA(cudaEventRecord(slot.updated, compute_));
@@ -430,13 +421,7 @@ class CudaOffloadEngine final : public Engine {
 
   double run(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, std::span<const int32_t> inputs,
              std::span<const int32_t> targets) {
-    const int64_t vocab = weights_.config().vocab_size;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
-                " is outside the vocabulary of ", vocab);
-      SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
-                " is outside the vocabulary of ", vocab);
-    }
+    check_token_ids(inputs, targets, weights_.config().vocab_size);
     SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, compute_));
     SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, compute_));
     e.run();

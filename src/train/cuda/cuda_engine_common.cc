@@ -1,0 +1,25 @@
+#include "train/cuda/cuda_engine_common.h"
+
+#include <cuda_runtime_api.h>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+
+namespace spillway::train {
+
+std::string cuda_engine_name(int ordinal) {
+  cudaDeviceProp prop{};
+  SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal));
+  return "cuda:" + std::to_string(ordinal) + " " + std::string(prop.name);
+}
+
+void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+    SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+  }
+}
+
+}  // namespace spillway::train

@@ -7,6 +7,7 @@
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
 #include "testing/numeric.h"
+#include "testing/llama.h"
 
 namespace spillway::exec {
 namespace {
@@ -14,14 +15,7 @@ namespace {
 using graph::Value;
 
 model::LlamaConfig small_config() {
-  model::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::llama_config(64, 32, 48, 3, 4, 2);
 }
 
 struct Step {

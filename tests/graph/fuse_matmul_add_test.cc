@@ -13,20 +13,13 @@
 #include "graph/liveness.h"
 #include "model/llama_graph.h"
 #include "testing/numeric.h"
+#include "testing/llama.h"
 
 namespace spillway::graph {
 namespace {
 
 model::LlamaConfig tiny(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 13;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = tied;
-  return c;
+  return testing::llama_config(13, 16, 24, 3, 4, 2, tied);
 }
 
 struct Step {

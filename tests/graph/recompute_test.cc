@@ -18,32 +18,18 @@
 #include "graph/liveness.h"
 #include "model/llama_graph.h"
 #include "testing/numeric.h"
+#include "testing/llama.h"
 
 namespace spillway::graph {
 namespace {
 
 model::LlamaConfig tiny_config(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 11;
-  c.hidden_size = 16;
-  c.intermediate_size = 24;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;  // grouped-query attention
-  c.tie_word_embeddings = tied;
-  return c;
+  return testing::llama_config(11, 16, 24, 2, 4, 2, tied); // grouped-query attention
 }
 
 // Activations dominate: long sequence, small vocabulary and model.
 model::LlamaConfig activation_heavy_config() {
-  model::LlamaConfig c;
-  c.vocab_size = 16;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::llama_config(16, 32, 64, 4, 4, 2);
 }
 
 struct Step {

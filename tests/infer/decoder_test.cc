@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "infer/generate.h"
 #include "infer/llama_decoder.h"
+#include "testing/llama.h"
 #include "testing/numeric.h"
 
 #ifdef SPILLWAY_HAS_CUDA
@@ -23,14 +24,7 @@ namespace spillway::infer {
 namespace {
 
 model::LlamaConfig small() {
-  model::LlamaConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::llama_config(40, 32, 48, 2, 4, 2);
 }
 
 bool gpu_visible() {

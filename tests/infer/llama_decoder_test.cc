@@ -7,19 +7,13 @@
 #include "infer/generate.h"
 #include "testing/numeric.h"
 #include "train/train_step.h"
+#include "testing/llama.h"
 
 namespace spillway::infer {
 namespace {
 
 model::LlamaConfig small(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 40;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = tied;
+  model::LlamaConfig c = testing::llama_config(40, 32, 48, 2, 4, 2, tied);
   c.rope_scaling.llama3 = true;
   c.rope_scaling.original_max_position_embeddings = 8;
   return c;

@@ -6,6 +6,7 @@
 #include "device/memory_space.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
+#include "testing/llama.h"
 
 namespace spillway::plan {
 namespace {
@@ -13,13 +14,7 @@ namespace {
 uint64_t cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 
 graph::Graph training_graph() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 64;
-  c.intermediate_size = 176;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
+  model::LlamaConfig c = testing::llama_config(256, 64, 176, 4, 4, 2);
   graph::Graph g;
   graph::Builder b(g, DType::f32);
   auto m = model::build_llama(b, c, 4, 64);

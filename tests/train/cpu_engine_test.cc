@@ -7,20 +7,13 @@
 #include <string>
 
 #include "train/engine.h"
+#include "testing/llama.h"
 
 namespace spillway::train {
 namespace {
 
 model::LlamaConfig config(bool tied) {
-  model::LlamaConfig c;
-  c.vocab_size = 64;
-  c.hidden_size = 32;
-  c.intermediate_size = 48;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = tied;
-  return c;
+  return testing::llama_config(64, 32, 48, 2, 4, 2, tied);
 }
 
 std::vector<int32_t> tokens(size_t n, uint64_t seed) {
@@ -72,7 +65,9 @@ TEST(CpuEngine, TwoMicroBatchesUpdateAsOneBatchOfTwiceTheSize) {
       StepStats b = halves->train_step(in, out, 2, 1e-2);
       EXPECT_NEAR(a.loss, b.loss, 1e-5 * a.loss) << "step " << step;
       EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-5 * a.grad_norm) << "step " << step;
-      if (c.grad_clip > 0) EXPECT_GT(a.grad_norm, c.grad_clip) << "the case must clip";
+      if (c.grad_clip > 0) {
+        EXPECT_GT(a.grad_norm, c.grad_clip) << "the case must clip";
+      }
     }
     EXPECT_GT(rel_diff(w0, w_whole), 1e-3) << "the steps must move the weights";
     EXPECT_LT(rel_diff(w_whole, w_halves), 2e-5);

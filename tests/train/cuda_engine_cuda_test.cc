@@ -7,30 +7,13 @@
 
 #include "device/cuda/cuda_device.h"
 #include "train/engine.h"
+#include "testing/llama.h"
 
 namespace spillway::train {
 namespace {
 
 model::LlamaConfig small() {
-  model::LlamaConfig c;
-  c.vocab_size = 1000;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
-std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
-  std::vector<int32_t> t(n);
-  uint64_t x = seed;
-  for (auto& v : t) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
-  }
-  return t;
+  return testing::llama_config(1000, 256, 512, 2, 4, 2, true);
 }
 
 TEST(CudaEngine, StepsMatchTheCpuEngine) {
@@ -49,14 +32,14 @@ TEST(CudaEngine, StepsMatchTheCpuEngine) {
 
   const size_t n = static_cast<size_t>(o.batch * o.seq);
   for (int step = 0; step < 5; ++step) {
-    auto tokens = random_tokens(2 * n, 10 + step, 1000);
+    auto tokens = testing::random_tokens(2 * n, 10 + step, 1000);
     std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
     StepStats a = cpu->train_step(inputs, targets, 1, 1e-3);
     StepStats b = gpu->train_step(inputs, targets, 1, 1e-3);
     EXPECT_NEAR(b.loss, a.loss, 1e-2 * a.loss) << "step " << step;
     EXPECT_NEAR(b.grad_norm, a.grad_norm, 3e-2 * a.grad_norm) << "step " << step;
   }
-  auto tokens = random_tokens(2 * n, 99, 1000);
+  auto tokens = testing::random_tokens(2 * n, 99, 1000);
   std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
   EXPECT_NEAR(gpu->eval_loss(inputs, targets), cpu->eval_loss(inputs, targets), 1e-2 * std::log(1000.0));
 
@@ -95,7 +78,7 @@ TEST(CudaEngine, AccumulatedMicroBatchesEqualOneBigBatch) {
     auto whole = make_cuda_engine(w1, o1, whole_opts);
     auto halves = make_cuda_engine(w2, o2, half_opts);
     for (int step = 0; step < 2; ++step) {
-      auto tokens = random_tokens(256, 5 + step, 1000);
+      auto tokens = testing::random_tokens(256, 5 + step, 1000);
       std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
       StepStats a = whole->train_step(inputs, targets, 1, 1e-3);
       StepStats b = halves->train_step(inputs, targets, 2, 1e-3);
@@ -140,7 +123,7 @@ TEST(CudaEngine, RunsAreBitwiseRepeatable) {
     AdamW opt(config);
     auto e = make_cuda_engine(w, opt, o);
     for (int step = 0; step < 3; ++step) {
-      auto tokens = random_tokens(256, 20 + step, 1000);
+      auto tokens = testing::random_tokens(256, 20 + step, 1000);
       std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
       losses[run].push_back(e->train_step(inputs, targets, 1, 1e-3).loss);
     }

@@ -10,30 +10,13 @@
 #include "base/status.h"
 #include "device/cuda/cuda_device.h"
 #include "train/engine.h"
+#include "testing/llama.h"
 
 namespace spillway::train {
 namespace {
 
 model::LlamaConfig small() {
-  model::LlamaConfig c;
-  c.vocab_size = 1000;
-  c.hidden_size = 256;
-  c.intermediate_size = 512;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  c.tie_word_embeddings = false;
-  return c;
-}
-
-std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab) {
-  std::vector<int32_t> t(n);
-  uint64_t x = seed;
-  for (auto& v : t) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    v = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
-  }
-  return t;
+  return testing::llama_config(1000, 256, 512, 3, 4, 2);
 }
 
 struct TrainedRun {
@@ -54,14 +37,14 @@ TrainedRun train(EngineOptions o, int64_t micro_batches) {
   r.description = engine->description();
   const size_t n = static_cast<size_t>(o.batch * o.seq * micro_batches);
   for (int step = 0; step < 3; ++step) {
-    auto tokens = random_tokens(2 * n, 40 + step, 1000);
+    auto tokens = testing::random_tokens(2 * n, 40 + step, 1000);
     std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
     StepStats s = engine->train_step(inputs, targets, micro_batches, 1e-3);
     r.losses.push_back(s.loss);
     r.norms.push_back(s.grad_norm);
   }
   const size_t m = static_cast<size_t>(o.batch * o.seq);
-  auto tokens = random_tokens(2 * m, 77, 1000);
+  auto tokens = testing::random_tokens(2 * m, 77, 1000);
   r.eval = engine->eval_loss(std::vector<int32_t>(tokens.begin(), tokens.begin() + m),
                              std::vector<int32_t>(tokens.begin() + m, tokens.end()));
   engine->sync_to_host();
@@ -151,7 +134,7 @@ TEST(CudaOffloadEngine, GradientsSentHomeRefuseAccumulationWithAClearError) {
   AdamW opt(config);
   auto engine = make_engine(w, opt, tight);
   const size_t n = static_cast<size_t>(tight.batch * tight.seq * 2);
-  std::vector<int32_t> tokens = random_tokens(n, 1, 1000);
+  std::vector<int32_t> tokens = testing::random_tokens(n, 1, 1000);
   try {
     engine->train_step(tokens, tokens, 2, 1e-3);
     FAIL() << "accumulation with gradients at home was accepted";

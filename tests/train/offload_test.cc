@@ -9,19 +9,13 @@
 #include "device/cpu/cpu_device.h"
 #include "train/engine.h"
 #include "train/train_step.h"
+#include "testing/llama.h"
 
 namespace spillway::train {
 namespace {
 
 model::LlamaConfig config() {
-  model::LlamaConfig c;
-  c.vocab_size = 256;
-  c.hidden_size = 96;
-  c.intermediate_size = 128;
-  c.num_hidden_layers = 4;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::llama_config(256, 96, 128, 4, 4, 2);
 }
 
 std::vector<int32_t> tokens(size_t n, uint64_t seed) {

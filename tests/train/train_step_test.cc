@@ -7,19 +7,13 @@
 #include "device/cpu/cpu_device.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
+#include "testing/llama.h"
 
 namespace spillway::train {
 namespace {
 
 model::LlamaConfig small() {
-  model::LlamaConfig c;
-  c.vocab_size = 32;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 2;
-  return c;
+  return testing::llama_config(32, 32, 64, 2, 4, 2);
 }
 
 TEST(TrainStep, AdamWStepsDriveTheLossDownOnARepeatingSequence) {

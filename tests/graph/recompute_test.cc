@@ -151,7 +151,9 @@ void expect_valid(const Graph& original, const Graph& g) {
     for (Value out : n.outputs) EXPECT_EQ(g.value(out).producer, static_cast<int32_t>(i)) << g.value(out).name;
   }
   for (size_t v = 0; v < g.values().size(); ++v) {
-    if (g.values()[v].role == ValueRole::computed) EXPECT_GE(g.values()[v].producer, 0) << g.values()[v].name;
+    if (g.values()[v].role == ValueRole::computed) {
+      EXPECT_GE(g.values()[v].producer, 0) << g.values()[v].name;
+    }
   }
   // The original nodes are all there, in their order, forward ones unchanged.
   std::vector<const Node*> kept;
@@ -165,7 +167,9 @@ void expect_valid(const Graph& original, const Graph& g) {
     EXPECT_EQ(a.kind, b.kind) << a.name;
     EXPECT_EQ(a.outputs, b.outputs) << a.name;
     EXPECT_EQ(a.backward, b.backward) << a.name;
-    if (!a.backward) EXPECT_EQ(a.inputs, b.inputs) << a.name;
+    if (!a.backward) {
+      EXPECT_EQ(a.inputs, b.inputs) << a.name;
+    }
   }
 }
 
@@ -219,7 +223,9 @@ TEST_P(Recompute, GraphStaysValidAndBackwardReadsOnlyWhatIsKept) {
     }
   }
   EXPECT_EQ(clones, r.stats.nodes_cloned);
-  if (rule != Rule::none) EXPECT_GT(r.stats.values_dropped, 0);
+  if (rule != Rule::none) {
+    EXPECT_GT(r.stats.values_dropped, 0);
+  }
   else EXPECT_EQ(r.stats.values_dropped, 0);
 }
 
@@ -249,7 +255,9 @@ TEST_P(Recompute, DroppedOriginalsDieInTheForwardPass) {
     }
   }
   EXPECT_LE(died, r.stats.values_dropped);
-  if (rule == Rule::none) EXPECT_EQ(died, 0);
+  if (rule == Rule::none) {
+    EXPECT_EQ(died, 0);
+  }
   else EXPECT_GT(died, 0);
 }
 

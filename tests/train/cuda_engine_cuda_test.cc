@@ -84,7 +84,9 @@ TEST(CudaEngine, AccumulatedMicroBatchesEqualOneBigBatch) {
       StepStats b = halves->train_step(inputs, targets, 2, 1e-3);
       EXPECT_NEAR(a.loss, b.loss, 1e-3 * a.loss) << "step " << step;
       EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-2 * a.grad_norm) << "step " << step;
-      if (clip > 0) EXPECT_GT(a.grad_norm, clip) << "the case must clip";
+      if (clip > 0) {
+        EXPECT_GT(a.grad_norm, clip) << "the case must clip";
+      }
     }
     whole->sync_to_host();
     halves->sync_to_host();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One lease of the GPU machine, in order: build, the gpu-labelled tests, the
-# 1B benchmark beside PyTorch, and a default-model training run on the GPU.
+# 1B benchmark beside PyTorch, a default-model training run on the GPU, and
+# greedy generation from it on the CPU and the GPU.
 # Logs go to $OUT. Carry .deps and .shared with the call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,4 +26,12 @@ if [ "${SKIP_TRAIN:-0}" != 1 ] && [ -d .deps/fortunes-data ]; then
   tail -12 "$OUT/train_gpu.log"
   cp /tmp/run-gpu/train_log.jsonl "$OUT/train_gpu_log.jsonl" 2>/dev/null
   echo "train: $(( $(date +%s) - start )) s"
+  # Greedy generation from the trained model on both devices: the same text
+  # except where the CPU's two likeliest tokens are nearly tied.
+  for dev in cpu cuda; do
+    build/gpu/src/spillway generate --model /tmp/run-gpu --prompt "The" --max-tokens 120 --temperature 0 \
+      --device $dev --stats > "$OUT/generate_$dev.txt" 2> "$OUT/generate_$dev.stats"
+    echo "generate $dev: $(tail -1 "$OUT/generate_$dev.stats")"
+  done
+  cmp -s "$OUT/generate_cpu.txt" "$OUT/generate_cuda.txt" && echo "greedy text: identical" || echo "greedy text: differs"
 fi

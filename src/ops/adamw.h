@@ -10,9 +10,20 @@
 // over micro-batches (grad holds their sum) and gradient clipping into the
 // update, so neither needs a pass over the gradients of its own; it enters
 // the arithmetic rounded to T like the other scalars.
+//
+// adamw_update_bf16_moments keeps m and v in bf16 to halve the optimizer
+// state: each m[i], v[i] is widened exactly to fp32, the step is
+// adamw_update<float>'s arithmetic operation for operation, and the parameter
+// update uses this step's *unrounded* fp32 m and v; only then are the new m
+// and v rounded to bf16 (to nearest even, NaN kept a NaN: base/dtype.h's
+// to_bf16) and stored. So one step's parameter is bit for bit what
+// adamw_update<float> gives from fp32 moments equal to the widened bf16 ones;
+// the rounding of the moments shows from the next step on.
 #pragma once
 
 #include <cstdint>
+
+#include "base/dtype.h"
 
 namespace spillway::ops {
 
@@ -29,12 +40,13 @@ struct AdamWHyper {
 template <typename T>
 void adamw_update(T* param, const T* grad, T* m, T* v, int64_t n, const AdamWHyper& hp);
 
+void adamw_update_bf16_moments(float* param, const float* grad, bf16* m, bf16* v, int64_t n,
+                               const AdamWHyper& hp);
+
 }  // namespace spillway::ops
 
 #ifdef SPILLWAY_HAS_CUDA
 #include <cuda_runtime_api.h>
-
-#include "base/dtype.h"
 
 namespace spillway::ops {
 
@@ -45,6 +57,13 @@ namespace spillway::ops {
 // to bf16, the copy the forward pass reads.
 void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16* param_bf16,
                        int64_t n, const AdamWHyper& hp, cudaStream_t stream);
+
+// GPU adamw_update_bf16_moments: bit for bit the CPU function (unrounded
+// moments in the update, then m and v rounded to bf16 as to_bf16 rounds),
+// with the optional bf16 parameter copy as in adamw_update_cuda.
+void adamw_update_bf16_moments_cuda(float* param, const float* grad, bf16* m, bf16* v,
+                                    bf16* param_bf16, int64_t n, const AdamWHyper& hp,
+                                    cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

@@ -1,10 +1,12 @@
 // GPU AdamW against the CPU kernel (fp32, to 1e-5) over several steps, with
-// and without the bf16 copy, at odd sizes and unaligned starts.
+// and without the bf16 copy, at odd sizes and unaligned starts; with bf16
+// moments, bit for bit.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "base/dtype.h"
@@ -99,6 +101,55 @@ TEST(AdamWCuda, GradScaleMatchesCpu) {
     EXPECT_LT(rel_error(dparam.download(), as_double(param)), 1e-5) << "param, n " << n;
     EXPECT_LT(rel_error(dm.download(), as_double(m)), 1e-5) << "m, n " << n;
     EXPECT_LT(rel_error(dv.download(), as_double(v)), 1e-5) << "v, n " << n;
+  }
+}
+
+// bf16 moments: bit for bit the CPU function (param, m, v and the bf16
+// copy), at odd sizes, with the parameters and the moments aligned alike and
+// not (moments 2 elements in: no head aligns them all, so every element takes
+// the scalar path).
+TEST(AdamWCuda, Bf16MomentsBitwiseEqualToCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  using spillway::testing::bits_of;
+  using spillway::testing::random_bf16;
+  AdamWHyper hp;
+  hp.lr = 1e-3;
+  hp.grad_scale = 0.3;
+  const std::pair<int64_t, int64_t> offsets[] = {{0, 0}, {1, 1}, {0, 2}};
+  for (int64_t n : kSizes) {
+    for (auto [po, mo] : offsets) {
+      for (bool with_copy : {true, false}) {
+        hp.weight_decay = with_copy ? 0.1 : 0.0;
+        auto param = random_vector<float>(n + po, 5 + n);
+        auto m = random_bf16(n + mo, 6 + n, -0.01, 0.01);
+        auto v = random_bf16(n + mo, 7 + n, 0.0, 1e-4);
+        DeviceArray<float> dparam(param);
+        DeviceArray<bf16> dm(m), dv(v), dcopy(static_cast<size_t>(n + po));
+        for (int64_t step = 1; step <= 3; ++step) {
+          hp.step = step;
+          const auto grad = random_vector<float>(n + po, 20 * step + n, -2.0 * step, 2.0 * step);
+          DeviceArray<float> dgrad(grad);
+          adamw_update_bf16_moments_cuda(dparam.get() + po, dgrad.get() + po, dm.get() + mo,
+                                         dv.get() + mo, with_copy ? dcopy.get() + po : nullptr, n,
+                                         hp, nullptr);
+          adamw_update_bf16_moments(param.data() + po, grad.data() + po, m.data() + mo,
+                                    v.data() + mo, n, hp);
+        }
+        const auto got_param = dparam.download();
+        const char* what = with_copy ? " with the bf16 copy" : "";
+        EXPECT_EQ(float_bits_of(got_param), float_bits_of(param))
+            << "param, n " << n << " offsets " << po << "," << mo << what;
+        EXPECT_EQ(bits_of(dm.download()), bits_of(m))
+            << "m, n " << n << " offsets " << po << "," << mo << what;
+        EXPECT_EQ(bits_of(dv.download()), bits_of(v))
+            << "v, n " << n << " offsets " << po << "," << mo << what;
+        const auto copy = dcopy.download();
+        for (int64_t i = 0; i < n + po; ++i) {
+          const uint16_t want = with_copy && i >= po ? to_bf16(param[i]).bits : 0xffff;
+          ASSERT_EQ(copy[i].bits, want) << "bf16 copy at " << i << ", n " << n << what;
+        }
+      }
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "base/dtype.h"
 #include "base/status.h"
 #include "testing/numeric.h"
 
@@ -121,6 +122,114 @@ TEST(AdamW, GradScaleMultipliesTheGradientFirst) {
   EXPECT_EQ(v_scaled, v_pre);
   EXPECT_LE(rel_error(p_scaled, ref.param), 1e-5);
   EXPECT_LE(rel_error(m_scaled, ref.m), 1e-5);
+}
+
+// bf16 moments. The reference is the same formula in double with the
+// contract's rounding: the update reads this step's unrounded moments, which
+// are then rounded to bf16 for the next step. m_scale follows the same
+// recurrence on absolute values: the size of the terms m sums, which bounds
+// how far an earlier step's rounding can carry where they cancel.
+void reference_step_bf16_moments(State& s, std::vector<double>& m_scale,
+                                 const std::vector<double>& grad, const AdamWHyper& hp) {
+  const double bias1 = 1 - std::pow(hp.beta1, static_cast<double>(hp.step));
+  const double bias2 = 1 - std::pow(hp.beta2, static_cast<double>(hp.step));
+  for (size_t i = 0; i < grad.size(); ++i) {
+    const double g = grad[i] * hp.grad_scale;
+    s.param[i] *= 1 - hp.lr * hp.weight_decay;
+    const double m = hp.beta1 * s.m[i] + (1 - hp.beta1) * g;
+    const double v = hp.beta2 * s.v[i] + (1 - hp.beta2) * g * g;
+    m_scale[i] = hp.beta1 * m_scale[i] + (1 - hp.beta1) * std::abs(g);
+    s.param[i] -= hp.lr / bias1 * m / (std::sqrt(v) / std::sqrt(bias2) + hp.eps);
+    s.m[i] = to_float(to_bf16(static_cast<float>(m)));
+    s.v[i] = to_float(to_bf16(static_cast<float>(v)));
+  }
+}
+
+std::vector<double> widened(const std::vector<bf16>& v) {
+  std::vector<double> out;
+  for (bf16 h : v) out.push_back(to_float(h));
+  return out;
+}
+
+std::vector<bf16> random_bf16_vector(int64_t n, uint64_t seed, double lo, double hi) {
+  std::vector<bf16> out;
+  for (double x : random_vector(n, seed, lo, hi)) out.push_back(to_bf16(static_cast<float>(x)));
+  return out;
+}
+
+// Each stored moment within a bf16 step (2^-7 relative) of the reference's,
+// measured against the moment plus the size of the terms it sums: the kernel
+// rounds a float, the reference a double, the two can land on either side of
+// a rounding boundary, and such a difference carries into the next steps.
+void expect_within_bf16_rounding(const std::vector<bf16>& got, const std::vector<double>& want,
+                                 const std::vector<double>& scale, const char* what, int64_t n) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double g = to_float(got[i]);
+    ASSERT_LE(std::abs(g - want[i]), 0x1p-7 * (std::abs(want[i]) + scale[i]) + 1e-30)
+        << what << " at " << i << ", n " << n;
+  }
+}
+
+TEST(AdamW, Bf16MomentsMatchReferenceOverSteps) {
+  uint64_t seed = 200;
+  for (double weight_decay : {0.0, 0.1}) {
+    for (int64_t n : {1, 5, 129, 70001}) {
+      AdamWHyper hp;
+      hp.lr = 1e-2;
+      hp.weight_decay = weight_decay;
+      hp.grad_scale = 0.5 * 0.123456789;  // 2 micro-batches, clipped
+      auto param = cast_vector<float>(random_vector(n, seed++));
+      auto m = random_bf16_vector(n, seed++, -0.01, 0.01);
+      auto v = random_bf16_vector(n, seed++, 0.0, 1e-4);
+      State ref{{param.begin(), param.end()}, widened(m), widened(v)};
+      std::vector<double> m_scale(ref.m), v_scale(n, 0.0);  // v sums no signs
+      for (double& x : m_scale) x = std::abs(x);
+      for (int s = 1; s <= 3; ++s) {
+        hp.step = s;
+        auto grad = cast_vector<float>(random_vector(n, seed++, -4.0 * s, 3.0 * s));
+        adamw_update_bf16_moments(param.data(), grad.data(), m.data(), v.data(), n, hp);
+        reference_step_bf16_moments(ref, m_scale, {grad.begin(), grad.end()}, hp);
+      }
+      EXPECT_LE(rel_error(param, ref.param), 1e-6) << "n " << n << ", decay " << weight_decay;
+      expect_within_bf16_rounding(m, ref.m, m_scale, "m", n);
+      expect_within_bf16_rounding(v, ref.v, v_scale, "v", n);
+    }
+  }
+}
+
+// The contract's choice, bit for bit: one step updates the parameter exactly
+// as the fp32 kernel does from the widened moments (the unrounded new m and v
+// enter the update), and stores the fp32 kernel's new m and v rounded to bf16.
+TEST(AdamW, Bf16MomentsStepIsTheFp32StepRoundedAfter) {
+  AdamWHyper hp;
+  hp.lr = 1e-2;
+  hp.weight_decay = 0.1;
+  hp.grad_scale = 0.37;
+  hp.step = 4;
+  const int64_t n = 70001;
+  auto param = cast_vector<float>(random_vector(n, 301));
+  auto grad = cast_vector<float>(random_vector(n, 302, -3.0, 3.0));
+  auto m = random_bf16_vector(n, 303, -0.1, 0.1);
+  auto v = random_bf16_vector(n, 304, 0.0, 0.1);
+  std::vector<float> p32 = param, m32, v32;
+  for (bf16 h : m) m32.push_back(to_float(h));
+  for (bf16 h : v) v32.push_back(to_float(h));
+  adamw_update_bf16_moments(param.data(), grad.data(), m.data(), v.data(), n, hp);
+  adamw_update<float>(p32.data(), grad.data(), m32.data(), v32.data(), n, hp);
+  EXPECT_EQ(param, p32);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(m[i].bits, to_bf16(m32[i]).bits) << "m at " << i;
+    ASSERT_EQ(v[i].bits, to_bf16(v32[i]).bits) << "v at " << i;
+  }
+}
+
+TEST(AdamW, Bf16MomentsRejectStepZero) {
+  AdamWHyper hp;
+  hp.step = 0;
+  float p = 1, g = 1;
+  bf16 m, v;
+  EXPECT_THROW(adamw_update_bf16_moments(&p, &g, &m, &v, 1, hp), Error);
 }
 
 TEST(AdamW, RejectsStepZero) {

@@ -39,13 +39,15 @@ struct BenchArgs {
   uint64_t seed = 1;
   bool nondeterministic = false;
   bool profile = false;
+  bool bf16_moments = false;
 };
 
 int run_bench(const BenchArgs& a) {
   model::LlamaConfig config = model::resolve_config(a.config);
   SPW_CHECK(a.steps > 0 && a.warmup >= 0, "--steps", "need at least one timed step");
   model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
-  train::AdamW optimizer(config);
+  // With bf16 moments the engine keeps its own; fp32 ones would only cost memory.
+  train::AdamW optimizer = a.bf16_moments ? train::AdamW() : train::AdamW(config);
   train::EngineOptions eo;
   eo.batch = a.batch;
   eo.seq = a.seq;
@@ -54,6 +56,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.device_mem.empty()) eo.device_memory = parse_bytes(a.device_mem, "--device-mem");
   if (!a.host_mem.empty()) eo.host_memory = parse_bytes(a.host_mem, "--host-mem");
   eo.offload = a.offload;
+  eo.bf16_moments = a.bf16_moments;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -111,6 +114,7 @@ int run_bench(const BenchArgs& a) {
                         {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
                         {"peak_device_bytes", engine->peak_device_bytes()},
                         {"deterministic", !a.nondeterministic},
+                        {"bf16_moments", a.bf16_moments},
                         {"final_loss", loss}};
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   }
@@ -135,6 +139,8 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
+  cmd->add_flag("--bf16-moments", a->bf16_moments,
+                "planned GPU engine: AdamW moments in bf16 (half the host memory and optimizer traffic)");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();

@@ -23,6 +23,7 @@ struct PlanArgs {
   int64_t seq = 8192;
   int64_t batch = 1;
   int64_t grad_accum = 1;
+  bool bf16_moments = false;
   std::string device_mem = "80GiB";
   std::string host_mem = "125GiB";
   std::string svg;
@@ -40,6 +41,7 @@ int run_plan(const PlanArgs& a) {
   // engine measures them at a few gigabytes at most.
   req.device_reserved = 2ull << 30;
   req.rates = plan::h100_rates();
+  req.bf16_moments = a.bf16_moments;
   const auto p = plan::plan_training(req);
   const auto& g = p->graph;
   std::printf("%s: %.2f B parameters, batch %lld x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
@@ -55,8 +57,9 @@ int run_plan(const PlanArgs& a) {
   std::printf("device: %s resident + %s planned peak + %s workspaces of %s\n", format_bytes(p->resident_bytes).c_str(),
               format_bytes(p->placement.device_peak).c_str(), format_bytes(req.device_reserved).c_str(),
               format_bytes(req.device_budget).c_str());
-  std::printf("host: %s state (fp32 master and AdamW moments%s) + %s offloaded values of %s\n",
-              format_bytes(p->host_state_bytes).c_str(), p->weights_resident ? "" : ", bf16 weights",
+  std::printf("host: %s state (fp32 master, %s AdamW moments%s) + %s offloaded values of %s\n",
+              format_bytes(p->host_state_bytes).c_str(), a.bf16_moments ? "bf16" : "fp32",
+              p->weights_resident ? "" : ", bf16 weights",
               format_bytes(p->placement.host_peak).c_str(), format_bytes(req.host_budget).c_str());
   std::printf("moved per micro-batch: %s host->device, %s device->host\n",
               format_bytes(p->placement.bytes_loaded).c_str(), format_bytes(p->placement.bytes_stored).c_str());
@@ -83,6 +86,7 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  cmd->add_flag("--bf16-moments", a->bf16_moments, "AdamW moments in bf16 (half the host memory and optimizer traffic)");
   cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");
   return [a] { return run_plan(*a); };
 }

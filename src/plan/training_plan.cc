@@ -48,7 +48,7 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   }
   // fp32 master and moments always live at home, and the bf16 weights when
   // they are not on the device; gradients sent home are the placement's.
-  out.host_state_bytes = p.parameters * 12 + (layout.weights ? 0 : p.parameters * 2);
+  out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2);
   SPW_CHECK(out.host_state_bytes < r.host_budget, "--host-mem", "the training state needs ",
             format_bytes(out.host_state_bytes), " of host memory, more than the budget of ",
             format_bytes(r.host_budget));
@@ -64,7 +64,7 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   req.d2h_bytes_per_second = r.rates.d2h_bytes;
   out.placement = plan_placement(g, req, accounted);
   out.micro = predict_step(g, out.placement, r.rates);
-  out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.rates);
+  out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.bf16_moments, r.rates);
   out.step_seconds = static_cast<double>(r.micro_batches) * out.micro.step_seconds + out.optimizer_seconds;
   return out;
 }
@@ -132,12 +132,14 @@ bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq
   return need <= device_budget;
 }
 
-double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, const MachineRates& rates) {
+double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,
+                         const MachineRates& rates) {
   const double n = static_cast<double>(parameters);
   // Up: master and both moments (and the gradient when it lives at home);
   // down: the same three (and the bf16 weights when they live at home).
-  const double up = n * (12.0 + (grads_resident ? 0.0 : 4.0));
-  const double down = n * (12.0 + (weights_resident ? 0.0 : 2.0));
+  const double state = 4.0 + (bf16_moments ? 4.0 : 8.0);
+  const double up = n * (state + (grads_resident ? 0.0 : 4.0));
+  const double down = n * (state + (weights_resident ? 0.0 : 2.0));
   return std::max(up / rates.h2d_bytes, down / rates.d2h_bytes);
 }
 

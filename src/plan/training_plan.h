@@ -33,6 +33,7 @@ struct TrainingPlanRequest {
   uint64_t host_budget = 0;      // pinned host memory: optimizer state, host-side weights/gradients, offloaded values
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
   bool stream_weights = false;   // only the layout with weights and gradients at home (tests, and to compare)
+  bool bf16_moments = false;     // AdamW moments in bf16 (2 + 2 bytes per parameter instead of 4 + 4)
   MachineRates rates;
 };
 
@@ -70,7 +71,9 @@ std::unique_ptr<TrainingPlan> plan_training(const TrainingPlanRequest& request);
 // planning: the case for the all-on-device engine.
 bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq, uint64_t device_budget);
 
-// Bytes each direction the optimizer moves per parameter, and its time.
-double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, const MachineRates& rates);
+// The time the optimizer takes to stream master weights and moments (and
+// gradients or weights that live at home) through the GPU and back.
+double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,
+                         const MachineRates& rates);
 
 }  // namespace spillway::plan

@@ -136,7 +136,7 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
 #ifdef SPILLWAY_HAS_CUDA
   if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
-    bool offload = options.offload == "on" || options.offload == "stream";
+    bool offload = options.offload == "on" || options.offload == "stream" || options.bf16_moments;
     if (options.offload == "auto") {
       const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);
       offload = !plan::fits_on_device(weights.config(), options.batch, options.seq, budget);

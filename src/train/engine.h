@@ -34,6 +34,10 @@ struct EngineOptions {
   // whole training state does not fit the device budget; on: always; off:
   // never; stream: always, with weights and gradients at home on the host.
   std::string offload = "auto";
+  // Planned GPU engine only: AdamW moments kept in bf16 (half the host
+  // memory and optimizer traffic). The caller's AdamW may then hold no fp32
+  // moments; sync_to_host fills them.
+  bool bf16_moments = false;
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
 };
 

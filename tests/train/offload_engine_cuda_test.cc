@@ -32,7 +32,7 @@ TrainedRun train(EngineOptions o, int64_t micro_batches) {
   const auto config = small();
   TrainedRun r;
   r.weights = model::LlamaWeights::random(config, 5, 0.05);
-  r.optimizer = AdamW(config);
+  if (!o.bf16_moments) r.optimizer = AdamW(config);
   auto engine = make_engine(r.weights, r.optimizer, o);
   r.description = engine->description();
   const size_t n = static_cast<size_t>(o.batch * o.seq * micro_batches);
@@ -123,6 +123,23 @@ TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
   }
   EXPECT_NEAR(b.eval, a.eval, 1e-6 * a.eval);
   EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+}
+
+TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions fp32 = options("on"), bf16 = options("on");
+  bf16.bf16_moments = true;
+  TrainedRun a = train(fp32, 1);
+  TrainedRun b = train(bf16, 1);
+  EXPECT_NE(b.description.find("bf16 AdamW moments"), std::string::npos) << b.description;
+  EXPECT_EQ(a.losses[0], b.losses[0]);  // the first step's loss comes before any update
+  for (size_t i = 1; i < a.losses.size(); ++i) EXPECT_NEAR(b.losses[i], a.losses[i], 1e-3 * a.losses[i]) << i;
+  EXPECT_GT(relative_difference(b.weights, a.weights), 0.0);
+  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-3);
+  // sync_to_host widened the bf16 moments into the caller's fp32 ones.
+  ASSERT_EQ(b.optimizer.m.tensors().size(), a.optimizer.m.tensors().size());
+  EXPECT_LT(relative_difference(b.optimizer.m, a.optimizer.m), 1e-2);
+  EXPECT_LT(relative_difference(b.optimizer.v, a.optimizer.v), 1e-2);
 }
 
 TEST(CudaOffloadEngine, GradientsSentHomeRefuseAccumulationWithAClearError) {

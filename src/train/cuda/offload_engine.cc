@@ -2,7 +2,7 @@
 //
 // Home of the state is host memory: the caller's own fp32 master weights
 // and AdamW moments, pinned where they lie (no second copy of tens of
-// gigabytes). The step graph runs under a plan (plan/training_plan.h) on
+// gigabytes), or with bf16 moments the engine's own pinned bf16 arrays. The step graph runs under a plan (plan/training_plan.h) on
 // three streams: bf16 working weights and fp32 gradient accumulators stay on
 // the device when the plan says they fit, otherwise the weights are loaded
 // for the stretches that use them and the gradients go home as they are
@@ -109,7 +109,7 @@ class CudaOffloadEngine final : public Engine {
     h2d_ = as_cuda_stream(device_->stream(StreamKind::h2d)).handle();
     d2h_ = as_cuda_stream(device_->stream(StreamKind::d2h)).handle();
     name_ = cuda_engine_name(0);
-    if (optimizer_.m.tensors().empty()) optimizer_ = AdamW(weights_.config());
+    if (optimizer_.m.tensors().empty() && !o.bf16_moments) optimizer_ = AdamW(weights_.config());
     MemorySpace& mem = device_->device_memory();
 
     // The step graph first: its runners size the workspaces the plan must
@@ -123,6 +123,7 @@ class CudaOffloadEngine final : public Engine {
     req.host_budget = o.host_memory ? o.host_memory : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
     req.rates = plan::h100_rates();
     req.stream_weights = o.offload == "stream";
+    req.bf16_moments = o.bf16_moments;
     plan_ = plan::training_graph(req);
     runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
     build_eval_graph();
@@ -169,10 +170,11 @@ class CudaOffloadEngine final : public Engine {
       for (cudaEvent_t e : {slot.loaded, slot.updated, slot.free}) SPW_CUDA_WARN(cudaEventDestroy(e));
     }
     if (host_working_) SPW_CUDA_WARN(cudaFreeHost(host_working_));
+    if (host_moments_) SPW_CUDA_WARN(cudaFreeHost(host_moments_));
   }
 
   std::string description() const override {
-    return name_ + " (planned: " + plan_->layout() + "; attention through cuDNN in " +
+    return name_ + " (planned: " + plan_->layout() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") + "; attention through cuDNN in " +
            std::to_string(runner_->cudnn_attention_nodes()) + " of " +
            std::to_string(2 * weights_.config().num_hidden_layers) + " nodes)";
   }
@@ -208,9 +210,26 @@ class CudaOffloadEngine final : public Engine {
     return run(*eval_.executor, eval_.model, inputs, targets);
   }
 
-  // The master weights and moments are the caller's own memory, updated in
-  // place by every step.
-  void sync_to_host() override {}
+  // The master weights (and fp32 moments) are the caller's own memory,
+  // updated in place by every step; bf16 moments are widened into the
+  // caller's fp32 ones, which are made if the caller had none.
+  void sync_to_host() override {
+    if (!options_.bf16_moments) return;
+    if (optimizer_.m.tensors().empty()) {
+      optimizer_.m = model::LlamaWeights::zeros(weights_.config());
+      optimizer_.v = model::LlamaWeights::zeros(weights_.config());
+    }
+    for (size_t i = 0; i < params_.size(); ++i) {
+      float* m = optimizer_.m.tensors()[i].data.data();
+      float* v = optimizer_.v.tensors()[i].data.data();
+      const Param& p = params_[i];
+#pragma omp parallel for schedule(static)
+      for (int64_t j = 0; j < p.n; ++j) {
+        m[j] = to_float(p.m16[j]);
+        v[j] = to_float(p.v16[j]);
+      }
+    }
+  }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
 
@@ -236,7 +255,8 @@ class CudaOffloadEngine final : public Engine {
 
   struct Param {
     int64_t n = 0;
-    float *master = nullptr, *m = nullptr, *v = nullptr;  // host, the caller's
+    float *master = nullptr, *m = nullptr, *v = nullptr;  // host, the caller's (m, v: fp32 moments only)
+    bf16 *m16 = nullptr, *v16 = nullptr;                  // host, pinned: bf16 moments
     bf16* working = nullptr;  // device (resident) or pinned host
     float* grad = nullptr;    // device, when resident
     bool decay = false;
@@ -274,27 +294,47 @@ class CudaOffloadEngine final : public Engine {
       working = host_working_;
     }
     if (plan_->grads_resident) grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    if (options_.bf16_moments) {
+      SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
+    }
     uint64_t wo = 0, go = 0;
     PinnedRanges& pins = pinned_;
     for (size_t i = 0; i < tensors.size(); ++i) {
       Param p;
       p.n = tensors[i].shape.numel();
       p.master = tensors[i].data.data();
-      p.m = optimizer_.m.tensors()[i].data.data();
-      p.v = optimizer_.v.tensors()[i].data.data();
+      const bool have_fp32_moments = !optimizer_.m.tensors().empty();
+      if (have_fp32_moments) {
+        p.m = optimizer_.m.tensors()[i].data.data();
+        p.v = optimizer_.v.tensors()[i].data.data();
+      }
       p.decay = tensors[i].shape.rank() >= 2;
       p.working = reinterpret_cast<bf16*>(working + wo);
+      if (host_moments_) {
+        // Rounded from the caller's fp32 moments (a resumed run) or zero.
+        p.m16 = reinterpret_cast<bf16*>(host_moments_ + wo);
+        p.v16 = reinterpret_cast<bf16*>(host_moments_ + working_bytes + wo);
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < p.n; ++j) {
+          p.m16[j] = have_fp32_moments ? to_bf16(p.m[j]) : bf16{};
+          p.v16[j] = have_fp32_moments ? to_bf16(p.v[j]) : bf16{};
+        }
+      }
       wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
       if (grads_) {
         p.grad = reinterpret_cast<float*>(grads_ + go);
         go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
       }
-      for (float* h : {p.master, p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
+      pins.add(p.master, static_cast<size_t>(p.n) * 4);
+      if (!host_moments_) {
+        for (float* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
+      }
       params_.push_back(p);
     }
     const auto pin_start = std::chrono::steady_clock::now();
     pins.pin();
-    log_info("pinned " + format_bytes(weights_.numel() * 12ull) + " of master weights and moments in " +
+    log_info("pinned " + format_bytes(weights_.numel() * (host_moments_ ? 4ull : 12ull)) +
+             " of master weights" + (host_moments_ ? "" : " and moments") + " in place in " +
              std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - pin_start).count()) + " s");
     // The bf16 working copy, rounded from the master weights on the GPU (the
     // rounding AdamW uses for every later update).
@@ -341,19 +381,30 @@ class CudaOffloadEngine final : public Engine {
       }
       const size_t bytes = static_cast<size_t>(len) * 4;
       SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, bytes, cudaMemcpyHostToDevice, h2d_));
-      SPW_CUDA(cudaMemcpyAsync(slot.m, p.m + off, bytes, cudaMemcpyHostToDevice, h2d_));
-      SPW_CUDA(cudaMemcpyAsync(slot.v, p.v + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      const size_t moment_bytes = host_moments_ ? bytes / 2 : bytes;
+      SPW_CUDA(cudaMemcpyAsync(slot.m, host_moments_ ? static_cast<void*>(p.m16 + off) : p.m + off, moment_bytes,
+                               cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.v, host_moments_ ? static_cast<void*>(p.v16 + off) : p.v + off, moment_bytes,
+                               cudaMemcpyHostToDevice, h2d_));
       if (host_grad_) SPW_CUDA(cudaMemcpyAsync(slot.grad, host_grad_ + off, bytes, cudaMemcpyHostToDevice, h2d_));
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
       const ops::AdamWHyper h = optimizer_.hyper(lr, grad_scale, p.decay);
       bf16* out = plan_->weights_resident ? p.working + off : slot.working;
-      ops::adamw_update_cuda(slot.master, host_grad_ ? slot.grad : p.grad + off, slot.m, slot.v, out, len, h, compute_);
+      const float* grad = host_grad_ ? slot.grad : p.grad + off;
+      if (host_moments_) {
+        ops::adamw_update_bf16_moments_cuda(slot.master, grad, reinterpret_cast<bf16*>(slot.m),
+                                            reinterpret_cast<bf16*>(slot.v), out, len, h, compute_);
+      } else {
+        ops::adamw_update_cuda(slot.master, grad, slot.m, slot.v, out, len, h, compute_);
+      }
       SPW_CUDA(cudaEventRecord(slot.updated, compute_));
       SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
       SPW_CUDA(cudaMemcpyAsync(p.master + off, slot.master, bytes, cudaMemcpyDeviceToHost, d2h_));
-      SPW_CUDA(cudaMemcpyAsync(p.m + off, slot.m, bytes, cudaMemcpyDeviceToHost, d2h_));
-      SPW_CUDA(cudaMemcpyAsync(p.v + off, slot.v, bytes, cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(host_moments_ ? static_cast<void*>(p.m16 + off) : p.m + off, slot.m, moment_bytes,
+                               cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(host_moments_ ? static_cast<void*>(p.v16 + off) : p.v + off, slot.v, moment_bytes,
+                               cudaMemcpyDeviceToHost, d2h_));
       if (!plan_->weights_resident) {
         SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
       }
@@ -458,6 +509,7 @@ class CudaOffloadEngine final : public Engine {
   std::vector<Param> params_;
   PinnedRanges pinned_;
   char* host_working_ = nullptr;
+  char* host_moments_ = nullptr;  // bf16 m and v, one pinned allocation
   char* grads_ = nullptr;
   uint64_t grad_bytes_ = 0;
   const float* host_grad_ = nullptr;

@@ -6,6 +6,8 @@
 
 #include "base/bytes.h"
 #include "base/status.h"
+#include "device/arena.h"
+#include "device/memory_space.h"
 
 namespace spillway::plan {
 
@@ -223,48 +225,9 @@ uint64_t peak_of(const std::vector<ValuePlan>& plans, size_t n_nodes) {
   return profile.empty() ? 0 : *std::max_element(profile.begin(), profile.end());
 }
 
-}  // namespace
-
-Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph::AllocationCost& cost) {
-  const uint64_t minimum = minimum_device_budget(g, cost, r.resident);
-  SPW_CHECK(r.device_budget >= minimum, "--device-mem", "a budget of ", format_bytes(r.device_budget),
-            " is below this step's minimum of ", format_bytes(minimum), " (the largest single op's tensors)");
+// The actions around each node for the stretches in `plans`.
+Placement to_placement(const Graph& g, const std::vector<ValuePlan>& plans, const PlacementRequest& r) {
   const size_t n_nodes = g.nodes().size();
-  const bool prefetch = !r.node_seconds.empty() && r.h2d_bytes_per_second > 0;
-  SPW_CHECK(!prefetch || r.node_seconds.size() == n_nodes, "planner", "node times for ", r.node_seconds.size(),
-            " nodes, the graph has ", n_nodes);
-
-  // Early loads hold memory longer than the greedy pass counted: plan again
-  // under a budget lowered by the overshoot until the prefetched plan fits;
-  // if it never does, loads start at their nodes (which the greedy pass
-  // guarantees to fit).
-  std::vector<ValuePlan> plans;
-  uint64_t effective = r.device_budget;
-  bool fits = false;
-  for (int attempt = 0; attempt < 24; ++attempt) {
-    plans = initial_plans(g, cost, r.resident);
-    offload_until_under(plans, n_nodes, effective);
-    if (!prefetch) {
-      fits = true;
-      break;
-    }
-    schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
-    if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second);
-    const uint64_t peak = peak_of(plans, n_nodes);
-    if (peak <= r.device_budget) {
-      fits = true;
-      break;
-    }
-    const uint64_t step = std::max(peak - r.device_budget, r.device_budget / 64);
-    if (effective < minimum + step) break;
-    effective -= step;
-  }
-  if (!fits) {
-    plans = initial_plans(g, cost, r.resident);
-    offload_until_under(plans, n_nodes, r.device_budget);
-    reset_loads(plans);
-  }
-
   Placement out;
   out.nodes.resize(n_nodes);
   out.resident = r.resident;
@@ -317,6 +280,83 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
   for (size_t i = 0; i < n_nodes; ++i) {
     host += host_delta[i];
     out.host_peak = std::max<uint64_t>(out.host_peak, static_cast<uint64_t>(host));
+  }
+  return out;
+}
+
+// How many bytes the largest request falls short when the executor's exact
+// sequence of allocations and frees replays in a best-fit arena of
+// `capacity` bytes (the CUDA pool's allocator); 0 when all fit.
+uint64_t arena_shortfall(const Graph& g, const Placement& p, uint64_t capacity) {
+  Arena arena("plan replay", capacity, MemorySpace::kAlignment);
+  std::vector<uint64_t> offset(g.values().size(), 0);
+  for (const NodeActions& act : p.nodes) {
+    for (const auto* list : {&act.load, &act.allocate}) {
+      for (Value v : *list) {
+        const uint64_t bytes = g.value(v).bytes();
+        std::optional<uint64_t> at = arena.try_allocate(bytes);
+        if (!at) {
+          const uint64_t need = MemorySpace::accounted_bytes(bytes);
+          return std::max<uint64_t>(need - std::min(need, arena.largest_free_block()), MemorySpace::kAlignment);
+        }
+        offset[static_cast<size_t>(v.id)] = *at;
+      }
+    }
+    for (Value v : act.drop) arena.free(offset[static_cast<size_t>(v.id)]);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph::AllocationCost& cost) {
+  const uint64_t minimum = minimum_device_budget(g, cost, r.resident);
+  SPW_CHECK(r.device_budget >= minimum, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+            " is below this step's minimum of ", format_bytes(minimum), " (the largest single op's tensors)");
+  const size_t n_nodes = g.nodes().size();
+  const bool prefetch = !r.node_seconds.empty() && r.h2d_bytes_per_second > 0;
+  SPW_CHECK(!prefetch || r.node_seconds.size() == n_nodes, "planner", "node times for ", r.node_seconds.size(),
+            " nodes, the graph has ", n_nodes);
+
+  // Early loads hold memory longer than the greedy pass counted, and the
+  // device pool's best-fit arena can be too fragmented for a request the
+  // byte count allows: plan again under a budget lowered by the shortfall
+  // until the plan both fits and replays in an arena of the budget's size;
+  // if it never does, loads start at their nodes (which the greedy pass
+  // guarantees to fit in bytes).
+  Placement out;
+  uint64_t effective = r.device_budget;
+  bool fits = false;
+  for (int attempt = 0; attempt < 24; ++attempt) {
+    std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
+    offload_until_under(plans, n_nodes, effective);
+    if (prefetch) {
+      schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
+      if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second);
+    }
+    const uint64_t peak = peak_of(plans, n_nodes);
+    uint64_t short_by = peak > r.device_budget ? peak - r.device_budget : 0;
+    if (short_by == 0) {
+      out = to_placement(g, plans, r);
+      short_by = r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
+      if (short_by == 0) {
+        fits = true;
+        break;
+      }
+    }
+    const uint64_t step = std::max(short_by, r.device_budget / 64);
+    if (effective < minimum + step) break;
+    effective -= step;
+  }
+  if (!fits) {
+    std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
+    offload_until_under(plans, n_nodes, r.device_budget);
+    reset_loads(plans);
+    out = to_placement(g, plans, r);
+    const uint64_t short_by = r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
+    SPW_CHECK(short_by == 0, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+              " holds this step's tensors but not in one piece each: the pool would be ", format_bytes(short_by),
+              " short at its most fragmented (the minimum is ", format_bytes(minimum), ")");
   }
   SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
             " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));

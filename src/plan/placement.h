@@ -60,6 +60,11 @@ struct PlacementRequest {
   // its store (on a single device->host stream of this speed, in the order
   // the values are made) is predicted to be done, so freeing it never waits.
   double d2h_bytes_per_second = 0;
+  // The device space is one block served best-fit (the CUDA pool): the plan
+  // must also replay in an arena of the budget's size, or the budget is
+  // lowered (or refused) until it does. A heap-backed space needs no such
+  // check.
+  bool best_fit_arena = false;
 };
 
 // The least device budget any placement of `graph` can meet: the largest

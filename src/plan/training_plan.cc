@@ -62,6 +62,7 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   for (const auto& n : g.nodes()) req.node_seconds.push_back(node_cost(g, n, r.rates).seconds);
   req.h2d_bytes_per_second = r.rates.h2d_bytes;
   req.d2h_bytes_per_second = r.rates.d2h_bytes;
+  req.best_fit_arena = true;
   out.placement = plan_placement(g, req, accounted);
   out.micro = predict_step(g, out.placement, r.rates);
   out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.bf16_moments, r.rates);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "base/status.h"
+#include "device/arena.h"
 #include "device/memory_space.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
@@ -120,6 +121,49 @@ TEST(Placement, PrefetchedLoadsStartEarlierAndStillFitTheBudget) {
   const Placement late = plan_placement(g, budget, UINT64_MAX, cost);
   for (size_t i = 0; i < late.nodes.size(); ++i) {
     for (auto v : late.nodes[i].load) EXPECT_EQ(first_use(g, v, i), static_cast<int>(i));
+  }
+}
+
+// The CUDA pool is a best-fit arena: a plan that fits in bytes but not in
+// one piece would fail mid-step, so every plan must replay in an arena of
+// the budget's size, allocations and frees in the executor's order.
+TEST(Placement, EveryPlanReplaysInABestFitArenaOfTheBudget) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  const Placement roomy = plan_placement(g, UINT64_MAX, UINT64_MAX, cost);
+  for (int k = 0; k <= 16; ++k) {
+    const uint64_t budget = minimum + (roomy.device_peak - minimum) * static_cast<uint64_t>(k) / 16;
+    PlacementRequest r;
+    r.device_budget = budget;
+    r.node_seconds.assign(g.nodes().size(), 1e-3);
+    r.h2d_bytes_per_second = 100e6;
+    r.d2h_bytes_per_second = 100e6;
+    for (bool prefetch : {false, true}) {
+      Placement p;
+      try {
+        PlacementRequest q = r;
+        if (!prefetch) q.node_seconds.clear();
+        q.best_fit_arena = true;
+        p = plan_placement(g, q, cost);
+      } catch (const Error& e) {
+        // Refused before the step (naming the budget) is fine; failing in it is not.
+        EXPECT_NE(std::string(e.what()).find("--device-mem"), std::string::npos) << e.what();
+        EXPECT_LT(k, 4) << "a budget a quarter of the way above the minimum must place: " << e.what();
+        continue;
+      }
+      Arena arena("replay", budget, MemorySpace::kAlignment);
+      std::vector<uint64_t> at(g.values().size());
+      for (const NodeActions& act : p.nodes) {
+        for (const auto* list : {&act.load, &act.allocate}) {
+          for (graph::Value v : *list) {
+            auto offset = arena.try_allocate(g.value(v).bytes());
+            ASSERT_TRUE(offset.has_value()) << g.value(v).name << " at budget " << budget;
+            at[static_cast<size_t>(v.id)] = *offset;
+          }
+        }
+        for (graph::Value v : act.drop) arena.free(at[static_cast<size_t>(v.id)]);
+      }
+    }
   }
 }
 

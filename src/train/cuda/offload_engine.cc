@@ -464,6 +464,7 @@ class CudaOffloadEngine final : public Engine {
     for (const auto& node : g.nodes()) req.node_seconds.push_back(plan::node_cost(g, node, rates).seconds);
     req.h2d_bytes_per_second = rates.h2d_bytes;
     req.d2h_bytes_per_second = rates.d2h_bytes;
+    req.best_fit_arena = true;
     auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
     eval_.executor = std::make_unique<exec::CudaPlannedExecutor>(g, plan::plan_placement(g, req, cost), mem,
                                                                  *host_pool_, *eval_.runner, compute_, h2d_, d2h_);

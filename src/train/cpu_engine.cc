@@ -147,6 +147,8 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
 #else
   SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
 #endif
+  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the planned GPU engine; "
+            "the CPU engine keeps fp32 moments");
   return make_cpu_engine(weights, optimizer, options);
 }
 

@@ -154,7 +154,9 @@ TrainResult train_model(TrainOptions o) {
   const model::LlamaConfig& config = weights.config();
   SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
             data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
-  if (optimizer.m.tensors().empty()) optimizer = AdamW(config);
+  // With bf16 moments the GPU engine keeps its own; fp32 ones are made only
+  // when a checkpoint needs them.
+  if (optimizer.m.tensors().empty() && !o.bf16_moments) optimizer = AdamW(config);
   optimizer.weight_decay = o.weight_decay;
 
   BatchSampler sampler(*data.train, o.batch, o.seq, o.seed);
@@ -180,6 +182,7 @@ TrainResult train_model(TrainOptions o) {
   engine_options.host_memory = o.host_memory;
   engine_options.offload = o.offload;
   engine_options.micro_batches = o.grad_accum;
+  engine_options.bf16_moments = o.bf16_moments;
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.lr, o.min_lr, o.warmup, o.steps};
   const int64_t end_step = o.stop_after >= 0 ? std::min(o.steps, o.stop_after) : o.steps;

@@ -44,6 +44,7 @@ struct TrainOptions {
   uint64_t device_memory = 0;   // device budget in bytes; 0: the backend's default
   uint64_t host_memory = 0;     // pinned host budget when the GPU step is planned; 0: 90% of what is available
   std::string offload = "auto";  // GPU: auto (plan when the state does not fit), on, off
+  bool bf16_moments = false;     // GPU: AdamW moments in bf16 (the planned engine)
 
   // The options that define the run; a resumed run takes them from its
   // checkpoint, so a resume cannot silently change the training.

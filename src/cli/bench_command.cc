@@ -40,6 +40,7 @@ struct BenchArgs {
   bool nondeterministic = false;
   bool profile = false;
   bool bf16_moments = false;
+  std::string recompute = "none";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -57,6 +58,7 @@ int run_bench(const BenchArgs& a) {
   if (!a.host_mem.empty()) eo.host_memory = parse_bytes(a.host_mem, "--host-mem");
   eo.offload = a.offload;
   eo.bf16_moments = a.bf16_moments;
+  eo.recompute = a.recompute;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -115,6 +117,7 @@ int run_bench(const BenchArgs& a) {
                         {"peak_device_bytes", engine->peak_device_bytes()},
                         {"deterministic", !a.nondeterministic},
                         {"bf16_moments", a.bf16_moments},
+                        {"recompute", a.recompute},
                         {"final_loss", loss}};
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   }
@@ -139,6 +142,7 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
+  cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "planned GPU engine: AdamW moments in bf16 (half the host memory and optimizer traffic)");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");

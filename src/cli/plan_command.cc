@@ -24,6 +24,7 @@ struct PlanArgs {
   int64_t batch = 1;
   int64_t grad_accum = 1;
   bool bf16_moments = false;
+  std::string recompute = "none";
   std::string device_mem = "80GiB";
   std::string host_mem = "125GiB";
   std::string svg;
@@ -42,13 +43,15 @@ int run_plan(const PlanArgs& a) {
   req.device_reserved = 2ull << 30;
   req.rates = plan::h100_rates();
   req.bf16_moments = a.bf16_moments;
+  req.recompute = graph::parse_recompute_policy(a.recompute);
   const auto p = plan::plan_training(req);
   const auto& g = p->graph;
   std::printf("%s: %.2f B parameters, batch %lld x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
               a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum),
               static_cast<long long>(a.batch * a.seq * a.grad_accum));
-  std::printf("layout: %s\n", p->layout().c_str());
+  std::printf("layout: %s%s\n", p->layout().c_str(),
+              a.recompute == "none" ? "" : ("; recomputation: " + a.recompute).c_str());
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(plan::minimum_device_budget(g, [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
@@ -86,6 +89,8 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();
+  cmd->add_option("--recompute", a->recompute, "none, layers or selective: forward values remade in the backward pass")
+      ->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments, "AdamW moments in bf16 (half the host memory and optimizer traffic)");
   cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");
   return [a] { return run_plan(*a); };

@@ -19,6 +19,7 @@
 
 #include "graph/autodiff.h"
 #include "graph/graph.h"
+#include "graph/recompute.h"
 #include "model/llama_config.h"
 #include "model/llama_graph.h"
 #include "plan/cost_model.h"
@@ -34,6 +35,9 @@ struct TrainingPlanRequest {
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
   bool stream_weights = false;   // only the layout with weights and gradients at home (tests, and to compare)
   bool bf16_moments = false;     // AdamW moments in bf16 (2 + 2 bytes per parameter instead of 4 + 4)
+  // Forward values dropped after the forward pass and remade in the backward
+  // pass (graph/recompute.h): less memory and traffic for more compute.
+  graph::RecomputePolicy recompute = graph::RecomputePolicy::none;
   MachineRates rates;
 };
 

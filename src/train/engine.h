@@ -38,6 +38,8 @@ struct EngineOptions {
   // memory and optimizer traffic). The caller's AdamW may then hold no fp32
   // moments; sync_to_host fills them.
   bool bf16_moments = false;
+  // Planned GPU engine only: none, layers or selective (graph/recompute.h).
+  std::string recompute = "none";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
 };
 

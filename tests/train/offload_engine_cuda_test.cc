@@ -142,6 +142,22 @@ TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
   EXPECT_LT(relative_difference(b.optimizer.v, a.optimizer.v), 1e-2);
 }
 
+TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions kept = options("on");
+  kept.micro_batches = 2;
+  TrainedRun a = train(kept, 2);
+  for (const char* policy : {"selective", "layers"}) {
+    EngineOptions remade = kept;
+    remade.recompute = policy;
+    TrainedRun b = train(remade, 2);
+    EXPECT_NE(b.description.find(std::string("recomputation: ") + policy), std::string::npos) << b.description;
+    EXPECT_EQ(a.losses, b.losses) << policy;
+    EXPECT_EQ(a.norms, b.norms) << policy;
+    EXPECT_TRUE(same_bits(a.weights, b.weights)) << policy;
+  }
+}
+
 TEST(CudaOffloadEngine, GradientsSentHomeRefuseAccumulationWithAClearError) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   EngineOptions tight = options("stream");

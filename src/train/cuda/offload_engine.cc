@@ -124,6 +124,7 @@ class CudaOffloadEngine final : public Engine {
     req.rates = plan::h100_rates();
     req.stream_weights = o.offload == "stream";
     req.bf16_moments = o.bf16_moments;
+    req.recompute = graph::parse_recompute_policy(o.recompute);
     plan_ = plan::training_graph(req);
     runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
     build_eval_graph();
@@ -174,7 +175,8 @@ class CudaOffloadEngine final : public Engine {
   }
 
   std::string description() const override {
-    return name_ + " (planned: " + plan_->layout() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") + "; attention through cuDNN in " +
+    return name_ + " (planned: " + plan_->layout() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") +
+           (options_.recompute != "none" ? "; recomputation: " + options_.recompute : "") + "; attention through cuDNN in " +
            std::to_string(runner_->cudnn_attention_nodes()) + " of " +
            std::to_string(2 * weights_.config().num_hidden_layers) + " nodes)";
   }

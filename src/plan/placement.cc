@@ -28,7 +28,8 @@ struct ValuePlan {
   std::vector<int32_t> touches;  // nodes that produce or read it, ascending
   std::vector<Segment> segments;
   uint64_t cost = 0;
-  bool computed = false;
+  bool computed = false;     // made by a node of the step (accumulated values are not: they come from home)
+  bool accumulated = false;  // the caller's running sum: loaded before its producer adds to it, stored back after
   bool output = false;
 };
 
@@ -46,7 +47,8 @@ std::vector<ValuePlan> initial_plans(const Graph& g, const graph::AllocationCost
     std::sort(t.begin(), t.end());
     t.erase(std::unique(t.begin(), t.end()), t.end());
     p.cost = cost(g.values()[v].bytes());
-    p.computed = g.values()[v].role == ValueRole::computed;
+    p.accumulated = g.values()[v].accumulated;
+    p.computed = g.values()[v].role == ValueRole::computed && !p.accumulated;
     p.output = g.is_output(Value{static_cast<int32_t>(v)});
     const bool stays = v < resident.size() && resident[v];
     if (!t.empty() && !stays) p.segments.push_back({t.front(), t.back(), t.front()});
@@ -194,7 +196,9 @@ void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std:
   std::vector<size_t> stored;
   for (size_t v = 0; v < plans.size(); ++v) {
     const ValuePlan& p = plans[v];
-    if (p.computed && !p.segments.empty() && (p.segments.size() > 1 || p.output)) stored.push_back(v);
+    if (!p.segments.empty() && (p.accumulated || (p.computed && (p.segments.size() > 1 || p.output)))) {
+      stored.push_back(v);
+    }
   }
   std::sort(stored.begin(), stored.end(), [&](size_t a, size_t b) {
     return plans[a].segments[0].first != plans[b].segments[0].first ? plans[a].segments[0].first < plans[b].segments[0].first
@@ -252,6 +256,13 @@ Placement to_placement(const Graph& g, const std::vector<ValuePlan>& plans, cons
         out.bytes_loaded += g.values()[v].bytes();
       }
       out.nodes[static_cast<size_t>(s.last)].drop.push_back(value);
+    }
+    // An accumulated value goes back to the caller's buffer right after its
+    // producer added to it (the caller's memory: no host copy is counted).
+    if (p.accumulated) {
+      out.nodes[static_cast<size_t>(p.segments.front().first)].store.push_back(value);
+      out.bytes_stored += g.values()[v].bytes();
+      continue;
     }
     // A computed value goes home once, as soon as it exists, when it comes
     // back later or is an output the caller reads after the step.

@@ -46,9 +46,10 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
     if (layout.weights) keep(w);
     if (layout.grads) keep(p.grads[w]);
   }
-  // fp32 master and moments always live at home, and the bf16 weights when
-  // they are not on the device; gradients sent home are the placement's.
-  out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2);
+  // fp32 master and moments always live at home, and the bf16 weights and
+  // the fp32 gradient sums when they are not on the device.
+  out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2) +
+                         (layout.grads ? 0 : p.parameters * 4);
   SPW_CHECK(out.host_state_bytes < r.host_budget, "--host-mem", "the training state needs ",
             format_bytes(out.host_state_bytes), " of host memory, more than the budget of ",
             format_bytes(r.host_budget));
@@ -89,8 +90,6 @@ void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
   std::optional<Planned> best;
   std::exception_ptr frugal_error;
   for (Layout layout : {Layout{true, true}, Layout{true, false}, Layout{false, false}}) {
-    // Gradients sent home are not summed on the host: one micro-batch only.
-    if (!layout.grads && r.micro_batches > 1) continue;
     if (r.stream_weights && layout.weights) continue;
     try {
       Planned candidate = plan_layout(p, r, layout);
@@ -147,8 +146,8 @@ double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_
 
 std::string TrainingPlan::layout() const {
   std::string s = weights_resident && grads_resident ? "weights and gradients on the device"
-                  : weights_resident                 ? "weights on the device, gradients sent home"
-                                                     : "weights streamed from the host, gradients sent home";
+                  : weights_resident                 ? "weights on the device, gradient sums at home"
+                                                     : "weights streamed from the host, gradient sums at home";
   return s + "; " + std::to_string(placement.values_offloaded) + " activations offloaded";
 }
 

@@ -8,8 +8,9 @@
 // memory; the optimizer streams them through the GPU once per optimizer
 // step. The bf16 working weights and the fp32 gradient accumulators stay on
 // the device when they fit ("resident"), otherwise they live in host memory
-// too and the placement loads the weights for the stretches that use them
-// and sends each gradient home as it is made. Every layout that fits is
+// too: the placement loads the weights for the stretches that use them, and
+// loads each gradient's running sum just before the node that adds to it
+// and sends it back right after. Every layout that fits is
 // planned and the fastest predicted one is kept.
 #pragma once
 

@@ -103,8 +103,8 @@ void CudaPlannedExecutor::run() {
   for (size_t v = 0; v < values.size(); ++v) {
     SPW_CHECK(values[v].role == ValueRole::computed || bound_[v], values[v].name,
               "input or parameter was not bound before the step");
-    SPW_CHECK(!values[v].accumulated || bound_[v] || !placement_.resident[v], values[v].name,
-              "resident accumulated value was not bound before the step");
+    SPW_CHECK(!values[v].accumulated || bound_[v], values[v].name,
+              "accumulated value was not bound to the caller's buffer before the step");
   }
   events_used_ = 0;
   marks_.clear();
@@ -135,11 +135,15 @@ void CudaPlannedExecutor::run() {
       for (Value v : act.load) {
         const auto id = static_cast<size_t>(v.id);
         const auto& info = values[id];
-        const void* source = info.role == ValueRole::computed ? on_host_[id] : bound_[id];
+        const void* source = info.role == ValueRole::computed && !info.accumulated ? on_host_[id] : bound_[id];
         SPW_CHECK(source, info.name, "has no host copy to load from");
         planned_[id] = on_device_[id] = device_.allocate(info.bytes(), info.name);
         const size_t m = begin_mark(h2d_);
-        SPW_CUDA(cudaMemcpyAsync(planned_[id], source, info.bytes(), cudaMemcpyHostToDevice, h2d_));
+        if (info.accumulated && accumulators_zero_) {
+          SPW_CUDA(cudaMemsetAsync(planned_[id], 0, info.bytes(), h2d_));  // a new sum: nothing to fetch
+        } else {
+          SPW_CUDA(cudaMemcpyAsync(planned_[id], source, info.bytes(), cudaMemcpyHostToDevice, h2d_));
+        }
         end_mark(h2d_, 1, m, "load " + info.name);
         SPW_CUDA(cudaEventRecord(loaded_[id], h2d_));
         load_pending_[id] = true;
@@ -148,8 +152,6 @@ void CudaPlannedExecutor::run() {
         const auto id = static_cast<size_t>(v.id);
         const auto& info = values[id];
         planned_[id] = on_device_[id] = device_.allocate(info.bytes(), info.name);
-        // An accumulated value away from its caller starts each step at zero.
-        if (info.accumulated) SPW_CUDA(cudaMemsetAsync(planned_[id], 0, info.bytes(), compute_));
       }
       const graph::Node& node = nodes[i];
       for (const auto* list : {&node.inputs, &node.outputs}) {
@@ -171,9 +173,10 @@ void CudaPlannedExecutor::run() {
       for (Value v : act.store) {
         const auto id = static_cast<size_t>(v.id);
         const auto& info = values[id];
-        on_host_[id] = host_.allocate(info.bytes(), info.name + " (host copy)");
+        // An accumulated value's home is the caller's buffer; others get a copy.
+        void* home = info.accumulated ? bound_[id] : (on_host_[id] = host_.allocate(info.bytes(), info.name + " (host copy)"));
         const size_t mk = begin_mark(d2h_);
-        SPW_CUDA(cudaMemcpyAsync(on_host_[id], on_device_[id], info.bytes(), cudaMemcpyDeviceToHost, d2h_));
+        SPW_CUDA(cudaMemcpyAsync(home, on_device_[id], info.bytes(), cudaMemcpyDeviceToHost, d2h_));
         end_mark(d2h_, 2, mk, "store " + info.name);
         SPW_CUDA(cudaEventRecord(stored_[id], d2h_));
         store_pending_[id] = true;
@@ -208,6 +211,7 @@ void CudaPlannedExecutor::run() {
 
 const void* CudaPlannedExecutor::data(Value v) const {
   const auto id = static_cast<size_t>(v.id);
+  if (graph_.value(v).accumulated) return bound_[id];
   const void* p = on_host_[id] ? on_host_[id] : on_device_[id];
   SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step)");
   return p;

@@ -11,7 +11,8 @@
 //    load that read it last.
 // Values marked resident in the placement are bound to device memory by the
 // caller and never move; other bound values (parameters at home) are host
-// memory, pinned, and are loaded where the plan says.
+// memory, pinned, and are loaded where the plan says; so are accumulated
+// values that are not resident (gradient sums at home).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -51,6 +52,12 @@ class CudaPlannedExecutor final : public StepProgram {
   const graph::Graph& graph() const override { return graph_; }
   const plan::Placement& placement() const { return placement_; }
 
+  // Accumulated values that are not resident live in the caller's host
+  // buffer: each step loads the running sum, its producer adds to it, and
+  // it goes back. With this set, the caller promises the sums are zero (a
+  // new optimizer step), and the loads become clears.
+  void set_accumulators_zero(bool zero) { accumulators_zero_ = zero; }
+
   // With timing on, run() records an event around every node and copy, and
   // timeline() returns what each stream did in the last step (call it after
   // the compute stream has finished).
@@ -78,6 +85,7 @@ class CudaPlannedExecutor final : public StepProgram {
   cudaEvent_t released_load_ = nullptr;  // the last load of the latest host copy given back
   cudaEvent_t d2h_done_ = nullptr;
 
+  bool accumulators_zero_ = false;
   bool timing_ = false;
   struct Mark {
     int stream;

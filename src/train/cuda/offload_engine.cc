@@ -172,6 +172,7 @@ class CudaOffloadEngine final : public Engine {
     }
     if (host_working_) SPW_CUDA_WARN(cudaFreeHost(host_working_));
     if (host_moments_) SPW_CUDA_WARN(cudaFreeHost(host_moments_));
+    if (host_grads_) SPW_CUDA_WARN(cudaFreeHost(host_grads_));
   }
 
   std::string description() const override {
@@ -186,12 +187,11 @@ class CudaOffloadEngine final : public Engine {
     const size_t n = static_cast<size_t>(options_.batch * options_.seq);
     SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
               "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
-    SPW_CHECK(plan_->grads_resident || micro_batches == 1, "--grad-accum",
-              "the gradients do not fit the device, so they go home every micro-batch and cannot be summed there; "
-              "use one micro-batch per step (a larger --batch) or a larger device budget");
     StepStats stats;
     if (plan_->grads_resident) SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, compute_));
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      // Sums at home start from zero with the step's first micro-batch.
+      executor_->set_accumulators_zero(micro == 0);
       stats.loss += run(*executor_, plan_->model, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
                     static_cast<double>(micro_batches);
       if (profiling_) collect_profile();
@@ -260,7 +260,7 @@ class CudaOffloadEngine final : public Engine {
     float *master = nullptr, *m = nullptr, *v = nullptr;  // host, the caller's (m, v: fp32 moments only)
     bf16 *m16 = nullptr, *v16 = nullptr;                  // host, pinned: bf16 moments
     bf16* working = nullptr;  // device (resident) or pinned host
-    float* grad = nullptr;    // device, when resident
+    float* grad = nullptr;    // the sum of the micro-batches' gradients: device, or pinned host
     bool decay = false;
   };
   struct Slot {
@@ -295,7 +295,13 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_working_), working_bytes, cudaHostAllocDefault));
       working = host_working_;
     }
-    if (plan_->grads_resident) grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    if (plan_->grads_resident) {
+      grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    } else {
+      // The sums of the micro-batches' gradients, at home: each micro-batch
+      // loads a tensor's sum just before adding to it and sends it back.
+      SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_grads_), grad_bytes_, cudaHostAllocDefault));
+    }
     if (options_.bf16_moments) {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
     }
@@ -323,10 +329,8 @@ class CudaOffloadEngine final : public Engine {
         }
       }
       wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
-      if (grads_) {
-        p.grad = reinterpret_cast<float*>(grads_ + go);
-        go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
-      }
+      p.grad = reinterpret_cast<float*>((grads_ ? grads_ : host_grads_) + go);
+      go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
       pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
         for (float* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
@@ -443,7 +447,7 @@ class CudaOffloadEngine final : public Engine {
     e.bind(m.targets, targets_);
     for (size_t i = 0; i < params_.size(); ++i) {
       e.bind(m.parameters[i], params_[i].working);
-      if (with_grads && plan_->grads_resident) e.bind(plan_->grads[m.parameters[i]], params_[i].grad);
+      if (with_grads) e.bind(plan_->grads[m.parameters[i]], params_[i].grad);
     }
   }
 
@@ -513,6 +517,7 @@ class CudaOffloadEngine final : public Engine {
   PinnedRanges pinned_;
   char* host_working_ = nullptr;
   char* host_moments_ = nullptr;  // bf16 m and v, one pinned allocation
+  char* host_grads_ = nullptr;    // gradient sums when they do not fit the device
   char* grads_ = nullptr;
   uint64_t grad_bytes_ = 0;
   const float* host_grad_ = nullptr;

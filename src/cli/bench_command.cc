@@ -102,6 +102,11 @@ int run_bench(const BenchArgs& a) {
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
   std::printf(" | peak device memory %s\n", format_bytes(engine->peak_device_bytes()).c_str());
+  const double predicted = engine->predicted_step_seconds();
+  if (predicted > 0) {
+    std::printf("planned: %.4f s per step predicted, %+.1f%% against the measured median\n", predicted,
+                100.0 * (predicted - step_s) / step_s);
+  }
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"system", "spillway"},
                         {"config", a.config},
@@ -119,6 +124,7 @@ int run_bench(const BenchArgs& a) {
                         {"bf16_moments", a.bf16_moments},
                         {"recompute", a.recompute},
                         {"final_loss", loss}};
+    if (predicted > 0) j["predicted_step_s"] = predicted;
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   }
   return 0;

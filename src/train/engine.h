@@ -65,6 +65,9 @@ class Engine {
   // The last profiled step as a picture of what each stream did (SVG);
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
+  // The planner's prediction of one optimizer step, in seconds (0 where the
+  // engine runs without a plan), for comparing with the measured step.
+  virtual double predicted_step_seconds() const { return 0; }
 };
 
 // Seconds by op kind (matmul split into forward/backward and lm_head) over

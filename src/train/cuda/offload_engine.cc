@@ -242,6 +242,7 @@ class CudaOffloadEngine final : public Engine {
   std::string profile_report() const override {
     return op_time_report(plan_->graph, node_seconds_, std::max(1, profiled_steps_), optimizer_seconds_);
   }
+  double predicted_step_seconds() const override { return plan_->step_seconds; }
   std::string measured_timeline_svg() const override {
     std::vector<plan::TimelineBar> bars;
     for (const auto& i : last_timeline_) {

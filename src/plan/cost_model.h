@@ -16,7 +16,8 @@ namespace spillway::plan {
 struct MachineRates {
   std::string name;
   double gemm_flops;       // dense bf16 matmul at training shapes
-  double attention_flops;  // fused causal attention, forward and backward
+  double attention_flops;  // fused causal attention, forward and backward, head dim 128
+  double attention_flops_head_dim_64;  // the same at head dim 64 (less work per load)
   double memory_bytes;     // device memory, bytes read + written per second
   double h2d_bytes;        // pinned host -> device
   double d2h_bytes;        // device -> pinned host

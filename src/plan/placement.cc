@@ -359,15 +359,20 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
     if (effective < minimum + step) break;
     effective -= step;
   }
-  if (!fits) {
+  // Otherwise loads start at their nodes, under budgets lowered step by step
+  // down to the minimum until one replays.
+  for (uint64_t lowered = r.device_budget; !fits;) {
     std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
-    offload_until_under(plans, n_nodes, r.device_budget);
+    offload_until_under(plans, n_nodes, lowered);
     reset_loads(plans);
     out = to_placement(g, plans, r);
     const uint64_t short_by = r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
-    SPW_CHECK(short_by == 0, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+    if (short_by == 0) break;
+    const uint64_t step = std::max(short_by, r.device_budget / 64);
+    SPW_CHECK(lowered >= minimum + step, "--device-mem", "a budget of ", format_bytes(r.device_budget),
               " holds this step's tensors but not in one piece each: the pool would be ", format_bytes(short_by),
               " short at its most fragmented (the minimum is ", format_bytes(minimum), ")");
+    lowered -= step;
   }
   SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
             " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));

@@ -1,0 +1,96 @@
+// Where the training state goes: the layouts the planner picks as the
+// device budget shrinks, what each costs in host memory, and how the
+// options move the plan.
+#include "plan/training_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "base/status.h"
+#include "model/llama_config_json.h"
+#include "testing/llama.h"
+
+namespace spillway::plan {
+namespace {
+
+TrainingPlanRequest request(uint64_t device_budget) {
+  TrainingPlanRequest r;
+  r.config = testing::llama_config(512, 128, 352, 4, 4, 2);
+  r.batch = 2;
+  r.seq = 256;
+  r.micro_batches = 4;
+  r.device_budget = device_budget;
+  r.host_budget = 1ull << 30;
+  r.rates = h100_rates();
+  return r;
+}
+
+TEST(TrainingPlan, LayoutsGiveWayAsTheBudgetShrinks) {
+  const auto roomy = plan_training(request(1ull << 30));
+  EXPECT_TRUE(roomy->weights_resident);
+  EXPECT_TRUE(roomy->grads_resident);
+  EXPECT_EQ(roomy->placement.values_offloaded, 0);
+  const uint64_t params = roomy->parameters;
+  EXPECT_EQ(params, static_cast<uint64_t>(model::parameter_count(request(0).config)));
+  EXPECT_EQ(roomy->host_state_bytes, params * 12);  // fp32 master and two fp32 moments
+
+  // A little below the whole state with the step: activations go home
+  // first, the fastest way to fit.
+  const uint64_t all = roomy->resident_bytes + roomy->placement.device_peak;
+  const auto snug = plan_training(request(all - all / 8));
+  EXPECT_TRUE(snug->grads_resident);
+  EXPECT_GT(snug->placement.values_offloaded, 0);
+  // Too small for weights and gradients together: the gradient sums go home
+  // (and accumulate there across the 4 micro-batches).
+  const uint64_t budget = roomy->resident_bytes - 1;
+  const auto tighter = plan_training(request(budget));
+  EXPECT_FALSE(tighter->grads_resident);
+  EXPECT_EQ(tighter->host_state_bytes, params * 12 + (tighter->weights_resident ? 0 : params * 2) + params * 4);
+  EXPECT_LE(tighter->resident_bytes + tighter->placement.device_peak, budget);
+  EXPECT_GT(tighter->step_seconds, roomy->step_seconds);
+
+  TrainingPlanRequest stream = request(1ull << 30);
+  stream.stream_weights = true;
+  const auto streamed = plan_training(stream);
+  EXPECT_FALSE(streamed->weights_resident);
+  EXPECT_FALSE(streamed->grads_resident);
+  EXPECT_GT(streamed->placement.bytes_loaded, 0u);
+}
+
+TEST(TrainingPlan, Bf16MomentsHalveTheMomentsAtHomeAndTheOptimizerTraffic) {
+  TrainingPlanRequest r = request(1ull << 30);
+  const auto fp32 = plan_training(r);
+  r.bf16_moments = true;
+  const auto bf16 = plan_training(r);
+  EXPECT_EQ(fp32->host_state_bytes - bf16->host_state_bytes, fp32->parameters * 4);
+  EXPECT_LT(bf16->optimizer_seconds, fp32->optimizer_seconds);
+}
+
+TEST(TrainingPlan, RecomputationTradesMemoryForCompute) {
+  TrainingPlanRequest r = request(1ull << 30);
+  const auto kept = plan_training(r);
+  r.recompute = graph::RecomputePolicy::layers;
+  const auto remade = plan_training(r);
+  EXPECT_LT(remade->placement.device_peak, kept->placement.device_peak);
+  EXPECT_GT(remade->micro.compute_seconds, kept->micro.compute_seconds);
+  EXPECT_GT(remade->graph.nodes().size(), kept->graph.nodes().size());
+}
+
+TEST(TrainingPlan, ImpossibleBudgetsNameTheBudget) {
+  try {
+    plan_training(request(1ull << 20));
+    FAIL() << "a 1 MiB device budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--device-mem"), std::string::npos) << e.what();
+  }
+  TrainingPlanRequest r = request(1ull << 30);
+  r.host_budget = 1 << 20;
+  try {
+    plan_training(r);
+    FAIL() << "a 1 MiB host budget was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--host-mem"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::plan

@@ -41,6 +41,7 @@ struct BenchArgs {
   bool profile = false;
   bool bf16_moments = false;
   std::string recompute = "none";
+  bool cuda_graph = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -59,6 +60,7 @@ int run_bench(const BenchArgs& a) {
   eo.offload = a.offload;
   eo.bf16_moments = a.bf16_moments;
   eo.recompute = a.recompute;
+  eo.cuda_graph = a.cuda_graph;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -123,6 +125,7 @@ int run_bench(const BenchArgs& a) {
                         {"deterministic", !a.nondeterministic},
                         {"bf16_moments", a.bf16_moments},
                         {"recompute", a.recompute},
+                        {"cuda_graph", a.cuda_graph},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
@@ -148,6 +151,7 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
+  cmd->add_flag("--cuda-graph", a->cuda_graph, "all-on-device GPU engine: capture the step once, then replay it");
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "planned GPU engine: AdamW moments in bf16 (half the host memory and optimizer traffic)");

@@ -41,6 +41,7 @@ struct EngineOptions {
   // Planned GPU engine only: none, layers or selective (graph/recompute.h).
   std::string recompute = "none";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
+  bool cuda_graph = false;           // all-on-device GPU engine: capture the step once and replay it
 };
 
 class Engine {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "base/bytes.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
@@ -43,6 +44,12 @@ struct CudaStep {
   graph::Gradients grads;
   std::unique_ptr<exec::CudaNodeRunner> runner;
   std::unique_ptr<exec::Executor> executor;
+  // With EngineOptions::cuda_graph: the step captured once (after a first
+  // eager run has made every cuBLASLt plan and cuDNN graph) and replayed.
+  // The executor allocates the same addresses in the same order every run,
+  // so the captured pointers stay valid.
+  int eager_runs = 0;
+  cudaGraphExec_t replay = nullptr;
 };
 
 class CudaEngine final : public Engine {
@@ -91,6 +98,7 @@ class CudaEngine final : public Engine {
   ~CudaEngine() override {
     SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
     for (CudaStep* s : {&train_, &eval_}) {
+      if (s->replay) SPW_CUDA_WARN(cudaGraphExecDestroy(s->replay));
       s->executor.reset();
       s->runner.reset();
     }
@@ -211,11 +219,47 @@ class CudaEngine final : public Engine {
     check_token_ids(inputs, targets, weights_.config().vocab_size);
     SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
     SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
-    s.executor->run();
+    if (s.replay && !profiling_) {
+      SPW_CUDA(cudaGraphLaunch(s.replay, stream_));
+    } else if (options_.cuda_graph && !profiling_ && &s == &train_ && s.eager_runs > 0) {
+      capture(s);
+    } else {
+      s.executor->run();
+      ++s.eager_runs;
+    }
     float loss = 0;
     SPW_CUDA(cudaMemcpyAsync(&loss, s.executor->data(s.model.loss), sizeof loss, cudaMemcpyDeviceToHost, stream_));
     SPW_CUDA(cudaStreamSynchronize(stream_));
     return loss;
+  }
+
+  // Records one step into a CUDA graph and replays it from now on; a step
+  // that cannot be captured (a library call that refuses capture) runs
+  // eagerly and stays eager, with a warning.
+  void capture(CudaStep& s) {
+    cudaGraph_t graph = nullptr;
+    try {
+      SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      s.executor->run();
+      SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
+      SPW_CUDA(cudaGraphInstantiate(&s.replay, graph, 0));
+      SPW_CUDA(cudaGraphDestroy(graph));
+    } catch (const Error& e) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(stream_, &partial);
+        graph = graph ? graph : partial;
+      }
+      if (graph) (void)cudaGraphDestroy(graph);
+      s.replay = nullptr;
+      (void)cudaGetLastError();
+      log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
+      options_.cuda_graph = false;
+      s.executor->run();
+      return;
+    }
+    SPW_CUDA(cudaGraphLaunch(s.replay, stream_));
   }
 
   model::LlamaWeights& weights_;

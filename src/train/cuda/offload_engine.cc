@@ -2,14 +2,16 @@
 //
 // Home of the state is host memory: the caller's own fp32 master weights
 // and AdamW moments, pinned where they lie (no second copy of tens of
-// gigabytes), or with bf16 moments the engine's own pinned bf16 arrays. The step graph runs under a plan (plan/training_plan.h) on
-// three streams: bf16 working weights and fp32 gradient accumulators stay on
-// the device when the plan says they fit, otherwise the weights are loaded
-// for the stretches that use them and the gradients go home as they are
-// made; activations go home and come back where the budget needs it. The
-// optimizer streams master weights and moments through the GPU in chunks,
-// three chunks in flight (one loading, one updating, one going home), and
-// runs the same AdamW kernel as the all-on-device engine.
+// gigabytes), or with bf16 moments the engine's own pinned bf16 arrays. The
+// step graph runs under a plan (plan/training_plan.h) on three streams: bf16
+// working weights and fp32 gradient sums stay on the device when the plan
+// says they fit; otherwise the weights are loaded for the stretches that use
+// them, and each gradient's running sum is loaded just before the node that
+// adds to it and goes back home right after; activations go home and come
+// back where the budget needs it. The optimizer streams master weights and
+// moments through the GPU in chunks, three chunks in flight (one loading,
+// one updating, one going home), and runs the same AdamW kernel as the
+// all-on-device engine.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

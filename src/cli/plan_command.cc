@@ -43,15 +43,33 @@ int run_plan(const PlanArgs& a) {
   req.device_reserved = 2ull << 30;
   req.rates = plan::h100_rates();
   req.bf16_moments = a.bf16_moments;
-  req.recompute = graph::parse_recompute_policy(a.recompute);
-  const auto p = plan::plan_training(req);
+  // auto: the policy with the fastest predicted step.
+  std::string chosen = a.recompute;
+  std::unique_ptr<plan::TrainingPlan> p;
+  for (const char* policy : {"none", "selective", "layers"}) {
+    if (a.recompute != "auto" && a.recompute != policy) continue;
+    req.recompute = graph::parse_recompute_policy(policy);
+    std::unique_ptr<plan::TrainingPlan> candidate;
+    try {
+      candidate = plan::plan_training(req);
+    } catch (const Error&) {
+      const bool last_try = a.recompute != "auto" || policy == std::string("layers");
+      if (last_try && !p) throw;  // nothing fits: say why
+      continue;
+    }
+    if (!p || candidate->step_seconds < p->step_seconds) {
+      p = std::move(candidate);
+      chosen = policy;
+    }
+  }
+  SPW_CHECK(p != nullptr, "--recompute", "unknown policy '", a.recompute, "' (none, layers, selective or auto)");
   const auto& g = p->graph;
   std::printf("%s: %.2f B parameters, batch %lld x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
               a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum),
               static_cast<long long>(a.batch * a.seq * a.grad_accum));
   std::printf("layout: %s%s\n", p->layout().c_str(),
-              a.recompute == "none" ? "" : ("; recomputation: " + a.recompute).c_str());
+              chosen == "none" ? "" : ("; recomputation: " + chosen).c_str());
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(plan::minimum_device_budget(g, [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
@@ -101,7 +119,7 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();
-  cmd->add_option("--recompute", a->recompute, "none, layers or selective: forward values remade in the backward pass")
+  cmd->add_option("--recompute", a->recompute, "none, layers, selective, or auto (the fastest predicted): forward values remade in the backward pass")
       ->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments, "AdamW moments in bf16 (half the host memory and optimizer traffic)");
   cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");

@@ -218,12 +218,6 @@ void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std:
   }
 }
 
-void reset_loads(std::vector<ValuePlan>& plans) {
-  for (auto& p : plans) {
-    for (auto& s : p.segments) s.load = s.first;
-  }
-}
-
 uint64_t peak_of(const std::vector<ValuePlan>& plans, size_t n_nodes) {
   std::vector<uint64_t> profile = device_profile(plans, n_nodes);
   return profile.empty() ? 0 : *std::max_element(profile.begin(), profile.end());
@@ -329,54 +323,48 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
   SPW_CHECK(!prefetch || r.node_seconds.size() == n_nodes, "planner", "node times for ", r.node_seconds.size(),
             " nodes, the graph has ", n_nodes);
 
-  // Early loads hold memory longer than the greedy pass counted, and the
-  // device pool's best-fit arena can be too fragmented for a request the
-  // byte count allows: plan again under a budget lowered by the shortfall
-  // until the plan both fits and replays in an arena of the budget's size;
-  // if it never does, loads start at their nodes (which the greedy pass
-  // guarantees to fit in bytes).
+  // Plans under `effective` and says by how much the result misses the
+  // budget: its peak over it, or what a best-fit arena of the budget's size
+  // would lack at its most fragmented; 0 when `out` fits.
   Placement out;
-  uint64_t effective = r.device_budget;
-  bool fits = false;
-  for (int attempt = 0; attempt < 24; ++attempt) {
+  auto miss = [&](uint64_t effective, bool early_loads) -> uint64_t {
     std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
     offload_until_under(plans, n_nodes, effective);
-    if (prefetch) {
+    if (early_loads) {
       schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
       if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second);
     }
     const uint64_t peak = peak_of(plans, n_nodes);
-    uint64_t short_by = peak > r.device_budget ? peak - r.device_budget : 0;
-    if (short_by == 0) {
-      out = to_placement(g, plans, r);
-      short_by = r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
+    if (peak > r.device_budget) return peak - r.device_budget;
+    out = to_placement(g, plans, r);
+    return r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
+  };
+  // Early loads hold memory longer than the greedy pass counted, and the
+  // pool can be too fragmented for what the byte count allows: plan again
+  // under a budget lowered by the miss until the plan fits. If early loads
+  // never fit, loads start at their nodes (the greedy pass then fits in
+  // bytes), lowered the same way down to the minimum.
+  for (bool early_loads : {true, false}) {
+    if (early_loads && !prefetch) continue;
+    uint64_t effective = r.device_budget;
+    for (int attempt = 0; !early_loads || attempt < 24; ++attempt) {
+      const uint64_t short_by = miss(effective, early_loads);
       if (short_by == 0) {
-        fits = true;
+        SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
+                  " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));
+        return out;
+      }
+      const uint64_t step = std::max(short_by, r.device_budget / 64);
+      if (effective < minimum + step) {
+        SPW_CHECK(early_loads, "--device-mem", "a budget of ", format_bytes(r.device_budget),
+                  " holds this step's tensors but not in one piece each: the pool would be ", format_bytes(short_by),
+                  " short at its most fragmented (the minimum is ", format_bytes(minimum), ")");
         break;
       }
+      effective -= step;
     }
-    const uint64_t step = std::max(short_by, r.device_budget / 64);
-    if (effective < minimum + step) break;
-    effective -= step;
   }
-  // Otherwise loads start at their nodes, under budgets lowered step by step
-  // down to the minimum until one replays.
-  for (uint64_t lowered = r.device_budget; !fits;) {
-    std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
-    offload_until_under(plans, n_nodes, lowered);
-    reset_loads(plans);
-    out = to_placement(g, plans, r);
-    const uint64_t short_by = r.best_fit_arena ? arena_shortfall(g, out, r.device_budget) : 0;
-    if (short_by == 0) break;
-    const uint64_t step = std::max(short_by, r.device_budget / 64);
-    SPW_CHECK(lowered >= minimum + step, "--device-mem", "a budget of ", format_bytes(r.device_budget),
-              " holds this step's tensors but not in one piece each: the pool would be ", format_bytes(short_by),
-              " short at its most fragmented (the minimum is ", format_bytes(minimum), ")");
-    lowered -= step;
-  }
-  SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
-            " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));
-  return out;
+  throw Error("planner", "no placement found");  // unreachable: the last phase returns or throws
 }
 
 Placement plan_placement(const Graph& g, uint64_t device_budget, uint64_t host_budget,

@@ -229,8 +229,8 @@ class CudaOffloadEngine final : public Engine {
       const Param& p = params_[i];
 #pragma omp parallel for schedule(static)
       for (int64_t j = 0; j < p.n; ++j) {
-        m[j] = to_float(p.m16[j]);
-        v[j] = to_float(p.v16[j]);
+        m[j] = to_float(reinterpret_cast<const bf16*>(p.m)[j]);
+        v[j] = to_float(reinterpret_cast<const bf16*>(p.v)[j]);
       }
     }
   }
@@ -260,8 +260,8 @@ class CudaOffloadEngine final : public Engine {
 
   struct Param {
     int64_t n = 0;
-    float *master = nullptr, *m = nullptr, *v = nullptr;  // host, the caller's (m, v: fp32 moments only)
-    bf16 *m16 = nullptr, *v16 = nullptr;                  // host, pinned: bf16 moments
+    float* master = nullptr;          // host, the caller's
+    char *m = nullptr, *v = nullptr;  // AdamW moments at home: the caller's fp32, or the engine's pinned bf16
     bf16* working = nullptr;  // device (resident) or pinned host
     float* grad = nullptr;    // the sum of the micro-batches' gradients: device, or pinned host
     bool decay = false;
@@ -315,20 +315,22 @@ class CudaOffloadEngine final : public Engine {
       p.n = tensors[i].shape.numel();
       p.master = tensors[i].data.data();
       const bool have_fp32_moments = !optimizer_.m.tensors().empty();
-      if (have_fp32_moments) {
-        p.m = optimizer_.m.tensors()[i].data.data();
-        p.v = optimizer_.v.tensors()[i].data.data();
-      }
+      float* m32 = have_fp32_moments ? optimizer_.m.tensors()[i].data.data() : nullptr;
+      float* v32 = have_fp32_moments ? optimizer_.v.tensors()[i].data.data() : nullptr;
+      p.m = reinterpret_cast<char*>(m32);
+      p.v = reinterpret_cast<char*>(v32);
       p.decay = tensors[i].shape.rank() >= 2;
       p.working = reinterpret_cast<bf16*>(working + wo);
       if (host_moments_) {
         // Rounded from the caller's fp32 moments (a resumed run) or zero.
-        p.m16 = reinterpret_cast<bf16*>(host_moments_ + wo);
-        p.v16 = reinterpret_cast<bf16*>(host_moments_ + working_bytes + wo);
+        p.m = host_moments_ + wo;
+        p.v = host_moments_ + working_bytes + wo;
+        auto* m16 = reinterpret_cast<bf16*>(p.m);
+        auto* v16 = reinterpret_cast<bf16*>(p.v);
 #pragma omp parallel for schedule(static)
         for (int64_t j = 0; j < p.n; ++j) {
-          p.m16[j] = have_fp32_moments ? to_bf16(p.m[j]) : bf16{};
-          p.v16[j] = have_fp32_moments ? to_bf16(p.v[j]) : bf16{};
+          m16[j] = have_fp32_moments ? to_bf16(m32[j]) : bf16{};
+          v16[j] = have_fp32_moments ? to_bf16(v32[j]) : bf16{};
         }
       }
       wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
@@ -336,7 +338,7 @@ class CudaOffloadEngine final : public Engine {
       go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
       pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
-        for (float* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
+        for (char* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
       }
       params_.push_back(p);
     }
@@ -380,27 +382,24 @@ class CudaOffloadEngine final : public Engine {
   }
 
   void stream_optimizer(double lr, double grad_scale) {
-    size_t i = 0;
-    const Param* current = nullptr;
+    // Moments at home are fp32 or bf16; a gradient sum is on the device or
+    // at home too (Param::grad), and then comes up with the chunk.
+    const size_t moment_size = host_moments_ ? 2 : 4;
     for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
-      if (&p != current) {
-        current = &p;
-        host_grad_ = plan_->grads_resident ? nullptr : gradient_on_host(i);
-        ++i;
-      }
       const size_t bytes = static_cast<size_t>(len) * 4;
+      const size_t moment_bytes = static_cast<size_t>(len) * moment_size;
+      const size_t moment_off = static_cast<size_t>(off) * moment_size;
       SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, bytes, cudaMemcpyHostToDevice, h2d_));
-      const size_t moment_bytes = host_moments_ ? bytes / 2 : bytes;
-      SPW_CUDA(cudaMemcpyAsync(slot.m, host_moments_ ? static_cast<void*>(p.m16 + off) : p.m + off, moment_bytes,
-                               cudaMemcpyHostToDevice, h2d_));
-      SPW_CUDA(cudaMemcpyAsync(slot.v, host_moments_ ? static_cast<void*>(p.v16 + off) : p.v + off, moment_bytes,
-                               cudaMemcpyHostToDevice, h2d_));
-      if (host_grad_) SPW_CUDA(cudaMemcpyAsync(slot.grad, host_grad_ + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.m, p.m + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.v, p.v + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
+      if (!plan_->grads_resident) {
+        SPW_CUDA(cudaMemcpyAsync(slot.grad, p.grad + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      }
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
       const ops::AdamWHyper h = optimizer_.hyper(lr, grad_scale, p.decay);
       bf16* out = plan_->weights_resident ? p.working + off : slot.working;
-      const float* grad = host_grad_ ? slot.grad : p.grad + off;
+      const float* grad = plan_->grads_resident ? p.grad + off : slot.grad;
       if (host_moments_) {
         ops::adamw_update_bf16_moments_cuda(slot.master, grad, reinterpret_cast<bf16*>(slot.m),
                                             reinterpret_cast<bf16*>(slot.v), out, len, h, compute_);
@@ -410,19 +409,12 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaEventRecord(slot.updated, compute_));
       SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
       SPW_CUDA(cudaMemcpyAsync(p.master + off, slot.master, bytes, cudaMemcpyDeviceToHost, d2h_));
-      SPW_CUDA(cudaMemcpyAsync(host_moments_ ? static_cast<void*>(p.m16 + off) : p.m + off, slot.m, moment_bytes,
-                               cudaMemcpyDeviceToHost, d2h_));
-      SPW_CUDA(cudaMemcpyAsync(host_moments_ ? static_cast<void*>(p.v16 + off) : p.v + off, slot.v, moment_bytes,
-                               cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(p.m + moment_off, slot.m, moment_bytes, cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(p.v + moment_off, slot.v, moment_bytes, cudaMemcpyDeviceToHost, d2h_));
       if (!plan_->weights_resident) {
         SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
       }
     });
-  }
-
-  // The gradient of parameter i where the last step left it: its host copy.
-  const float* gradient_on_host(size_t i) const {
-    return static_cast<const float*>(executor_->data(plan_->grads[plan_->model.parameters[i]]));
   }
 
   double sum_of_squares() {
@@ -437,7 +429,7 @@ class CudaOffloadEngine final : public Engine {
     }
     double s = 0;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const float* g = gradient_on_host(i);
+      const float* g = params_[i].grad;  // the sum at home
       const int64_t n = params_[i].n;
 #pragma omp parallel for reduction(+ : s) schedule(static)
       for (int64_t j = 0; j < n; ++j) s += static_cast<double>(g[j]) * g[j];
@@ -523,7 +515,6 @@ class CudaOffloadEngine final : public Engine {
   char* host_grads_ = nullptr;    // gradient sums when they do not fit the device
   char* grads_ = nullptr;
   uint64_t grad_bytes_ = 0;
-  const float* host_grad_ = nullptr;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   std::unique_ptr<MemorySpace> host_pool_;

@@ -56,15 +56,8 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   const uint64_t taken = r.device_reserved + out.resident_bytes;
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
             " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
-  PlacementRequest req;
-  req.device_budget = r.device_budget - taken;
-  req.host_budget = r.host_budget - out.host_state_bytes;
-  req.resident = resident;
-  for (const auto& n : g.nodes()) req.node_seconds.push_back(node_cost(g, n, r.rates).seconds);
-  req.h2d_bytes_per_second = r.rates.h2d_bytes;
-  req.d2h_bytes_per_second = r.rates.d2h_bytes;
-  req.best_fit_arena = true;
-  out.placement = plan_placement(g, req, accounted);
+  out.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - out.host_state_bytes,
+                                     std::move(resident), r.rates);
   out.micro = predict_step(g, out.placement, r.rates);
   out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.bf16_moments, r.rates);
   out.step_seconds = static_cast<double>(r.micro_batches) * out.micro.step_seconds + out.optimizer_seconds;
@@ -131,6 +124,19 @@ bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq
   // graph's own peak; about a gigabyte of kernel workspaces.
   const uint64_t need = params * 18 + graph::analyze_liveness(g, accounted).peak_bytes + (1ull << 30);
   return need <= device_budget;
+}
+
+Placement plan_gpu_placement(const graph::Graph& g, uint64_t device_budget, uint64_t host_budget,
+                             std::vector<bool> resident, const MachineRates& rates) {
+  PlacementRequest req;
+  req.device_budget = device_budget;
+  req.host_budget = host_budget;
+  req.resident = std::move(resident);
+  for (const auto& n : g.nodes()) req.node_seconds.push_back(node_cost(g, n, rates).seconds);
+  req.h2d_bytes_per_second = rates.h2d_bytes;
+  req.d2h_bytes_per_second = rates.d2h_bytes;
+  req.best_fit_arena = true;
+  return plan_placement(g, req, accounted);
 }
 
 double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,

@@ -76,6 +76,13 @@ std::unique_ptr<TrainingPlan> plan_training(const TrainingPlanRequest& request);
 // planning: the case for the all-on-device engine.
 bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq, uint64_t device_budget);
 
+// The placement of `graph` on a GPU of `rates` under these budgets, with
+// loads and stores timed by the cost model and the pool's best-fit arena
+// replayed: what the training step and the planned engine's evaluation
+// step both run under.
+Placement plan_gpu_placement(const graph::Graph& graph, uint64_t device_budget, uint64_t host_budget,
+                             std::vector<bool> resident, const MachineRates& rates);
+
 // The time the optimizer takes to stream master weights and moments (and
 // gradients or weights that live at home) through the GPU and back.
 double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,

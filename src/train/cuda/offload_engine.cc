@@ -457,17 +457,9 @@ class CudaOffloadEngine final : public Engine {
       for (graph::Value w : eval_.model.parameters) resident[static_cast<size_t>(w.id)] = true;
     }
     MemorySpace& mem = device_->device_memory();
-    plan::PlacementRequest req;
-    req.device_budget = mem.budget() - mem.in_use() - mem.budget() / 100;
-    req.host_budget = host_pool_->budget();
-    req.resident = resident;
-    const plan::MachineRates rates = plan::h100_rates();
-    for (const auto& node : g.nodes()) req.node_seconds.push_back(plan::node_cost(g, node, rates).seconds);
-    req.h2d_bytes_per_second = rates.h2d_bytes;
-    req.d2h_bytes_per_second = rates.d2h_bytes;
-    req.best_fit_arena = true;
-    auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
-    eval_.executor = std::make_unique<exec::CudaPlannedExecutor>(g, plan::plan_placement(g, req, cost), mem,
+    plan::Placement placement = plan::plan_gpu_placement(g, mem.budget() - mem.in_use() - mem.budget() / 100,
+                                                         host_pool_->budget(), std::move(resident), plan::h100_rates());
+    eval_.executor = std::make_unique<exec::CudaPlannedExecutor>(g, std::move(placement), mem,
                                                                  *host_pool_, *eval_.runner, compute_, h2d_, d2h_);
     bind(*eval_.executor, eval_.model, /*with_grads=*/false);
   }

@@ -2,6 +2,7 @@
 # On the GPU machine, one lease: build everything, run every gpu-labelled
 # test, the new multi-stream and kernel tests under compute-sanitizer, and
 # the 1B step (deterministic and not) with its profile. Logs go to $OUT.
+# SANITIZE=0 and BENCH=0 leave out the last two parts.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -13,7 +14,7 @@ echo "build: $(( $(date +%s) - start )) s"
 ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
 grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT/gpu_tests.log"
 echo "tests: $(( $(date +%s) - start )) s"
-for t in test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test; do
+[ "${SANITIZE:-1}" = 0 ] || for t in test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test; do
   for tool in memcheck racecheck; do
     [ "$tool" = racecheck ] && [ "$t" = test_train_offload_engine_cuda_test ] && continue
     filter=""; [ "$t" = test_ops_matmul_cuda_test ] && filter="--gtest_filter=*Addend*:*Accumulates*"
@@ -22,7 +23,7 @@ for t in test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test
   done
 done
 echo "sanitizer: $(( $(date +%s) - start )) s"
-for mode in "" --nondeterministic; do
+[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic; do
   build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 6 --warmup 2 --json "$OUT/bench.jsonl" \
     $mode --profile > "$OUT/bench1b$mode.log" 2>&1
   grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b$mode.log"

@@ -2,7 +2,7 @@
 # On the GPU machine: LLaMA-3-8B at seq 8192 trained by the planned engine.
 # First `spillway plan`'s prediction, then the measured steps, then one
 # profiled micro-batch whose per-stream timeline goes to $OUT.
-# Usage: [STEPS=n] [PROFILE=0] bench/gpu_offload.sh DEVICE_MEM GRAD_ACCUM [extra bench flags]
+# Usage: [STEPS=n] [PROFILE=0] bench/gpu_offload.sh DEVICE_MEM GRAD_ACCUM [flags for plan and bench]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 mem=${1:-80GiB}
@@ -17,7 +17,7 @@ profile="--profile --timeline $OUT/timeline-$tag.svg"
 [ "${PROFILE:-1}" = 0 ] && profile=""
 free -g | head -2
 $B plan --config llama3-8b --seq 8192 --batch 1 --grad-accum "$accum" --device-mem "$mem" --host-mem 110GiB \
-  --svg "$OUT/plan-$tag.svg" | tee "$OUT/plan-$tag.txt"
+  --svg "$OUT/plan-$tag.svg" "$@" | tee "$OUT/plan-$tag.txt"
 /usr/bin/time -v $B bench --config llama3-8b --seq 8192 --batch 1 --grad-accum "$accum" --steps ${STEPS:-2} --warmup 1 \
   --device-mem "$mem" --host-mem 110GiB --nondeterministic --offload on --json "$OUT/bench.jsonl" $profile "$@" \
   > "$OUT/bench-$tag.log" 2>&1

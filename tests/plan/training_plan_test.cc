@@ -75,6 +75,26 @@ TEST(TrainingPlan, RecomputationTradesMemoryForCompute) {
   EXPECT_GT(remade->graph.nodes().size(), kept->graph.nodes().size());
 }
 
+// In bf16 a matmul that adds its addend rounds once, an add after it twice:
+// recomputation must leave every forward fusion in place, or the forward
+// pass (and the loss) would change with the policy.
+TEST(TrainingPlan, RecomputationKeepsTheForwardFusions) {
+  auto fused_forward_matmuls = [](const TrainingPlan& p) {
+    int n = 0;
+    for (const auto& node : p.graph.nodes()) {
+      n += node.kind == graph::OpKind::matmul && node.inputs.size() == 3 && !node.backward;
+    }
+    return n;
+  };
+  TrainingPlanRequest r = request(1ull << 30);
+  const int kept = fused_forward_matmuls(*training_graph(r));
+  EXPECT_GT(kept, 0);
+  for (auto policy : {graph::RecomputePolicy::layers, graph::RecomputePolicy::selective}) {
+    r.recompute = policy;
+    EXPECT_EQ(fused_forward_matmuls(*training_graph(r)), kept) << graph::recompute_policy_name(policy);
+  }
+}
+
 TEST(TrainingPlan, ImpossibleBudgetsNameTheBudget) {
   try {
     plan_training(request(1ull << 20));

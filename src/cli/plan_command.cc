@@ -84,10 +84,10 @@ int run_plan(const PlanArgs& a) {
               format_bytes(p->placement.host_peak).c_str(), format_bytes(req.host_budget).c_str());
   std::printf("moved per micro-batch: %s host->device, %s device->host\n",
               format_bytes(p->placement.bytes_loaded).c_str(), format_bytes(p->placement.bytes_stored).c_str());
-  std::printf("predicted on %s: micro-batch %.3f s (compute %.3f, host->device %.3f, device->host %.3f), "
-              "optimizer %.3f s -> step %.3f s, %.0f tok/s, MFU %.3f\n",
-              req.rates.name.c_str(), p->micro.step_seconds, p->micro.compute_seconds, p->micro.h2d_seconds,
-              p->micro.d2h_seconds, p->optimizer_seconds, p->step_seconds, p->tokens_per_second, p->mfu);
+  std::printf("predicted on %s: micro-batch %.3f s (compute %.3f + waiting for copies %.3f; host->device busy %.3f, "
+              "device->host busy %.3f), optimizer %.3f s -> step %.3f s, %.0f tok/s, MFU %.3f\n",
+              req.rates.name.c_str(), p->micro.step_seconds, p->micro.compute_seconds, p->micro.wait_seconds,
+              p->micro.h2d_seconds, p->micro.d2h_seconds, p->optimizer_seconds, p->step_seconds, p->tokens_per_second, p->mfu);
   if (plan::fits_on_device(req.config, a.batch, a.seq, req.device_budget)) {
     // The all-on-device engine runs this step (--offload auto): no copies,
     // and AdamW reads and writes fp32 master, moments and gradients and the

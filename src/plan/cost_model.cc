@@ -11,8 +11,11 @@ using graph::OpKind;
 
 MachineRates h100_rates() {
   // Attention at head dim 64: cuDNN forward 370 and backward 315 TFLOP/s in
-  // the LLaMA-3.2-1B step (2026-11-22), 330 for the pair.
-  return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 43e9, 53e9, 989e12};
+  // the LLaMA-3.2-1B step (2026-11-22), 330 for the pair. Copies: the
+  // planned engine's 67-235 MB gradient-sum copies ran at 54.5 GB/s each way
+  // alone; both links together move 96 GB/s (DESIGN.md), and the offloaded
+  // steps keep both busy at once: 48 each.
+  return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 48e9, 48e9, 989e12};
 }
 
 NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRates& r) {
@@ -39,45 +42,82 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
   return c;
 }
 
+namespace {
+
+// The planned executor's step on three streams, in predicted seconds: the
+// same actions, in the same order, joined by the same events.
+struct Replay {
+  std::vector<TimelineBar> bars;
+  double end = 0, wait = 0, h2d_busy = 0, d2h_busy = 0;
+};
+
+Replay replay(const graph::Graph& g, const Placement& placement, const std::vector<double>& node_seconds,
+              const MachineRates& rates) {
+  Replay r;
+  const size_t n_values = g.values().size();
+  std::vector<double> loaded(n_values, -1), stored(n_values, -1);
+  double compute = 0, h2d = 0, d2h = 0;
+  double released_load = 0;  // a store may reuse host memory whose load just ended
+  auto wait_for = [&](double t) {
+    if (t > compute) {
+      r.wait += t - compute;
+      compute = t;
+    }
+  };
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const auto& act = placement.nodes[i];
+    const auto& n = g.nodes()[i];
+    for (auto v : act.load) {
+      const double d = static_cast<double>(g.value(v).bytes()) / rates.h2d_bytes;
+      const double start = std::max(h2d, compute);
+      h2d = start + d;
+      r.h2d_busy += d;
+      loaded[static_cast<size_t>(v.id)] = h2d;
+      r.bars.push_back({1, start, h2d, "load " + g.value(v).name, false});
+    }
+    for (const auto* list : {&n.inputs, &n.outputs}) {
+      for (auto v : *list) wait_for(loaded[static_cast<size_t>(v.id)]);
+    }
+    const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
+    r.bars.push_back({0, compute, compute + node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
+    compute += node_seconds[i];
+    for (auto v : act.store) {
+      const double c = static_cast<double>(g.value(v).bytes()) / rates.d2h_bytes;
+      const double start = std::max({d2h, compute, released_load});
+      d2h = start + c;
+      r.d2h_busy += c;
+      stored[static_cast<size_t>(v.id)] = d2h;
+      r.bars.push_back({2, start, d2h, "store " + g.value(v).name, false});
+    }
+    for (auto v : act.drop) wait_for(stored[static_cast<size_t>(v.id)]);
+    for (auto v : act.release_host) released_load = std::max(released_load, loaded[static_cast<size_t>(v.id)]);
+    // A value loaded again later waits only for its own new load.
+    for (auto v : act.drop) loaded[static_cast<size_t>(v.id)] = stored[static_cast<size_t>(v.id)] = -1;
+  }
+  wait_for(d2h);
+  r.end = compute;
+  return r;
+}
+
+}  // namespace
+
 StepPrediction predict_step(const graph::Graph& g, const Placement& placement, const MachineRates& r) {
   StepPrediction p;
   for (const auto& n : g.nodes()) {
     p.node_seconds.push_back(node_cost(g, n, r).seconds);
     p.compute_seconds += p.node_seconds.back();
   }
-  p.h2d_seconds = static_cast<double>(placement.bytes_loaded) / r.h2d_bytes;
-  p.d2h_seconds = static_cast<double>(placement.bytes_stored) / r.d2h_bytes;
-  p.step_seconds = std::max({p.compute_seconds, p.h2d_seconds, p.d2h_seconds});
+  const Replay run = replay(g, placement, p.node_seconds, r);
+  p.h2d_seconds = run.h2d_busy;
+  p.d2h_seconds = run.d2h_busy;
+  p.wait_seconds = run.wait;
+  p.step_seconds = run.end;
   return p;
 }
 
 std::string timeline_svg(const graph::Graph& g, const Placement& placement, const StepPrediction& p,
                          const MachineRates& rates, const std::string& title) {
-  // Compute bars in node order; each copy runs on its stream as early as the
-  // stream is free: a load from the node that issues it, a store right after
-  // the node that made its value.
-  std::vector<TimelineBar> bars;
-  double t = 0, h2d_free = 0, d2h_free = 0;
-  for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const auto& act = placement.nodes[i];
-    for (auto v : act.load) {
-      const double d = static_cast<double>(g.value(v).bytes()) / rates.h2d_bytes;
-      const double start = std::max(h2d_free, t);
-      h2d_free = start + d;
-      bars.push_back({1, start, start + d, "load " + g.value(v).name, false});
-    }
-    const auto& n = g.nodes()[i];
-    const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
-    bars.push_back({0, t, t + p.node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
-    t += p.node_seconds[i];
-    for (auto v : act.store) {
-      const double c = static_cast<double>(g.value(v).bytes()) / rates.d2h_bytes;
-      const double start = std::max(d2h_free, t);
-      d2h_free = start + c;
-      bars.push_back({2, start, start + c, "store " + g.value(v).name, false});
-    }
-  }
-  return timeline_svg(bars, title + " (predicted)");
+  return timeline_svg(replay(g, placement, p.node_seconds, rates).bars, title + " (predicted)");
 }
 
 }  // namespace spillway::plan

@@ -38,18 +38,24 @@ NodeCost node_cost(const graph::Graph& graph, const graph::Node& node, const Mac
 
 struct StepPrediction {
   std::vector<double> node_seconds;
-  double compute_seconds = 0;
-  double h2d_seconds = 0;
+  double compute_seconds = 0;  // the nodes' own times, summed
+  double h2d_seconds = 0;      // busy time of each copy stream
   double d2h_seconds = 0;
-  // Copies overlap compute on their own streams, so the step takes the
-  // longest of the three.
+  // The compute stream waiting: for a load its node needs, or for a store
+  // before the stored value's memory is freed.
+  double wait_seconds = 0;
+  // The step replayed on three streams with the planned executor's events:
+  // a load starts when its stream is free and the compute stream has
+  // reached the node that issues it; a node starts when the loads it reads
+  // are done; a store starts when its value is made; freeing a value waits
+  // for its store; the step ends when the last store is done.
   double step_seconds = 0;
 };
 
 StepPrediction predict_step(const graph::Graph& graph, const Placement& placement, const MachineRates& rates);
 
-// A picture of one predicted step: a row per stream (compute, host→device,
-// device→host), each op or copy a bar as long as its predicted time.
+// A picture of one predicted step (the same replay as predict_step): a row
+// per stream (compute, host→device, device→host), each op or copy a bar.
 std::string timeline_svg(const graph::Graph& graph, const Placement& placement, const StepPrediction& prediction,
                          const MachineRates& rates, const std::string& title);
 

@@ -150,15 +150,33 @@ void offload_until_under(std::vector<ValuePlan>& plans, size_t n_nodes, uint64_t
   }
 }
 
+// Adds `cost` to `profile` over nodes [from, to] for as many of them as fit
+// `budget`, walking from `to` towards `from` (`to` < `from`: the other way)
+// and stopping at the first that does not; returns the last node taken, or
+// the node before the first one when none fits.
+int32_t take_while_fits(std::vector<uint64_t>& profile, int32_t from, int32_t to, uint64_t cost, uint64_t budget) {
+  const int32_t step = from <= to ? -1 : 1;
+  int32_t taken = to - step;
+  for (int32_t k = to; step < 0 ? k >= from : k <= from; k += step) {
+    if (profile[static_cast<size_t>(k)] + cost > budget) break;
+    taken = k;
+  }
+  for (int32_t k = to; k != taken + step; k += step) profile[static_cast<size_t>(k)] += cost;
+  return taken;
+}
+
 // Moves each load as late as a single host->device stream allows while
 // still finishing before its first use: walking the loads from the last
 // needed to the first, each ends when the next one (in stream order) starts
 // or when its node starts, whichever is earlier. A load never starts before
-// the value's previous stretch ended.
+// the value's previous stretch ended, nor where the device memory it would
+// hold earlier than its node is not within `budget`: then it starts later
+// and the compute stream may wait for it.
 void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
-                    double h2d_rate) {
+                    double h2d_rate, uint64_t budget) {
   std::vector<double> start_of(node_seconds.size() + 1, 0.0);
   for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  std::vector<uint64_t> profile = device_profile(plans, node_seconds.size());
   struct Load {
     size_t value, segment;
     int32_t need, earliest;
@@ -179,20 +197,25 @@ void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::ve
   for (const Load& l : loads) {
     const double seconds = static_cast<double>(g.values()[l.value].bytes()) / h2d_rate;
     const double start = std::min(start_of[static_cast<size_t>(l.need)], stream_free_from) - seconds;
-    stream_free_from = start;
     // The last node that begins at or before `start`.
     auto at = static_cast<int32_t>(std::upper_bound(start_of.begin(), start_of.end() - 1, start) - start_of.begin()) - 1;
-    plans[l.value].segments[l.segment].load = std::clamp(at, l.earliest, l.need);
+    at = std::clamp(at, l.earliest, l.need);
+    if (at < l.need) at = take_while_fits(profile, at, l.need - 1, plans[l.value].cost, budget);
+    at = std::min(at, l.need);
+    plans[l.value].segments[l.segment].load = at;
+    stream_free_from = std::max(start, start_of[static_cast<size_t>(at)]);
   }
 }
 
 // Keeps each value that goes home on the device until its store is
-// predicted to be over: stores run one after another on the device->host
-// stream, each from the end of the node that made its value.
+// predicted to be over, as far as `budget` allows: stores run one after
+// another on the device->host stream, each from the end of the node that
+// made its value.
 void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
-                       double d2h_rate) {
+                       double d2h_rate, uint64_t budget) {
   std::vector<double> start_of(node_seconds.size() + 1, 0.0);
   for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  std::vector<uint64_t> profile = device_profile(plans, node_seconds.size());
   std::vector<size_t> stored;
   for (size_t v = 0; v < plans.size(); ++v) {
     const ValuePlan& p = plans[v];
@@ -214,7 +237,8 @@ void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std:
     auto done = static_cast<int32_t>(std::lower_bound(start_of.begin(), start_of.end() - 1, stream_free_at) -
                                      start_of.begin()) - 1;
     if (plans[v].segments.size() > 1) done = std::min(done, plans[v].segments[1].load - 1);
-    s.last = std::max(s.last, std::min(done, static_cast<int32_t>(node_seconds.size()) - 1));
+    done = std::min(done, static_cast<int32_t>(node_seconds.size()) - 1);
+    if (done > s.last) s.last = take_while_fits(profile, done, s.last + 1, plans[v].cost, budget);
   }
 }
 
@@ -331,8 +355,10 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
     std::vector<ValuePlan> plans = initial_plans(g, cost, r.resident);
     offload_until_under(plans, n_nodes, effective);
     if (early_loads) {
-      schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second);
-      if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second);
+      // Stores are held first: a free that waits stalls compute at once,
+      // a late load only if its copy is not done by its node.
+      if (r.d2h_bytes_per_second > 0) hold_until_stored(g, plans, r.node_seconds, r.d2h_bytes_per_second, effective);
+      schedule_loads(g, plans, r.node_seconds, r.h2d_bytes_per_second, effective);
     }
     const uint64_t peak = peak_of(plans, n_nodes);
     if (peak > r.device_budget) return peak - r.device_budget;

@@ -166,6 +166,11 @@ void CudaPlannedExecutor::run() {
       runner_.run(graph_, node, on_device_);
       end_mark(compute_, 0, m, std::string(graph::op_name(node.kind)) + " " + node.name);
       if (!act.store.empty()) {
+        if (before_store_) {
+          for (Value v : act.store) {
+            if (values[static_cast<size_t>(v.id)].accumulated) before_store_(v, on_device_[static_cast<size_t>(v.id)], compute_);
+          }
+        }
         SPW_CUDA(cudaEventRecord(made_[i], compute_));
         SPW_CUDA(cudaStreamWaitEvent(d2h_, made_[i]));
         if (released_load_) SPW_CUDA(cudaStreamWaitEvent(d2h_, released_load_));

@@ -15,6 +15,8 @@
 // values that are not resident (gradient sums at home).
 #pragma once
 
+#include <functional>
+
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -57,6 +59,12 @@ class CudaPlannedExecutor final : public StepProgram {
   // it goes back. With this set, the caller promises the sums are zero (a
   // new optimizer step), and the loads become clears.
   void set_accumulators_zero(bool zero) { accumulators_zero_ = zero; }
+  // Called while the step is enqueued, for each accumulated value about to
+  // go home, with its device copy and the compute stream: work enqueued
+  // there reads the sum before the copy starts (and before its memory is
+  // reused). Empty: nothing is called.
+  using BeforeStore = std::function<void(graph::Value, const void* device, cudaStream_t compute)>;
+  void set_before_store(BeforeStore hook) { before_store_ = std::move(hook); }
 
   // With timing on, run() records an event around every node and copy, and
   // timeline() returns what each stream did in the last step (call it after
@@ -86,6 +94,7 @@ class CudaPlannedExecutor final : public StepProgram {
   cudaEvent_t d2h_done_ = nullptr;
 
   bool accumulators_zero_ = false;
+  BeforeStore before_store_;
   bool timing_ = false;
   struct Mark {
     int stream;

@@ -146,8 +146,10 @@ class CudaOffloadEngine final : public Engine {
         SPW_CUDA(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
       }
     }
-    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8, "gradient norm");
+    const size_t n_params = weights_.tensors().size();
+    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8 * (1 + n_params), "gradient norm");
     norm_out_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
+    norm_parts_ = norm_out_ + 1;
     // Arena fragmentation: keep a little of the pool out of the plan.
     req.device_reserved = mem.in_use() + mem.budget() / 100;
     plan::choose_layout(*plan_, req);
@@ -162,6 +164,10 @@ class CudaOffloadEngine final : public Engine {
     executor_ = std::make_unique<exec::CudaPlannedExecutor>(plan_->graph, plan_->placement, mem, *host_pool_, *runner_,
                                                             compute_, h2d_, d2h_);
     bind(*executor_, plan_->model, /*with_grads=*/true);
+    param_of_grad_.assign(plan_->graph.values().size(), -1);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      param_of_grad_[static_cast<size_t>(plan_->grads[plan_->model.parameters[i]].id)] = static_cast<int>(i);
+    }
     plan_eval();
   }
 
@@ -194,6 +200,7 @@ class CudaOffloadEngine final : public Engine {
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       // Sums at home start from zero with the step's first micro-batch.
       executor_->set_accumulators_zero(micro == 0);
+      if (!plan_->grads_resident) sum_squares_before_store(micro == micro_batches - 1);
       stats.loss += run(*executor_, plan_->model, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
                     static_cast<double>(micro_batches);
       if (profiling_) collect_profile();
@@ -417,6 +424,24 @@ class CudaOffloadEngine final : public Engine {
     });
   }
 
+  // The last micro-batch leaves each gradient sum final on the device just
+  // before it goes home: its squares are summed there, one part per tensor,
+  // instead of reading every sum back from host memory after the step.
+  void sum_squares_before_store(bool on) {
+    norm_parts_taken_ = 0;
+    if (!on) {
+      executor_->set_before_store(nullptr);
+      return;
+    }
+    executor_->set_before_store([this](graph::Value v, const void* sum, cudaStream_t s) {
+      const int i = param_of_grad_[static_cast<size_t>(v.id)];
+      SPW_CHECK(i >= 0, plan_->graph.value(v).name, "is accumulated but is no parameter's gradient");
+      ops::sum_of_squares_cuda(static_cast<const float*>(sum), params_[static_cast<size_t>(i)].n, norm_parts_ + i,
+                               false, norm_workspace_, s);
+      ++norm_parts_taken_;
+    });
+  }
+
   double sum_of_squares() {
     if (plan_->grads_resident) {
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -427,13 +452,14 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaStreamSynchronize(compute_));
       return s;
     }
-    double s = 0;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const float* g = params_[i].grad;  // the sum at home
-      const int64_t n = params_[i].n;
-#pragma omp parallel for reduction(+ : s) schedule(static)
-      for (int64_t j = 0; j < n; ++j) s += static_cast<double>(g[j]) * g[j];
-    }
+    // Added in parameter order, as the resident path adds on the device.
+    SPW_CHECK(norm_parts_taken_ == static_cast<int>(params_.size()), "gradient norm", "summed ", norm_parts_taken_,
+              " of ", params_.size(), " gradient sums before they went home");
+    std::vector<double> parts(params_.size());
+    SPW_CUDA(cudaMemcpyAsync(parts.data(), norm_parts_, parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_));
+    SPW_CUDA(cudaStreamSynchronize(compute_));
+    double s = parts[0];
+    for (size_t i = 1; i < parts.size(); ++i) s = s + parts[i];
     return s;
   }
 
@@ -500,6 +526,9 @@ class CudaOffloadEngine final : public Engine {
   Slot slots_[kSlots];
   void* norm_workspace_ = nullptr;
   double* norm_out_ = nullptr;
+  double* norm_parts_ = nullptr;  // by parameter: the squares of its final gradient sum (sums at home)
+  int norm_parts_taken_ = 0;
+  std::vector<int> param_of_grad_;  // by value id: the parameter whose gradient sum it is, or -1
   std::vector<Param> params_;
   PinnedRanges pinned_;
   char* host_working_ = nullptr;

@@ -18,14 +18,19 @@ namespace {
 
 uint64_t accounted(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 
+enum class Grads { all, vocab, none };  // which gradient sums stay on the device
+
 struct Layout {
-  bool weights, grads;
+  bool weights;
+  Grads grads;
 };
 
 // One layout planned for `g`; the caller keeps the fastest.
 struct Planned {
   Layout layout;
   Placement placement;
+  std::vector<bool> grad_resident;
+  uint64_t grad_elements_at_home = 0;
   uint64_t resident_bytes = 0, host_state_bytes = 0;
   StepPrediction micro;
   double optimizer_seconds = 0, step_seconds = 0;
@@ -42,14 +47,25 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   };
   keep(p.model.tokens);
   keep(p.model.targets);
+  const int64_t vocab = r.config.vocab_size;
   for (graph::Value w : p.model.parameters) {
     if (layout.weights) keep(w);
-    if (layout.grads) keep(p.grads[w]);
+    const auto& shape = g.value(w).shape;
+    const bool vocab_sized = shape.rank() == 2 && (shape[0] == vocab || shape[1] == vocab);
+    const bool grad_kept = layout.grads == Grads::all || (layout.grads == Grads::vocab && vocab_sized);
+    out.grad_resident.push_back(grad_kept);
+    if (grad_kept) {
+      keep(p.grads[w]);
+    } else {
+      out.grad_elements_at_home += static_cast<uint64_t>(shape.numel());
+    }
   }
+  SPW_CHECK(layout.grads != Grads::vocab || (out.grad_elements_at_home > 0 && out.grad_elements_at_home < p.parameters),
+            "planner", "no vocabulary-sized gradient to keep apart");
   // fp32 master and moments always live at home, and the bf16 weights and
   // the fp32 gradient sums when they are not on the device.
   out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2) +
-                         (layout.grads ? 0 : p.parameters * 4);
+                         out.grad_elements_at_home * 4;
   SPW_CHECK(out.host_state_bytes < r.host_budget, "--host-mem", "the training state needs ",
             format_bytes(out.host_state_bytes), " of host memory, more than the budget of ",
             format_bytes(r.host_budget));
@@ -59,7 +75,8 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   out.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - out.host_state_bytes,
                                      std::move(resident), r.rates);
   out.micro = predict_step(g, out.placement, r.rates);
-  out.optimizer_seconds = optimizer_seconds(p.parameters, layout.weights, layout.grads, r.bf16_moments, r.rates);
+  out.optimizer_seconds =
+      optimizer_seconds(p.parameters, layout.weights, out.grad_elements_at_home, r.bf16_moments, r.rates);
   out.step_seconds = static_cast<double>(r.micro_batches) * out.micro.step_seconds + out.optimizer_seconds;
   return out;
 }
@@ -84,7 +101,8 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
 void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
   std::optional<Planned> best;
   std::exception_ptr frugal_error;
-  for (Layout layout : {Layout{true, true}, Layout{true, false}, Layout{false, false}}) {
+  for (Layout layout : {Layout{true, Grads::all}, Layout{true, Grads::vocab}, Layout{true, Grads::none},
+                        Layout{false, Grads::vocab}, Layout{false, Grads::none}}) {
     if (r.stream_weights && layout.weights) continue;
     try {
       Planned candidate = plan_layout(p, r, layout);
@@ -97,7 +115,8 @@ void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
   }
   if (!best) std::rethrow_exception(frugal_error);
   p.weights_resident = best->layout.weights;
-  p.grads_resident = best->layout.grads;
+  p.grad_resident = std::move(best->grad_resident);
+  p.grad_elements_at_home = best->grad_elements_at_home;
   p.placement = std::move(best->placement);
   p.resident_bytes = best->resident_bytes;
   p.host_state_bytes = best->host_state_bytes;
@@ -141,22 +160,30 @@ Placement plan_gpu_placement(const graph::Graph& g, uint64_t device_budget, uint
   return plan_placement(g, req, accounted);
 }
 
-double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,
-                         const MachineRates& rates) {
+double optimizer_seconds(uint64_t parameters, bool weights_resident, uint64_t grad_elements_at_home,
+                         bool bf16_moments, const MachineRates& rates) {
   const double n = static_cast<double>(parameters);
   // Up: master and both moments (and the gradient when it lives at home);
   // down: the same three (and the bf16 weights when they live at home).
   const double state = 4.0 + (bf16_moments ? 4.0 : 8.0);
-  const double up = n * (state + (grads_resident ? 0.0 : 4.0));
+  const double up = n * state + static_cast<double>(grad_elements_at_home) * 4.0;
   const double down = n * (state + (weights_resident ? 0.0 : 2.0));
   return std::max(up / rates.h2d_bytes, down / rates.d2h_bytes);
 }
 
+bool TrainingPlan::all_grads_resident() const { return grad_elements_at_home == 0; }
+
 std::string TrainingPlan::layout() const {
-  std::string s = weights_resident && grads_resident ? "weights and gradients on the device"
-                  : weights_resident                 ? "weights on the device, gradient sums at home"
-                                                     : "weights streamed from the host, gradient sums at home";
-  return s + "; " + std::to_string(placement.values_offloaded) + " activations offloaded";
+  const bool some_home = grad_elements_at_home > 0;
+  const bool some_kept = std::find(grad_resident.begin(), grad_resident.end(), true) != grad_resident.end();
+  if (weights_resident && !some_home) {
+    return "weights and gradients on the device; " + std::to_string(placement.values_offloaded) + " activations offloaded";
+  }
+  std::string grads = !some_home  ? "gradient sums on the device"
+                      : some_kept ? "gradient sums at home but the vocabulary-sized ones"
+                                  : "gradient sums at home";
+  return std::string(weights_resident ? "weights on the device, " : "weights streamed from the host, ") + grads + "; " +
+         std::to_string(placement.values_offloaded) + " activations offloaded";
 }
 
 }  // namespace spillway::plan

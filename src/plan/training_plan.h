@@ -10,8 +10,11 @@
 // the device when they fit ("resident"), otherwise they live in host memory
 // too: the placement loads the weights for the stretches that use them, and
 // loads each gradient's running sum just before the node that adds to it
-// and sends it back right after. Every layout that fits is
-// planned and the fastest predicted one is kept.
+// and sends it back right after. Between all and none, the sums of the
+// vocabulary-sized tensors (embedding, lm_head) can stay on the device
+// alone: each micro-batch would move them whole, the embedding's for the
+// few rows it touches and lm_head's at the loss, where memory is scarcest.
+// Every layout that fits is planned and the fastest predicted one is kept.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +50,12 @@ struct TrainingPlan {
   model::LlamaGraph model;
   graph::Gradients grads;
   bool weights_resident = false;  // bf16 working weights on the device for the whole run
-  bool grads_resident = false;    // fp32 gradient accumulators on the device
+  // By parameter (model.parameters' order): its fp32 gradient sum stays on
+  // the device; otherwise it lives at home and each micro-batch loads and
+  // stores it.
+  std::vector<bool> grad_resident;
+  bool all_grads_resident() const;
+  uint64_t grad_elements_at_home = 0;
   Placement placement;
   uint64_t parameters = 0;
   uint64_t resident_bytes = 0;    // weights + gradients kept on the device
@@ -85,7 +93,7 @@ Placement plan_gpu_placement(const graph::Graph& graph, uint64_t device_budget, 
 
 // The time the optimizer takes to stream master weights and moments (and
 // gradients or weights that live at home) through the GPU and back.
-double optimizer_seconds(uint64_t parameters, bool weights_resident, bool grads_resident, bool bf16_moments,
-                         const MachineRates& rates);
+double optimizer_seconds(uint64_t parameters, bool weights_resident, uint64_t grad_elements_at_home,
+                         bool bf16_moments, const MachineRates& rates);
 
 }  // namespace spillway::plan

@@ -27,7 +27,7 @@ TrainingPlanRequest request(uint64_t device_budget) {
 TEST(TrainingPlan, LayoutsGiveWayAsTheBudgetShrinks) {
   const auto roomy = plan_training(request(1ull << 30));
   EXPECT_TRUE(roomy->weights_resident);
-  EXPECT_TRUE(roomy->grads_resident);
+  EXPECT_TRUE(roomy->all_grads_resident());
   EXPECT_EQ(roomy->placement.values_offloaded, 0);
   const uint64_t params = roomy->parameters;
   EXPECT_EQ(params, static_cast<uint64_t>(model::parameter_count(request(0).config)));
@@ -37,14 +37,15 @@ TEST(TrainingPlan, LayoutsGiveWayAsTheBudgetShrinks) {
   // first, the fastest way to fit.
   const uint64_t all = roomy->resident_bytes + roomy->placement.device_peak;
   const auto snug = plan_training(request(all - all / 8));
-  EXPECT_TRUE(snug->grads_resident);
+  EXPECT_TRUE(snug->all_grads_resident());
   EXPECT_GT(snug->placement.values_offloaded, 0);
   // Too small for weights and gradients together: the gradient sums go home
   // (and accumulate there across the 4 micro-batches).
   const uint64_t budget = roomy->resident_bytes - 1;
   const auto tighter = plan_training(request(budget));
-  EXPECT_FALSE(tighter->grads_resident);
-  EXPECT_EQ(tighter->host_state_bytes, params * 12 + (tighter->weights_resident ? 0 : params * 2) + params * 4);
+  EXPECT_FALSE(tighter->all_grads_resident());
+  EXPECT_EQ(tighter->host_state_bytes,
+            params * 12 + (tighter->weights_resident ? 0 : params * 2) + tighter->grad_elements_at_home * 4);
   EXPECT_LE(tighter->resident_bytes + tighter->placement.device_peak, budget);
   EXPECT_GT(tighter->step_seconds, roomy->step_seconds);
 
@@ -52,8 +53,43 @@ TEST(TrainingPlan, LayoutsGiveWayAsTheBudgetShrinks) {
   stream.stream_weights = true;
   const auto streamed = plan_training(stream);
   EXPECT_FALSE(streamed->weights_resident);
-  EXPECT_FALSE(streamed->grads_resident);
+  EXPECT_FALSE(streamed->all_grads_resident());
   EXPECT_GT(streamed->placement.bytes_loaded, 0u);
+}
+
+// Between all gradient sums on the device and none, the vocabulary-sized
+// ones (embedding, lm_head) stay alone: every plan's split is that, and
+// its host state and optimizer traffic count only the sums at home.
+TEST(TrainingPlan, VocabularySizedGradientSumsCanStayAlone) {
+  const auto roomy = plan_training(request(1ull << 30));
+  const uint64_t all = roomy->resident_bytes + roomy->placement.device_peak;
+  const int64_t vocab = request(0).config.vocab_size;
+  int mixed = 0;
+  for (uint64_t budget = all; budget > all / 8; budget -= all / 32) {
+    std::unique_ptr<TrainingPlan> p;
+    try {
+      p = plan_training(request(budget));
+    } catch (const Error&) {
+      break;  // below the least that fits
+    }
+    uint64_t home = 0;
+    bool kept_some = false;
+    for (size_t i = 0; i < p->grad_resident.size(); ++i) {
+      const auto& shape = p->graph.value(p->model.parameters[i]).shape;
+      const bool vocab_sized = shape[0] == vocab || shape.last() == vocab;
+      if (!p->grad_resident[i]) home += static_cast<uint64_t>(shape.numel());
+      if (p->grad_resident[i] && !p->all_grads_resident()) {
+        EXPECT_TRUE(vocab_sized) << p->graph.value(p->model.parameters[i]).name;
+        kept_some = true;
+      }
+    }
+    EXPECT_EQ(home, p->grad_elements_at_home);
+    EXPECT_EQ(p->host_state_bytes, p->parameters * 12 + (p->weights_resident ? 0 : p->parameters * 2) + home * 4);
+    EXPECT_DOUBLE_EQ(p->optimizer_seconds,
+                     optimizer_seconds(p->parameters, p->weights_resident, home, false, h100_rates()));
+    mixed += kept_some;
+  }
+  EXPECT_GT(mixed, 0) << "no budget kept the vocabulary-sized sums alone";
 }
 
 TEST(TrainingPlan, Bf16MomentsHalveTheMomentsAtHomeAndTheOptimizerTraffic) {

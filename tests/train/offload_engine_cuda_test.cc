@@ -175,5 +175,34 @@ TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
   EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
 }
 
+// The vocabulary-sized gradient sums on the device, the rest at home: the
+// norm takes each tensor's part where its sum lies, in parameter order.
+TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions resident = options("off");
+  resident.micro_batches = 2;
+  TrainedRun a = train(resident, 2);
+  EngineOptions split = options("on");
+  split.micro_batches = 2;
+  bool found = false;
+  for (uint64_t mib = 400; mib >= 60 && !found; mib -= 5) {
+    split.device_memory = mib << 20;
+    model::LlamaWeights w = model::LlamaWeights::random(small(), 5, 0.05);
+    AdamW opt(small());
+    try {
+      found = make_engine(w, opt, split)->description().find("but the vocabulary-sized") != std::string::npos;
+    } catch (const Error&) {
+      break;  // below what any layout fits
+    }
+  }
+  ASSERT_TRUE(found) << "no budget kept only the vocabulary-sized gradient sums on the device";
+  TrainedRun b = train(split, 2);
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
+    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
+  }
+  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+}
+
 }  // namespace
 }  // namespace spillway::train

@@ -98,6 +98,11 @@ int CudaNodeRunner::cudnn_attention_nodes() const {
   return static_cast<int>(std::count_if(use_cudnn_.begin(), use_cudnn_.end(), [](const auto& p) { return p.second; }));
 }
 
+std::string CudaNodeRunner::attention_summary() const {
+  return "attention through cuDNN in " + std::to_string(cudnn_attention_nodes()) + " of " +
+         std::to_string(use_cudnn_.size()) + " nodes";
+}
+
 void CudaNodeRunner::synchronize() { SPW_CUDA(cudaStreamSynchronize(stream_)); }
 
 const float* CudaNodeRunner::inv_freq_on_device(const std::vector<float>& inv_freq) {

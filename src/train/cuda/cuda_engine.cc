@@ -105,8 +105,7 @@ class CudaEngine final : public Engine {
   }
 
   std::string description() const override {
-    return name_ + " (attention through cuDNN in " + std::to_string(train_.runner->cudnn_attention_nodes()) + " of " +
-           std::to_string(2 * weights_.config().num_hidden_layers) + " nodes)";
+    return name_ + " (" + train_.runner->attention_summary() + ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,

@@ -147,9 +147,8 @@ class CudaOffloadEngine final : public Engine {
       }
     }
     const size_t n_params = weights_.tensors().size();
-    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8 * (1 + n_params), "gradient norm");
-    norm_out_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
-    norm_parts_ = norm_out_ + 1;
+    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8 * n_params, "gradient norm");
+    norm_parts_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
     // Arena fragmentation: keep a little of the pool out of the plan.
     req.device_reserved = mem.in_use() + mem.budget() / 100;
     plan::choose_layout(*plan_, req);
@@ -185,9 +184,8 @@ class CudaOffloadEngine final : public Engine {
 
   std::string description() const override {
     return name_ + " (planned: " + plan_->layout() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") +
-           (options_.recompute != "none" ? "; recomputation: " + options_.recompute : "") + "; attention through cuDNN in " +
-           std::to_string(runner_->cudnn_attention_nodes()) + " of " +
-           std::to_string(2 * weights_.config().num_hidden_layers) + " nodes)";
+           (options_.recompute != "none" ? "; recomputation: " + options_.recompute : "") + "; " +
+           runner_->attention_summary() + ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -196,11 +194,11 @@ class CudaOffloadEngine final : public Engine {
     SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
               "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
     StepStats stats;
-    if (plan_->grads_resident) SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, compute_));
+    if (device_grad_bytes_ > 0) SPW_CUDA(cudaMemsetAsync(grads_, 0, device_grad_bytes_, compute_));
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       // Sums at home start from zero with the step's first micro-batch.
       executor_->set_accumulators_zero(micro == 0);
-      if (!plan_->grads_resident) sum_squares_before_store(micro == micro_batches - 1);
+      if (!plan_->all_grads_resident()) sum_squares_before_store(micro == micro_batches - 1);
       stats.loss += run(*executor_, plan_->model, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
                     static_cast<double>(micro_batches);
       if (profiling_) collect_profile();
@@ -271,6 +269,7 @@ class CudaOffloadEngine final : public Engine {
     char *m = nullptr, *v = nullptr;  // AdamW moments at home: the caller's fp32, or the engine's pinned bf16
     bf16* working = nullptr;  // device (resident) or pinned host
     float* grad = nullptr;    // the sum of the micro-batches' gradients: device, or pinned host
+    bool grad_on_device = false;
     bool decay = false;
   };
   struct Slot {
@@ -292,10 +291,10 @@ class CudaOffloadEngine final : public Engine {
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
     auto& tensors = weights_.tensors();
-    uint64_t working_bytes = 0;
-    for (const auto& t : tensors) {
-      const uint64_t n = static_cast<uint64_t>(t.shape.numel());
-      grad_bytes_ += align_up(n * 4, 256);
+    uint64_t working_bytes = 0, host_grad_bytes = 0;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const auto n = static_cast<uint64_t>(tensors[i].shape.numel());
+      (plan_->grad_resident[i] ? device_grad_bytes_ : host_grad_bytes) += align_up(n * 4, 256);
       working_bytes += align_up(n * 2, 256);
     }
     char* working = nullptr;
@@ -305,17 +304,16 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_working_), working_bytes, cudaHostAllocDefault));
       working = host_working_;
     }
-    if (plan_->grads_resident) {
-      grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
-    } else {
+    if (device_grad_bytes_ > 0) grads_ = static_cast<char*>(mem.allocate(device_grad_bytes_, "gradients (fp32)"));
+    if (host_grad_bytes > 0) {
       // The sums of the micro-batches' gradients, at home: each micro-batch
       // loads a tensor's sum just before adding to it and sends it back.
-      SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_grads_), grad_bytes_, cudaHostAllocDefault));
+      SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_grads_), host_grad_bytes, cudaHostAllocDefault));
     }
     if (options_.bf16_moments) {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
     }
-    uint64_t wo = 0, go = 0;
+    uint64_t wo = 0, device_go = 0, host_go = 0;
     PinnedRanges& pins = pinned_;
     for (size_t i = 0; i < tensors.size(); ++i) {
       Param p;
@@ -341,7 +339,9 @@ class CudaOffloadEngine final : public Engine {
         }
       }
       wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
-      p.grad = reinterpret_cast<float*>((grads_ ? grads_ : host_grads_) + go);
+      p.grad_on_device = plan_->grad_resident[i];
+      uint64_t& go = p.grad_on_device ? device_go : host_go;
+      p.grad = reinterpret_cast<float*>((p.grad_on_device ? grads_ : host_grads_) + go);
       go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
       pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
@@ -399,14 +399,14 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, bytes, cudaMemcpyHostToDevice, h2d_));
       SPW_CUDA(cudaMemcpyAsync(slot.m, p.m + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
       SPW_CUDA(cudaMemcpyAsync(slot.v, p.v + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
-      if (!plan_->grads_resident) {
+      if (!p.grad_on_device) {
         SPW_CUDA(cudaMemcpyAsync(slot.grad, p.grad + off, bytes, cudaMemcpyHostToDevice, h2d_));
       }
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
       const ops::AdamWHyper h = optimizer_.hyper(lr, grad_scale, p.decay);
       bf16* out = plan_->weights_resident ? p.working + off : slot.working;
-      const float* grad = plan_->grads_resident ? p.grad + off : slot.grad;
+      const float* grad = p.grad_on_device ? p.grad + off : slot.grad;
       if (host_moments_) {
         ops::adamw_update_bf16_moments_cuda(slot.master, grad, reinterpret_cast<bf16*>(slot.m),
                                             reinterpret_cast<bf16*>(slot.v), out, len, h, compute_);
@@ -442,19 +442,20 @@ class CudaOffloadEngine final : public Engine {
     });
   }
 
+  // One part per tensor, added in parameter order: the same number whether
+  // a sum stays on the device (its part is taken now) or went home (taken
+  // before its last store).
   double sum_of_squares() {
-    if (plan_->grads_resident) {
-      for (size_t i = 0; i < params_.size(); ++i) {
-        ops::sum_of_squares_cuda(params_[i].grad, params_[i].n, norm_out_, i > 0, norm_workspace_, compute_);
+    int home = 0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!params_[i].grad_on_device) {
+        ++home;
+        continue;
       }
-      double s = 0;
-      SPW_CUDA(cudaMemcpyAsync(&s, norm_out_, sizeof s, cudaMemcpyDeviceToHost, compute_));
-      SPW_CUDA(cudaStreamSynchronize(compute_));
-      return s;
+      ops::sum_of_squares_cuda(params_[i].grad, params_[i].n, norm_parts_ + i, false, norm_workspace_, compute_);
     }
-    // Added in parameter order, as the resident path adds on the device.
-    SPW_CHECK(norm_parts_taken_ == static_cast<int>(params_.size()), "gradient norm", "summed ", norm_parts_taken_,
-              " of ", params_.size(), " gradient sums before they went home");
+    SPW_CHECK(norm_parts_taken_ == home, "gradient norm", "summed ", norm_parts_taken_, " of ", home,
+              " gradient sums before they went home");
     std::vector<double> parts(params_.size());
     SPW_CUDA(cudaMemcpyAsync(parts.data(), norm_parts_, parts.size() * sizeof(double), cudaMemcpyDeviceToHost, compute_));
     SPW_CUDA(cudaStreamSynchronize(compute_));
@@ -525,7 +526,6 @@ class CudaOffloadEngine final : public Engine {
   int64_t chunk_ = 1;
   Slot slots_[kSlots];
   void* norm_workspace_ = nullptr;
-  double* norm_out_ = nullptr;
   double* norm_parts_ = nullptr;  // by parameter: the squares of its final gradient sum (sums at home)
   int norm_parts_taken_ = 0;
   std::vector<int> param_of_grad_;  // by value id: the parameter whose gradient sum it is, or -1
@@ -535,7 +535,7 @@ class CudaOffloadEngine final : public Engine {
   char* host_moments_ = nullptr;  // bf16 m and v, one pinned allocation
   char* host_grads_ = nullptr;    // gradient sums when they do not fit the device
   char* grads_ = nullptr;
-  uint64_t grad_bytes_ = 0;
+  uint64_t device_grad_bytes_ = 0;  // the gradient sums that stay on the device, in one block
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   std::unique_ptr<MemorySpace> host_pool_;

@@ -23,9 +23,9 @@ echo "tests: $(( $(date +%s) - start )) s"
   done
 done
 echo "sanitizer: $(( $(date +%s) - start )) s"
-[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic; do
+[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic "--nondeterministic --cuda-graph"; do
   build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 6 --warmup 2 --json "$OUT/bench.jsonl" \
-    $mode --profile > "$OUT/bench1b$mode.log" 2>&1
-  grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b$mode.log"
+    $mode $([ -z "$mode" ] && echo --profile) > "$OUT/bench1b${mode// /}.log" 2>&1
+  echo "1B $mode:"; grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b${mode// /}.log"
 done
 echo "bench: $(( $(date +%s) - start )) s"

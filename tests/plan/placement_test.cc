@@ -124,6 +124,28 @@ TEST(Placement, PrefetchedLoadsStartEarlierAndStillFitTheBudget) {
   }
 }
 
+// When the copy stream is the bottleneck, loading everything as late as the
+// stream allows would hold too much at once. Loads that do not fit so
+// early start later (compute may wait for them); the others still prefetch,
+// rather than every load falling back to its node.
+TEST(Placement, LoadsThatDoNotFitEarlyStartLaterWhileOthersStillPrefetch) {
+  graph::Graph g = training_graph();
+  const uint64_t minimum = minimum_device_budget(g, cost);
+  PlacementRequest r;
+  r.device_budget = minimum + minimum / 4;
+  r.node_seconds.assign(g.nodes().size(), 1e-3);
+  r.h2d_bytes_per_second = 10e6;  // a load of ~200 KB takes twenty nodes
+  r.d2h_bytes_per_second = 10e6;
+  const Placement p = plan_placement(g, r, cost);
+  EXPECT_LE(p.device_peak, r.device_budget);
+  int early = 0, at_node = 0;
+  for (size_t i = 0; i < p.nodes.size(); ++i) {
+    for (auto v : p.nodes[i].load) (first_use(g, v, i) > static_cast<int>(i) ? early : at_node) += 1;
+  }
+  EXPECT_GT(early, 0);
+  EXPECT_GT(at_node, 0);
+}
+
 // The CUDA pool is a best-fit arena: a plan that fits in bytes but not in
 // one piece would fail mid-step, so every plan must replay in an arena of
 // the budget's size, allocations and frees in the executor's order.

@@ -1,0 +1,97 @@
+// The predicted step replays the planned executor's streams: compute waits
+// for a load its node reads and for a store before the stored value is
+// freed; copies issued early enough hide under compute.
+#include "plan/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/builder.h"
+
+namespace spillway::plan {
+namespace {
+
+constexpr int64_t kRows = 32768;  // each matmul (1.6 ms) outlasts a weight's copy (1 ms)
+
+// Three matmuls in a row, each reading its own weight from home.
+struct Chain {
+  graph::Graph g;
+  std::vector<graph::Value> weights, outputs;
+};
+
+Chain chain() {
+  Chain c;
+  graph::Builder b(c.g, DType::f32);
+  graph::Value x = b.input("x", Shape{kRows, 4096}, DType::f32);
+  for (int i = 0; i < 3; ++i) {
+    c.weights.push_back(b.parameter("w" + std::to_string(i), Shape{4096, 4096}));
+    x = b.matmul(x, c.weights.back(), false, false, "mm" + std::to_string(i));
+    c.outputs.push_back(x);
+  }
+  c.g.mark_output(x);
+  return c;
+}
+
+// Every weight loaded by the node `issue_ahead` nodes before the one that
+// reads it (or by the first), freed after it.
+Placement loads_ahead(const Chain& c, int issue_ahead) {
+  Placement p;
+  p.nodes.resize(c.g.nodes().size());
+  p.resident.assign(c.g.values().size(), false);
+  for (int i = 0; i < 3; ++i) {
+    p.nodes[static_cast<size_t>(std::max(0, i - issue_ahead))].load.push_back(c.weights[static_cast<size_t>(i)]);
+    p.nodes[static_cast<size_t>(i)].allocate.push_back(c.outputs[static_cast<size_t>(i)]);
+    p.nodes[static_cast<size_t>(i)].drop.push_back(c.weights[static_cast<size_t>(i)]);
+  }
+  return p;
+}
+
+MachineRates rates() {
+  MachineRates r = h100_rates();
+  r.h2d_bytes = r.d2h_bytes = 64e9;  // a 64 MiB weight: about 1 ms
+  return r;
+}
+
+TEST(PredictStep, ALoadIssuedAtItsNodeMakesComputeWait) {
+  const Chain c = chain();
+  const StepPrediction p = predict_step(c.g, loads_ahead(c, 0), rates());
+  const double load = 4096.0 * 4096 * 4 / rates().h2d_bytes;
+  EXPECT_NEAR(p.wait_seconds, 3 * load, 1e-12);
+  EXPECT_NEAR(p.step_seconds, p.compute_seconds + 3 * load, 1e-12);
+  EXPECT_NEAR(p.h2d_seconds, 3 * load, 1e-12);
+}
+
+TEST(PredictStep, LoadsIssuedANodeAheadHideUnderCompute) {
+  const Chain c = chain();
+  const StepPrediction p = predict_step(c.g, loads_ahead(c, 1), rates());
+  const double load = 4096.0 * 4096 * 4 / rates().h2d_bytes;
+  ASSERT_LT(load, p.node_seconds[0]);  // each matmul outlasts the next weight's copy
+  // Only the first weight, which nothing runs before, is waited for.
+  EXPECT_NEAR(p.wait_seconds, load, 1e-12);
+  EXPECT_NEAR(p.step_seconds, p.compute_seconds + load, 1e-12);
+}
+
+TEST(PredictStep, FreeingAStoredValueWaitsForItsCopy) {
+  const Chain c = chain();
+  Placement p = loads_ahead(c, 1);
+  // The first output goes home as soon as it is made and is freed right
+  // after the next node: compute waits for the rest of the copy.
+  p.nodes[0].store.push_back(c.outputs[0]);
+  p.nodes[1].drop.push_back(c.outputs[0]);
+  const MachineRates slow_store = [] {
+    MachineRates r = rates();
+    r.d2h_bytes = 4e9;  // a 512 MiB output in about 134 ms
+    return r;
+  }();
+  const StepPrediction held = predict_step(c.g, p, slow_store);
+  const double load = 4096.0 * 4096 * 4 / slow_store.h2d_bytes;
+  const double store = static_cast<double>(kRows) * 4096 * 4 / slow_store.d2h_bytes;
+  // Made at the end of node 0 (after the first load), freed after node 1.
+  const double made = load + held.node_seconds[0];
+  const double freed = made + held.node_seconds[1];
+  EXPECT_NEAR(held.wait_seconds, load + (made + store - freed), 1e-12);
+  EXPECT_NEAR(held.step_seconds, made + store + held.node_seconds[2], 1e-12);
+  EXPECT_NEAR(held.d2h_seconds, store, 1e-12);
+}
+
+}  // namespace
+}  // namespace spillway::plan

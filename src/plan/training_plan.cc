@@ -1,7 +1,6 @@
 #include "plan/training_plan.h"
 
 #include <algorithm>
-#include <exception>
 #include <limits>
 #include <optional>
 
@@ -32,11 +31,14 @@ struct Planned {
   std::vector<bool> grad_resident;
   uint64_t grad_elements_at_home = 0;
   uint64_t resident_bytes = 0, host_state_bytes = 0;
+  std::vector<bool> resident;  // by value id, until placed
   StepPrediction micro;
   double optimizer_seconds = 0, step_seconds = 0;
 };
 
-Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout layout) {
+// Where the state of `layout` lives: what stays on the device, what the
+// host holds. Nothing is placed yet.
+Planned state_of(const TrainingPlan& p, const TrainingPlanRequest& r, Layout layout) {
   Planned out;
   out.layout = layout;
   const auto& g = p.graph;
@@ -66,19 +68,22 @@ Planned plan_layout(const TrainingPlan& p, const TrainingPlanRequest& r, Layout 
   // the fp32 gradient sums when they are not on the device.
   out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2) +
                          out.grad_elements_at_home * 4;
-  SPW_CHECK(out.host_state_bytes < r.host_budget, "--host-mem", "the training state needs ",
-            format_bytes(out.host_state_bytes), " of host memory, more than the budget of ",
-            format_bytes(r.host_budget));
+  out.resident = std::move(resident);
+  return out;
+}
+
+// Places the step graph around the state of `out` and predicts its time.
+void place(const TrainingPlan& p, const TrainingPlanRequest& r, Planned& out) {
+  const auto& g = p.graph;
   const uint64_t taken = r.device_reserved + out.resident_bytes;
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
             " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
   out.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - out.host_state_bytes,
-                                     std::move(resident), r.rates);
+                                     std::move(out.resident), r.rates);
   out.micro = predict_step(g, out.placement, r.rates);
   out.optimizer_seconds =
-      optimizer_seconds(p.parameters, layout.weights, out.grad_elements_at_home, r.bf16_moments, r.rates);
+      optimizer_seconds(p.parameters, out.layout.weights, out.grad_elements_at_home, r.bf16_moments, r.rates);
   out.step_seconds = static_cast<double>(r.micro_batches) * out.micro.step_seconds + out.optimizer_seconds;
-  return out;
 }
 
 }  // namespace
@@ -100,20 +105,35 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
 
 void choose_layout(TrainingPlan& p, const TrainingPlanRequest& r) {
   std::optional<Planned> best;
-  std::exception_ptr frugal_error;
+  std::optional<Error> frugal_error;
+  uint64_t least_host = UINT64_MAX;
   for (Layout layout : {Layout{true, Grads::all}, Layout{true, Grads::vocab}, Layout{true, Grads::none},
                         Layout{false, Grads::vocab}, Layout{false, Grads::none}}) {
     if (r.stream_weights && layout.weights) continue;
+    Planned candidate = state_of(p, r, layout);
+    if (candidate.host_state_bytes >= r.host_budget) {
+      least_host = std::min(least_host, candidate.host_state_bytes);
+      continue;
+    }
     try {
-      Planned candidate = plan_layout(p, r, layout);
+      place(p, r, candidate);
       if (!best || candidate.step_seconds < best->step_seconds) best = std::move(candidate);
-    } catch (const Error&) {
+    } catch (const Error& e) {
       // Layouts are tried from the most to the least device memory: the
       // last one's reason is the one to report.
-      frugal_error = std::current_exception();
+      frugal_error = e;
     }
   }
-  if (!best) std::rethrow_exception(frugal_error);
+  if (!best) {
+    const std::string host_need = "at least " + format_bytes(least_host) + " of host memory, more than the budget of " +
+                                  format_bytes(r.host_budget);
+    if (!frugal_error) throw Error("--host-mem", "the training state needs " + host_need + " in any layout");
+    if (least_host == UINT64_MAX) throw *frugal_error;
+    // Both budgets bind: say what the layouts with less on the device need.
+    const std::string what = frugal_error->what();
+    throw Error(frugal_error->thing(), what.substr(frugal_error->thing().size() + 2) +
+                                           "; the layouts that keep less on the device need " + host_need);
+  }
   p.weights_resident = best->layout.weights;
   p.grad_resident = std::move(best->grad_resident);
   p.grad_elements_at_home = best->grad_elements_at_home;

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "testing/llama.h"
@@ -144,7 +145,26 @@ TEST(TrainingPlan, ImpossibleBudgetsNameTheBudget) {
     plan_training(r);
     FAIL() << "a 1 MiB host budget was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--host-mem"), std::string::npos) << e.what();
+    // The least any layout needs: fp32 master and moments, everything else
+    // on the device.
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("--host-mem"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at least " + format_bytes(plan_training(request(1ull << 30))->parameters * 12)),
+              std::string::npos)
+        << msg;
+  }
+  // The device too small for the only layout the host can hold: both
+  // budgets are named, with what the other layouts would need at home.
+  const auto roomy = plan_training(request(1ull << 30));
+  TrainingPlanRequest both = request(roomy->resident_bytes - 1);
+  both.host_budget = roomy->parameters * 12 + 1;
+  try {
+    plan_training(both);
+    FAIL() << "the device budget below the resident state was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.thing(), "--device-mem") << msg;
+    EXPECT_NE(msg.find("keep less on the device need at least"), std::string::npos) << msg;
   }
 }
 

@@ -53,12 +53,15 @@ struct PlacementRequest {
   // as late as it can while still finishing, on a single host->device
   // stream of `h2d_bytes_per_second`, before the node that needs it: the
   // copies hide under compute, and the device holds each loaded value only
-  // for the time its copy needs. Without them a load starts at its node.
+  // for the time its copy needs. Where the budget has no room that early,
+  // the load starts later (and compute may wait for it). Without node times
+  // a load starts at its node.
   std::vector<double> node_seconds;
   double h2d_bytes_per_second = 0;
   // With node times, a value that goes home keeps its device memory until
   // its store (on a single device->host stream of this speed, in the order
-  // the values are made) is predicted to be done, so freeing it never waits.
+  // the values are made) is predicted to be done, so freeing it does not
+  // wait, as far as the budget has room for it.
   double d2h_bytes_per_second = 0;
   // The device space is one block served best-fit (the CUDA pool): the plan
   // must also replay in an arena of the budget's size, or the budget is

@@ -1,3 +1,4 @@
+#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -21,7 +22,7 @@ namespace {
 struct PlanArgs {
   std::string config = "llama3-8b";
   int64_t seq = 8192;
-  int64_t batch = 1;
+  std::string batch = "1";
   int64_t grad_accum = 1;
   bool bf16_moments = false;
   std::string recompute = "none";
@@ -30,12 +31,50 @@ struct PlanArgs {
   std::string svg;
 };
 
+int64_t parse_batch(const std::string& text) {
+  int64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  SPW_CHECK(ec == std::errc() && end == text.data() + text.size() && n >= 1, "--batch",
+            "expected a number of sequences or auto, got '", text, "'");
+  return n;
+}
+
+struct Chosen {
+  std::unique_ptr<plan::TrainingPlan> plan;
+  std::string recompute;  // the policy it was planned with
+  int64_t batch = 1, micro_batches = 1;
+};
+
+// The plan for one micro-batch size; with --recompute auto, the policy with
+// the fastest predicted step.
+Chosen plan_for(plan::TrainingPlanRequest req, const std::string& recompute) {
+  Chosen c;
+  c.batch = req.batch;
+  c.micro_batches = req.micro_batches;
+  for (const char* policy : {"none", "selective", "layers"}) {
+    if (recompute != "auto" && recompute != policy) continue;
+    req.recompute = graph::parse_recompute_policy(policy);
+    std::unique_ptr<plan::TrainingPlan> candidate;
+    try {
+      candidate = plan::plan_training(req);
+    } catch (const Error&) {
+      const bool last_try = recompute != "auto" || policy == std::string("layers");
+      if (last_try && !c.plan) throw;  // nothing fits: say why
+      continue;
+    }
+    if (!c.plan || candidate->step_seconds < c.plan->step_seconds) {
+      c.plan = std::move(candidate);
+      c.recompute = policy;
+    }
+  }
+  SPW_CHECK(c.plan != nullptr, "--recompute", "unknown policy '", recompute, "' (none, layers, selective or auto)");
+  return c;
+}
+
 int run_plan(const PlanArgs& a) {
   plan::TrainingPlanRequest req;
   req.config = model::resolve_config(a.config);
-  req.batch = a.batch;
   req.seq = a.seq;
-  req.micro_batches = a.grad_accum;
   req.device_budget = parse_bytes(a.device_mem, "--device-mem");
   req.host_budget = parse_bytes(a.host_mem, "--host-mem");
   // Kernel workspaces and optimizer staging outside the graph, as the GPU
@@ -43,33 +82,41 @@ int run_plan(const PlanArgs& a) {
   req.device_reserved = 2ull << 30;
   req.rates = plan::h100_rates();
   req.bf16_moments = a.bf16_moments;
-  // auto: the policy with the fastest predicted step.
-  std::string chosen = a.recompute;
-  std::unique_ptr<plan::TrainingPlan> p;
-  for (const char* policy : {"none", "selective", "layers"}) {
-    if (a.recompute != "auto" && a.recompute != policy) continue;
-    req.recompute = graph::parse_recompute_policy(policy);
-    std::unique_ptr<plan::TrainingPlan> candidate;
-    try {
-      candidate = plan::plan_training(req);
-    } catch (const Error&) {
-      const bool last_try = a.recompute != "auto" || policy == std::string("layers");
-      if (last_try && !p) throw;  // nothing fits: say why
-      continue;
+  Chosen chosen;
+  if (a.batch == "auto") {
+    // The optimizer step keeps its --grad-accum sequences; they are split
+    // into micro-batches of 1, 2, 4, ... sequences and the split with the
+    // fastest predicted step is kept (more sequences per micro-batch: fewer
+    // gradient-sum round trips over PCIe, more activation memory).
+    SPW_CHECK(a.grad_accum >= 1, "--grad-accum", "needs at least one sequence per optimizer step");
+    for (int64_t b = 1; b <= a.grad_accum; b *= 2) {
+      if (a.grad_accum % b != 0) break;
+      req.batch = b;
+      req.micro_batches = a.grad_accum / b;
+      try {
+        Chosen c = plan_for(req, a.recompute);
+        if (!chosen.plan || c.plan->step_seconds < chosen.plan->step_seconds) chosen = std::move(c);
+      } catch (const Error&) {
+        if (!chosen.plan) throw;  // not even one sequence per micro-batch fits: say why
+        break;                    // larger micro-batches fit less
+      }
     }
-    if (!p || candidate->step_seconds < p->step_seconds) {
-      p = std::move(candidate);
-      chosen = policy;
-    }
+  } else {
+    req.batch = parse_batch(a.batch);
+    req.micro_batches = a.grad_accum;
+    chosen = plan_for(req, a.recompute);
   }
-  SPW_CHECK(p != nullptr, "--recompute", "unknown policy '", a.recompute, "' (none, layers, selective or auto)");
+  const std::unique_ptr<plan::TrainingPlan>& p = chosen.plan;
+  const int64_t batch = chosen.batch, micro_batches = chosen.micro_batches;
+  req.batch = batch;
+  req.micro_batches = micro_batches;
   const auto& g = p->graph;
-  std::printf("%s: %.2f B parameters, batch %lld x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
-              a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(a.batch),
-              static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum),
-              static_cast<long long>(a.batch * a.seq * a.grad_accum));
+  std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
+              a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(batch),
+              a.batch == "auto" ? " (auto)" : "", static_cast<long long>(a.seq), static_cast<long long>(micro_batches),
+              static_cast<long long>(batch * a.seq * micro_batches));
   std::printf("layout: %s%s\n", p->layout().c_str(),
-              chosen == "none" ? "" : ("; recomputation: " + chosen).c_str());
+              chosen.recompute == "none" ? "" : ("; recomputation: " + chosen.recompute).c_str());
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(plan::minimum_device_budget(g, [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
@@ -88,13 +135,13 @@ int run_plan(const PlanArgs& a) {
               "device->host busy %.3f), optimizer %.3f s -> step %.3f s, %.0f tok/s, MFU %.3f\n",
               req.rates.name.c_str(), p->micro.step_seconds, p->micro.compute_seconds, p->micro.wait_seconds,
               p->micro.h2d_seconds, p->micro.d2h_seconds, p->optimizer_seconds, p->step_seconds, p->tokens_per_second, p->mfu);
-  if (plan::fits_on_device(req.config, a.batch, a.seq, req.device_budget)) {
+  if (plan::fits_on_device(req.config, batch, a.seq, req.device_budget)) {
     // The all-on-device engine runs this step (--offload auto): no copies,
     // and AdamW reads and writes fp32 master, moments and gradients and the
     // bf16 copy in device memory (30 bytes per parameter).
     const double optimizer = static_cast<double>(p->parameters) * 30.0 / req.rates.memory_bytes;
-    const double step = static_cast<double>(a.grad_accum) * p->micro.compute_seconds + optimizer;
-    const double tokens = static_cast<double>(a.batch * a.seq * a.grad_accum);
+    const double step = static_cast<double>(micro_batches) * p->micro.compute_seconds + optimizer;
+    const double tokens = static_cast<double>(batch * a.seq * micro_batches);
     std::printf("the whole state fits the device, so the all-on-device engine runs it: predicted %.3f s per step "
                 "(optimizer %.4f s), %.0f tok/s, MFU %.3f\n",
                 step, optimizer, tokens / step,
@@ -115,7 +162,10 @@ Runner add_plan(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("plan", "plan a training step under memory budgets: peaks, traffic, predicted time");
   cmd->add_option("--config", a->config, "a preset or a config.json")->capture_default_str();
   cmd->add_option("--seq", a->seq, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "sequences per micro-batch")->capture_default_str();
+  cmd->add_option("--batch", a->batch,
+                  "sequences per micro-batch, or auto: the --grad-accum sequences of a step split into the "
+                  "micro-batch size with the fastest predicted step")
+      ->capture_default_str();
   cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();

@@ -108,8 +108,6 @@ int run_plan(const PlanArgs& a) {
   }
   const std::unique_ptr<plan::TrainingPlan>& p = chosen.plan;
   const int64_t batch = chosen.batch, micro_batches = chosen.micro_batches;
-  req.batch = batch;
-  req.micro_batches = micro_batches;
   const auto& g = p->graph;
   std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
               a.config.c_str(), static_cast<double>(p->parameters) / 1e9, static_cast<long long>(batch),

@@ -45,14 +45,14 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
 namespace {
 
 // The planned executor's step on three streams, in predicted seconds: the
-// same actions, in the same order, joined by the same events.
+// same actions, in the same order, joined by the same events. Bars are
+// drawn only when asked for: the planner replays every layout it tries.
 struct Replay {
-  std::vector<TimelineBar> bars;
   double end = 0, wait = 0, h2d_busy = 0, d2h_busy = 0;
 };
 
 Replay replay(const graph::Graph& g, const Placement& placement, const std::vector<double>& node_seconds,
-              const MachineRates& rates) {
+              const MachineRates& rates, std::vector<TimelineBar>* bars = nullptr) {
   Replay r;
   const size_t n_values = g.values().size();
   std::vector<double> loaded(n_values, -1), stored(n_values, -1);
@@ -73,13 +73,15 @@ Replay replay(const graph::Graph& g, const Placement& placement, const std::vect
       h2d = start + d;
       r.h2d_busy += d;
       loaded[static_cast<size_t>(v.id)] = h2d;
-      r.bars.push_back({1, start, h2d, "load " + g.value(v).name, false});
+      if (bars) bars->push_back({1, start, h2d, "load " + g.value(v).name, false});
     }
     for (const auto* list : {&n.inputs, &n.outputs}) {
       for (auto v : *list) wait_for(loaded[static_cast<size_t>(v.id)]);
     }
-    const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
-    r.bars.push_back({0, compute, compute + node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
+    if (bars) {
+      const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
+      bars->push_back({0, compute, compute + node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
+    }
     compute += node_seconds[i];
     for (auto v : act.store) {
       const double c = static_cast<double>(g.value(v).bytes()) / rates.d2h_bytes;
@@ -87,7 +89,7 @@ Replay replay(const graph::Graph& g, const Placement& placement, const std::vect
       d2h = start + c;
       r.d2h_busy += c;
       stored[static_cast<size_t>(v.id)] = d2h;
-      r.bars.push_back({2, start, d2h, "store " + g.value(v).name, false});
+      if (bars) bars->push_back({2, start, d2h, "store " + g.value(v).name, false});
     }
     for (auto v : act.drop) wait_for(stored[static_cast<size_t>(v.id)]);
     for (auto v : act.release_host) released_load = std::max(released_load, loaded[static_cast<size_t>(v.id)]);
@@ -117,7 +119,9 @@ StepPrediction predict_step(const graph::Graph& g, const Placement& placement, c
 
 std::string timeline_svg(const graph::Graph& g, const Placement& placement, const StepPrediction& p,
                          const MachineRates& rates, const std::string& title) {
-  return timeline_svg(replay(g, placement, p.node_seconds, rates).bars, title + " (predicted)");
+  std::vector<TimelineBar> bars;
+  replay(g, placement, p.node_seconds, rates, &bars);
+  return timeline_svg(bars, title + " (predicted)");
 }
 
 }  // namespace spillway::plan

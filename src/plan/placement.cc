@@ -150,6 +150,14 @@ void offload_until_under(std::vector<ValuePlan>& plans, size_t n_nodes, uint64_t
   }
 }
 
+// When each node starts with the nodes run back to back; the last entry is
+// the end of the step.
+std::vector<double> start_times(const std::vector<double>& node_seconds) {
+  std::vector<double> start_of(node_seconds.size() + 1, 0.0);
+  for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  return start_of;
+}
+
 // Adds `cost` to `profile` over nodes [from, to] for as many of them as fit
 // `budget`, walking from `to` towards `from` (`to` < `from`: the other way)
 // and stopping at the first that does not; returns the last node taken, or
@@ -174,8 +182,7 @@ int32_t take_while_fits(std::vector<uint64_t>& profile, int32_t from, int32_t to
 // and the compute stream may wait for it.
 void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
                     double h2d_rate, uint64_t budget) {
-  std::vector<double> start_of(node_seconds.size() + 1, 0.0);
-  for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  const std::vector<double> start_of = start_times(node_seconds);
   std::vector<uint64_t> profile = device_profile(plans, node_seconds.size());
   struct Load {
     size_t value, segment;
@@ -213,8 +220,7 @@ void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::ve
 // made its value.
 void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std::vector<double>& node_seconds,
                        double d2h_rate, uint64_t budget) {
-  std::vector<double> start_of(node_seconds.size() + 1, 0.0);
-  for (size_t i = 0; i < node_seconds.size(); ++i) start_of[i + 1] = start_of[i] + node_seconds[i];
+  const std::vector<double> start_of = start_times(node_seconds);
   std::vector<uint64_t> profile = device_profile(plans, node_seconds.size());
   std::vector<size_t> stored;
   for (size_t v = 0; v < plans.size(); ++v) {

@@ -44,9 +44,7 @@ class CpuEngine final : public Engine {
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
                        double lr) override {
-    const auto n = static_cast<size_t>(options_.batch * options_.seq);
-    SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
-              "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     const float share = 1.0f / static_cast<float>(micro_batches);
     // The step adds each micro-batch's gradients into grads_; AdamW takes
@@ -122,6 +120,14 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
     out += line;
   }
   return out;
+}
+
+size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t> inputs,
+                          std::span<const int32_t> targets, int64_t micro_batches) {
+  const auto n = static_cast<size_t>(options.batch * options.seq);
+  SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
+            "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+  return n;
 }
 
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {

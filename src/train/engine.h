@@ -71,6 +71,11 @@ class Engine {
   virtual double predicted_step_seconds() const { return 0; }
 };
 
+// The tokens of one micro-batch (batch × seq), after checking that a step's
+// inputs and targets hold exactly `micro_batches` of them.
+size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t> inputs,
+                          std::span<const int32_t> targets, int64_t micro_batches);
+
 // Seconds by op kind (matmul split into forward/backward and lm_head) over
 // the nodes of `graph`, as a table.
 std::string op_time_report(const graph::Graph& graph, const std::vector<double>& node_seconds, int steps,

@@ -56,8 +56,7 @@ class CudaEngine final : public Engine {
  public:
   CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
       : weights_(weights), optimizer_(optimizer), options_(o) {
-    SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
-    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 256ull << 20);
+    device_ = open_cuda_device(o, 256ull << 20);
     stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
     name_ = cuda_engine_name(0);
     MemorySpace& mem = device_->device_memory();
@@ -110,9 +109,7 @@ class CudaEngine final : public Engine {
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
                        double lr) override {
-    const size_t n = static_cast<size_t>(options_.batch * options_.seq);
-    SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
-              "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     // Every micro-batch's backward adds into the gradient buffers.
     SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, stream_));

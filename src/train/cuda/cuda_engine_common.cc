@@ -4,8 +4,14 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
 
 namespace spillway::train {
+
+std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t pinned_bytes) {
+  SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
+  return make_cuda_device(0, options.device_memory ? options.device_memory : MemorySpace::kUnlimited, pinned_bytes);
+}
 
 std::string cuda_engine_name(int ordinal) {
   cudaDeviceProp prop{};

@@ -3,10 +3,19 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
+#include "device/device.h"
+#include "train/engine.h"
+
 namespace spillway::train {
+
+// GPU 0 with the device budget of `options` (unset: the whole pool) and a
+// pinned host pool of `pinned_bytes`; Error naming --device cuda when no GPU
+// is visible.
+std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t pinned_bytes);
 
 // "cuda:0 NVIDIA H100 80GB HBM3".
 std::string cuda_engine_name(int ordinal);

@@ -105,8 +105,7 @@ class CudaOffloadEngine final : public Engine {
  public:
   CudaOffloadEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
       : weights_(weights), optimizer_(optimizer), options_(o) {
-    SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
-    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 64ull << 20);
+    device_ = open_cuda_device(o, 64ull << 20);
     compute_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
     h2d_ = as_cuda_stream(device_->stream(StreamKind::h2d)).handle();
     d2h_ = as_cuda_stream(device_->stream(StreamKind::d2h)).handle();
@@ -190,9 +189,7 @@ class CudaOffloadEngine final : public Engine {
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
                        double lr) override {
-    const size_t n = static_cast<size_t>(options_.batch * options_.seq);
-    SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
-              "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     if (device_grad_bytes_ > 0) SPW_CUDA(cudaMemsetAsync(grads_, 0, device_grad_bytes_, compute_));
     for (int64_t micro = 0; micro < micro_batches; ++micro) {

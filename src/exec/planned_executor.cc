@@ -21,10 +21,33 @@ PlannedExecutor::PlannedExecutor(const graph::Graph& graph, plan::Placement plac
 
 PlannedExecutor::~PlannedExecutor() { release_all(); }
 
-void PlannedExecutor::bind(Value v, void* data) {
-  const auto& info = graph_.value(v);
+void check_bindable(const graph::Graph& g, Value v) {
+  const auto& info = g.value(v);
   SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
             "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
+}
+
+void check_all_bound(const graph::Graph& g, const std::vector<void*>& bound) {
+  const auto& values = g.values();
+  for (size_t v = 0; v < values.size(); ++v) {
+    SPW_CHECK(values[v].role == ValueRole::computed || bound[v], values[v].name,
+              "input or parameter was not bound before the step");
+    SPW_CHECK(!values[v].accumulated || bound[v], values[v].name,
+              "accumulated value was not bound to the caller's buffer before the step");
+  }
+}
+
+const void* planned_data(const graph::Graph& g, Value v, const std::vector<void*>& bound,
+                         const std::vector<void*>& on_host, const std::vector<void*>& on_device) {
+  const auto id = static_cast<size_t>(v.id);
+  if (g.value(v).accumulated) return bound[id];
+  const void* p = on_host[id] ? on_host[id] : on_device[id];
+  SPW_CHECK(p, g.value(v).name, "holds no data now (not an output of the last step)");
+  return p;
+}
+
+void PlannedExecutor::bind(Value v, void* data) {
+  check_bindable(graph_, v);
   bound_[static_cast<size_t>(v.id)] = data;
 }
 
@@ -38,13 +61,8 @@ void PlannedExecutor::release_all() {
 
 void PlannedExecutor::run() {
   release_all();  // the previous step's outputs
+  check_all_bound(graph_, bound_);
   const auto& values = graph_.values();
-  for (size_t v = 0; v < values.size(); ++v) {
-    SPW_CHECK(values[v].role == ValueRole::computed || bound_[v], values[v].name,
-              "input or parameter was not bound before the step");
-    SPW_CHECK(!values[v].accumulated || bound_[v], values[v].name,
-              "accumulated value was not bound to the caller's buffer before the step");
-  }
   try {
     for (size_t i = 0; i < graph_.nodes().size(); ++i) {
       const plan::NodeActions& act = placement_.nodes[i];
@@ -88,12 +106,6 @@ void PlannedExecutor::run() {
   }
 }
 
-const void* PlannedExecutor::data(Value v) const {
-  const auto id = static_cast<size_t>(v.id);
-  if (graph_.value(v).accumulated) return bound_[id];
-  const void* p = on_host_[id] ? on_host_[id] : on_device_[id];
-  SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step)");
-  return p;
-}
+const void* PlannedExecutor::data(Value v) const { return planned_data(graph_, v, bound_, on_host_, on_device_); }
 
 }  // namespace spillway::exec

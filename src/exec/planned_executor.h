@@ -17,6 +17,15 @@
 
 namespace spillway::exec {
 
+// What the planned executors (CPU, CUDA) share about the caller's memory:
+// only inputs, parameters and accumulated values are bound; a step runs only
+// when all of them are; a value's data is the caller's buffer (accumulated),
+// its host copy, or its device copy.
+void check_bindable(const graph::Graph& graph, graph::Value v);
+void check_all_bound(const graph::Graph& graph, const std::vector<void*>& bound);
+const void* planned_data(const graph::Graph& graph, graph::Value v, const std::vector<void*>& bound,
+                         const std::vector<void*>& on_host, const std::vector<void*>& on_device);
+
 // Copies bytes between the two spaces (memcpy on the CPU backend).
 using CopyFn = std::function<void(void* dst, const void* src, uint64_t bytes)>;
 

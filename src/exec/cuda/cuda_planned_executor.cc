@@ -1,6 +1,7 @@
 #include "exec/cuda/cuda_planned_executor.h"
 
 #include "base/status.h"
+#include "exec/planned_executor.h"
 #include "device/cuda/cuda_check.h"
 
 namespace spillway::exec {
@@ -68,9 +69,7 @@ CudaPlannedExecutor::~CudaPlannedExecutor() {
 }
 
 void CudaPlannedExecutor::bind(Value v, void* data) {
-  const auto& info = graph_.value(v);
-  SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
-            "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
+  check_bindable(graph_, v);
   bound_[static_cast<size_t>(v.id)] = data;
   if (placement_.resident[static_cast<size_t>(v.id)]) on_device_[static_cast<size_t>(v.id)] = data;
 }
@@ -99,13 +98,8 @@ void CudaPlannedExecutor::run() {
   // The caller synchronized after the previous step: its host copies and
   // device outputs are free to go.
   release_all();
+  check_all_bound(graph_, bound_);
   const auto& values = graph_.values();
-  for (size_t v = 0; v < values.size(); ++v) {
-    SPW_CHECK(values[v].role == ValueRole::computed || bound_[v], values[v].name,
-              "input or parameter was not bound before the step");
-    SPW_CHECK(!values[v].accumulated || bound_[v], values[v].name,
-              "accumulated value was not bound to the caller's buffer before the step");
-  }
   events_used_ = 0;
   marks_.clear();
   auto begin_mark = [&](cudaStream_t s) -> size_t {
@@ -215,11 +209,7 @@ void CudaPlannedExecutor::run() {
 }
 
 const void* CudaPlannedExecutor::data(Value v) const {
-  const auto id = static_cast<size_t>(v.id);
-  if (graph_.value(v).accumulated) return bound_[id];
-  const void* p = on_host_[id] ? on_host_[id] : on_device_[id];
-  SPW_CHECK(p, graph_.value(v).name, "holds no data now (not an output of the last step)");
-  return p;
+  return planned_data(graph_, v, bound_, on_host_, on_device_);
 }
 
 std::vector<StreamInterval> CudaPlannedExecutor::timeline() const {

@@ -73,6 +73,18 @@ double relative_difference(const model::LlamaWeights& a, const model::LlamaWeigh
   return std::sqrt(diff / ref);
 }
 
+// The same kernels on the same data, the state in other places: losses,
+// gradient norms (summed per tensor where each sum lies) and weights agree
+// to rounding.
+void expect_same_training(const TrainedRun& a, const TrainedRun& b) {
+  ASSERT_EQ(a.losses.size(), b.losses.size());
+  for (size_t i = 0; i < a.losses.size(); ++i) {
+    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
+    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
+  }
+  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+}
+
 EngineOptions options(std::string offload) {
   EngineOptions o;
   o.device = "cuda";
@@ -114,15 +126,8 @@ TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
       << b.description;
   EXPECT_EQ(b.description.find("; 0 activations offloaded"), std::string::npos) << b.description;
   EXPECT_LE(b.peak, tight.device_memory);
-  ASSERT_EQ(a.losses.size(), b.losses.size());
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    // The same kernels on the same data; only the gradient norm is summed
-    // on the host (in double) instead of the device.
-    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
-    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
-  }
+  expect_same_training(a, b);
   EXPECT_NEAR(b.eval, a.eval, 1e-6 * a.eval);
-  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
 }
 
 TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
@@ -168,11 +173,7 @@ TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
   tight.micro_batches = 2;
   TrainedRun b = train(tight, 2);
   EXPECT_NE(b.description.find("gradient sums at home"), std::string::npos) << b.description;
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
-    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
-  }
-  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+  expect_same_training(a, b);
 }
 
 // The vocabulary-sized gradient sums on the device, the rest at home: the
@@ -197,11 +198,7 @@ TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
   }
   ASSERT_TRUE(found) << "no budget kept only the vocabulary-sized gradient sums on the device";
   TrainedRun b = train(split, 2);
-  for (size_t i = 0; i < a.losses.size(); ++i) {
-    EXPECT_NEAR(b.losses[i], a.losses[i], 1e-6 * a.losses[i]) << i;
-    EXPECT_NEAR(b.norms[i], a.norms[i], 1e-5 * a.norms[i]) << i;
-  }
-  EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
+  expect_same_training(a, b);
 }
 
 }  // namespace

@@ -113,10 +113,57 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
   }
   if (other_seconds > 0) by_kind["optimizer (norm, clip, AdamW)"] = other_seconds;
   std::string out;
-  char line[160];
+  char line[200];
   for (const auto& [kind, secs] : by_kind) {
     std::snprintf(line, sizeof line, "  %-36s %9.3f ms/step  %5.1f%%\n", kind.c_str(), secs * 1e3 / steps,
                   100.0 * secs / total);
+    out += line;
+  }
+
+  // The same time by call signature (op, pass, shapes), heaviest first, with
+  // the rate each reaches: what to compare against the GEMM and HBM ceilings.
+  struct Signature {
+    double seconds = 0;
+    int nodes = 0;
+    double flops = 0;  // matmul only
+    double bytes = 0;  // every input and output, read or written once
+  };
+  std::map<std::string, Signature> by_call;
+  for (size_t i = 0; i < node_seconds.size(); ++i) {
+    const graph::Node& n = graph.nodes()[i];
+    std::string key = std::string(graph::op_name(n.kind)) + (n.backward ? " bwd " : " fwd ");
+    double bytes = 0;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      const graph::ValueInfo& v = graph.value(n.inputs[k]);
+      key += (k ? "," : "") + v.shape.str();
+      bytes += static_cast<double>(v.bytes());
+    }
+    for (const graph::Value o : n.outputs) bytes += static_cast<double>(graph.value(o).bytes());
+    if (n.kind == graph::OpKind::matmul) {
+      key += std::string(n.attrs.trans_a ? " Aᵀ" : "") + (n.attrs.trans_b ? " Bᵀ" : "") + (n.attrs.accumulate ? " +=" : "");
+    }
+    Signature& s = by_call[key];
+    s.seconds += node_seconds[i];
+    s.nodes += 1;
+    s.bytes += bytes;
+    if (n.kind == graph::OpKind::matmul) {
+      const Shape& a = graph.value(n.inputs[0]).shape;
+      const Shape& b = graph.value(n.inputs[1]).shape;
+      const double m = static_cast<double>(n.attrs.trans_a ? a.last() : a.rows());
+      const double k = static_cast<double>(n.attrs.trans_a ? a.rows() : a.last());
+      const double cols = static_cast<double>(n.attrs.trans_b ? b.rows() : b.last());
+      s.flops += 2 * m * k * cols;
+    }
+  }
+  std::vector<std::pair<std::string, Signature>> heaviest(by_call.begin(), by_call.end());
+  std::sort(heaviest.begin(), heaviest.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
+  if (heaviest.size() > 30) heaviest.resize(30);
+  out += "by call (heaviest first):\n";
+  for (const auto& [key, s] : heaviest) {
+    if (s.seconds <= 0) continue;
+    const double rate = s.flops > 0 ? s.flops / s.seconds / 1e12 : s.bytes / s.seconds / 1e9;
+    std::snprintf(line, sizeof line, "  %8.3f ms/step  %3d× %7.1f %s  %s\n", s.seconds * 1e3 / steps, s.nodes,
+                  rate, s.flops > 0 ? "TFLOP/s" : "GB/s   ", key.c_str());
     out += line;
   }
   return out;

@@ -7,7 +7,7 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "device/memory_space.h"
-#include "graph/fuse_matmul_add.h"
+#include "graph/fuse_step.h"
 #include "graph/liveness.h"
 #include "model/llama_config_json.h"
 
@@ -95,9 +95,7 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
   p->model = model::build_llama(b, r.config, r.batch, r.seq);
   p->graph.mark_output(p->model.loss);
   p->grads = graph::append_backward(b, p->model.loss, p->model.parameters, graph::GradientOutput::accumulated);
-  // Fused first: a recomputed add would otherwise give its matmul a second
-  // reader and keep the forward pass from fusing (a different bf16 rounding).
-  p->graph = graph::fuse_matmul_add(p->graph).graph;
+  p->graph = graph::fuse_step(p->graph);  // before recomputation: see graph/fuse_step.h
   if (r.recompute != graph::RecomputePolicy::none) p->graph = graph::recompute(p->graph, r.recompute).graph;
   p->parameters = static_cast<uint64_t>(model::parameter_count(r.config));
   return p;

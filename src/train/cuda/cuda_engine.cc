@@ -23,7 +23,7 @@
 #include "device/cuda/cuda_device.h"
 #include "exec/cuda/cuda_node_runner.h"
 #include "graph/autodiff.h"
-#include "graph/fuse_matmul_add.h"
+#include "graph/fuse_step.h"
 #include "model/llama_graph.h"
 #include "ops/adamw.h"
 #include "ops/cast.h"
@@ -198,8 +198,7 @@ class CudaEngine final : public Engine {
     if (with_backward) {
       s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, graph::GradientOutput::accumulated);
     }
-    // Residual adds and gradient sums run in the matmuls' epilogues.
-    s.graph = graph::fuse_matmul_add(s.graph).graph;
+    s.graph = graph::fuse_step(s.graph);
     MemorySpace& mem = device_->device_memory();
     s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);

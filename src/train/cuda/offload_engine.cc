@@ -31,7 +31,7 @@
 #include "device/cuda/cuda_pool.h"
 #include "exec/cuda/cuda_node_runner.h"
 #include "exec/cuda/cuda_planned_executor.h"
-#include "graph/fuse_matmul_add.h"
+#include "graph/fuse_step.h"
 #include "model/llama_graph.h"
 #include "ops/adamw.h"
 #include "ops/cast.h"
@@ -279,7 +279,7 @@ class CudaOffloadEngine final : public Engine {
     graph::Builder b(eval_.graph, DType::bf16);
     eval_.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
     eval_.graph.mark_output(eval_.model.loss);
-    eval_.graph = graph::fuse_matmul_add(eval_.graph).graph;
+    eval_.graph = graph::fuse_step(eval_.graph);
   }
 
   void allocate_state() {

@@ -38,7 +38,7 @@ void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, int64_t rows, i
 
 template <typename T>
 void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T* dx, T* dweight,
-                      int64_t rows, int64_t dim, bool accumulate_dweight) {
+                      int64_t rows, int64_t dim, bool accumulate_dweight, const T* dx_addend) {
   const int64_t per_block = block_rows(rows);
   const int64_t blocks = (rows + per_block - 1) / per_block;
   std::vector<double> partial(static_cast<size_t>(blocks * dim), 0.0);
@@ -59,8 +59,15 @@ void rmsnorm_backward(const T* dy, const T* x, const T* weight, const T* rstd, T
         dw[j] += static_cast<double>(dyr[j]) * xhat;
       }
       const T c = static_cast<T>(mean_dot / static_cast<double>(dim));
-      for (int64_t j = 0; j < dim; ++j) {
-        dxr[j] = inv * (dyr[j] * weight[j] - (xr[j] * inv) * c);
+      if (dx_addend) {
+        const T* ar = dx_addend + r * dim;
+        for (int64_t j = 0; j < dim; ++j) {
+          dxr[j] = inv * (dyr[j] * weight[j] - (xr[j] * inv) * c) + ar[j];
+        }
+      } else {
+        for (int64_t j = 0; j < dim; ++j) {
+          dxr[j] = inv * (dyr[j] * weight[j] - (xr[j] * inv) * c);
+        }
       }
     }
   }
@@ -90,8 +97,9 @@ template void rmsnorm_forward<float>(const float*, const float*, float*, float*,
 template void rmsnorm_forward<double>(const double*, const double*, double*, double*, int64_t,
                                       int64_t, double);
 template void rmsnorm_backward<float>(const float*, const float*, const float*, const float*,
-                                      float*, float*, int64_t, int64_t, bool);
+                                      float*, float*, int64_t, int64_t, bool, const float*);
 template void rmsnorm_backward<double>(const double*, const double*, const double*,
-                                       const double*, double*, double*, int64_t, int64_t, bool);
+                                       const double*, double*, double*, int64_t, int64_t, bool,
+                                       const double*);
 
 }  // namespace spillway::ops

@@ -13,11 +13,14 @@ namespace {
 
 constexpr int kMaxThreads = 256;
 constexpr int kMaxBackwardThreads = 512;
-// Forward: each thread takes about this many vectors of its row (so a block
-// has that many loads per thread in flight) and keeps up to kCached of them
-// in registers between the reduction and the pass that uses them (rows up to
-// 8192 wide on the vector path), so x is read from memory once.
-constexpr int kVectorsPerThread = 2;
+// Forward: each thread takes about this many vectors of its row and keeps up
+// to kCached of them in registers between the reduction and the pass that
+// uses them (rows up to 8192 wide on the vector path), so x is read from
+// memory once. A block loads its whole row at once, so what sets the bytes
+// in flight is how many rows an SM holds: registers cap it at about 1300
+// threads, and 4 vectors per thread (a 2048-wide row in 2 warps, not 4) let
+// those threads hold twice as many rows as 2 did.
+constexpr int kVectorsPerThread = 4;
 constexpr int kCached = 4;
 // Backward: each step handles kRowsPerStep rows at once (one reduction for
 // both, twice the loads in flight). Its second pass over the rows reads them
@@ -29,10 +32,12 @@ constexpr int kRowsPerStep = 2;
 constexpr int kForwardBlocksPerSm = 5;
 constexpr int kBackwardBlocksPerSm = 2;
 // dweight: blocks of at least kMinBlockRows rows, at most kMaxBlocks blocks;
-// the partials are then summed in kSegments fixed runs of blocks.
+// the partials are then summed in kSegments fixed runs of blocks: with 32,
+// a 2048-wide dweight has 64K threads reading 16 partials each (with 8, 16K
+// threads read 64 each, one short latency-bound chain after another).
 constexpr int64_t kMinBlockRows = 16;
 constexpr int64_t kMaxBlocks = 512;
-constexpr int kSegments = 8;
+constexpr int kSegments = 32;
 
 int64_t block_rows(int64_t rows) {
   return std::max(kMinBlockRows, (rows + kMaxBlocks - 1) / kMaxBlocks);
@@ -157,26 +162,60 @@ __global__ void __launch_bounds__(kMaxThreads, kForwardBlocksPerSm)
   for (int64_t j = first + kCached * step; j < dim; j += step) normalize(j, load_packed<V>(xr + j));
 }
 
-// One block per fixed run of rows: dx row by row, and this block's dweight
-// sums (in row order) in shared memory, written to its row of `partial`.
+// A thread's running dweight sums for its own columns, in shared memory laid
+// out by owner: the sums for its c-th vector of columns sit at
+// [c * V * blockDim + k * blockDim + t] (in float4 groups when V = 8), so
+// each access of a warp is consecutive and free of bank conflicts. (Laid out
+// by column, threads 8 floats apart, every 16-byte access was a 2-way
+// conflict.)
 template <int V>
+struct OwnedSums;
+template <>
+struct OwnedSums<8> {
+  float4* base;
+  __device__ float4& at(int c, int half) const {
+    return base[(2 * c + half) * blockDim.x + threadIdx.x];
+  }
+  __device__ void load(int c, float (&s)[8]) const {
+    const float4 a = at(c, 0), b = at(c, 1);
+    s[0] = a.x, s[1] = a.y, s[2] = a.z, s[3] = a.w;
+    s[4] = b.x, s[5] = b.y, s[6] = b.z, s[7] = b.w;
+  }
+  __device__ void store(int c, const float (&s)[8]) const {
+    at(c, 0) = make_float4(s[0], s[1], s[2], s[3]);
+    at(c, 1) = make_float4(s[4], s[5], s[6], s[7]);
+  }
+};
+template <>
+struct OwnedSums<1> {
+  float* base;
+  __device__ void load(int c, float (&s)[1]) const { s[0] = base[c * blockDim.x + threadIdx.x]; }
+  __device__ void store(int c, const float (&s)[1]) const { base[c * blockDim.x + threadIdx.x] = s[0]; }
+};
+
+// One block per fixed run of rows: dx row by row (plus the addend's row when
+// kAddend), and this block's dweight sums (in row order) in shared memory,
+// written to its row of `partial`.
+template <int V, bool kAddend>
 __global__ void __launch_bounds__(kMaxBackwardThreads, kBackwardBlocksPerSm)
     rmsnorm_backward_kernel(const __nv_bfloat16* __restrict__ dy,
                             const __nv_bfloat16* __restrict__ x,
                             const __nv_bfloat16* __restrict__ weight,
-                            const float* __restrict__ rstd, __nv_bfloat16* __restrict__ dx,
-                            float* __restrict__ partial, int64_t rows, int64_t dim,
-                            int64_t rows_per_block) {
+                            const float* __restrict__ rstd,
+                            const __nv_bfloat16* __restrict__ addend,
+                            __nv_bfloat16* __restrict__ dx, float* __restrict__ partial,
+                            int64_t rows, int64_t dim, int64_t rows_per_block) {
   constexpr int R = kRowsPerStep;
-  extern __shared__ float dweight_sum[];  // [dim]
+  extern __shared__ float4 owned_sums[];
   __shared__ float scratch[R][32];
+  const OwnedSums<V> sums{reinterpret_cast<decltype(OwnedSums<V>::base)>(owned_sums)};
   const int64_t step = int64_t(blockDim.x) * V;
   const int64_t first = int64_t(threadIdx.x) * V;
-  // Each thread touches only its own columns of dweight_sum, so no barrier
-  // is needed around it.
-  for (int64_t j = first; j < dim; j += step) {
-#pragma unroll
-    for (int k = 0; k < V; ++k) dweight_sum[j + k] = 0.0f;
+  // Each thread touches only its own sums, so no barrier is needed around them.
+  {
+    const float zero[V] = {};
+    int c = 0;
+    for (int64_t j = first; j < dim; j += step, ++c) sums.store(c, zero);
   }
 
   const int64_t row_begin = int64_t(blockIdx.x) * rows_per_block;
@@ -187,22 +226,25 @@ __global__ void __launch_bounds__(kMaxBackwardThreads, kBackwardBlocksPerSm)
 #pragma unroll
     for (int r = 0; r < R; ++r) inv[r] = r < present ? rstd[row0 + r] : 0.0f;
 
-    // Loads the step's rows at column j (rows past the block's end are
-    // skipped; their values are never used).
-    auto load = [&](int64_t j, Packed<V>(&pdy)[R], Packed<V>(&px)[R]) {
+    // Loads the step's rows of `t` at column j (rows past the block's end
+    // are skipped; their values are never used).
+    auto load = [&](const __nv_bfloat16* t, int64_t j, Packed<V>(&p)[R]) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        if (r < present) {
-          pdy[r] = load_packed<V>(dy + (row0 + r) * dim + j);
-          px[r] = load_packed<V>(x + (row0 + r) * dim + j);
-        }
+        if (r < present) p[r] = load_packed<V>(t + (row0 + r) * dim + j);
       }
     };
+
     float dot[R] = {};  // per row: sum_j dy * weight * xhat
-    // Rows in order, so each column's dweight sum runs in row order.
-    auto accumulate = [&](int64_t j, const Packed<V>(&pdy)[R], const Packed<V>(&px)[R]) {
-      float w[V];
+    int c = 0;
+    for (int64_t j = first; j < dim; j += step, ++c) {
+      Packed<V> pdy[R], px[R];
+      load(dy, j, pdy);
+      load(x, j, px);
+      float w[V], s[V];
       widen(load_packed<V>(weight + j), w);
+      sums.load(c, s);
+      // Rows in order, so each column's dweight sum runs in row order.
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < present) {
@@ -213,47 +255,62 @@ __global__ void __launch_bounds__(kMaxBackwardThreads, kBackwardBlocksPerSm)
           for (int k = 0; k < V; ++k) {
             const float xhat = f[k] * inv[r];
             dot[r] += (g[k] * w[k]) * xhat;
-            dweight_sum[j + k] += g[k] * xhat;
+            s[k] += g[k] * xhat;
           }
         }
       }
-    };
-    for (int64_t j = first; j < dim; j += step) {
-      Packed<V> pdy[R], px[R];
-      load(j, pdy, px);
-      accumulate(j, pdy, px);
+      sums.store(c, s);
+    }
+    // The addend is read only by the second pass; its loads for the first
+    // columns go out before the reduction, so their latency hides under it.
+    Packed<V> pa_next[R];
+    if constexpr (kAddend) {
+      if (first < dim) load(addend, first, pa_next);
     }
     block_sum(dot, scratch);
 
-    auto input_grad = [&](int64_t j, const Packed<V>(&pdy)[R], const Packed<V>(&px)[R]) {
+    // The second pass reads dy and x again, from L1 (a step's rows are a few
+    // kilobytes). The addend's next columns are loaded one iteration ahead.
+    for (int64_t j = first; j < dim; j += step) {
+      Packed<V> pa[R];
+      if constexpr (kAddend) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) pa[r] = pa_next[r];
+        if (j + step < dim) load(addend, j + step, pa_next);
+      }
       float w[V];
       widen(load_packed<V>(weight + j), w);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         if (r < present) {
+          const int64_t at = (row0 + r) * dim + j;
           const float mean_dot = dot[r] / static_cast<float>(dim);
           float g[V], f[V];
-          widen(pdy[r], g);
-          widen(px[r], f);
+          widen(load_packed<V>(dy + at), g);
+          widen(load_packed<V>(x + at), f);
 #pragma unroll
           for (int k = 0; k < V; ++k) {
             g[k] = inv[r] * (g[k] * w[k] - (f[k] * inv[r]) * mean_dot);
           }
-          store_narrow(dx + (row0 + r) * dim + j, g);
+          if constexpr (kAddend) {
+            float a[V];
+            widen(pa[r], a);
+#pragma unroll
+            for (int k = 0; k < V; ++k) g[k] += a[k];  // in fp32: dx is rounded once
+          }
+          store_narrow(dx + at, g);
         }
       }
-    };
-    for (int64_t j = first; j < dim; j += step) {
-      Packed<V> pdy[R], px[R];
-      load(j, pdy, px);
-      input_grad(j, pdy, px);
     }
   }
 
   float* out = partial + int64_t(blockIdx.x) * dim;
-  for (int64_t j = first; j < dim; j += step) {
+  int c = 0;
+  for (int64_t j = first; j < dim; j += step, ++c) {
+    float s[V];
+    sums.load(c, s);
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[j + k] = dweight_sum[j + k];
+    for (int k = 0; k < V; ++k) out[j + k] = s[k];
   }
 }
 
@@ -300,20 +357,37 @@ void check_shape(int64_t rows, int64_t dim) {
             ", dim ", dim);
 }
 
-template <int V>
+template <int V, bool kAddend>
 void launch_backward(const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
-                     const float* rstd, __nv_bfloat16* dx, float* partial, int64_t rows,
-                     int64_t dim, cudaStream_t stream) {
-  const size_t shared = static_cast<size_t>(dim) * sizeof(float);
-  if (shared > 48 * 1024) {
-    SPW_CUDA(cudaFuncSetAttribute(rmsnorm_backward_kernel<V>,
+                     const float* rstd, const __nv_bfloat16* addend, __nv_bfloat16* dx,
+                     float* partial, int64_t rows, int64_t dim, cudaStream_t stream) {
+  const int64_t units = dim / V;
+  const int threads = threads_for(units, kMaxBackwardThreads);
+  const int64_t per_thread = (units + threads - 1) / threads;
+  const size_t shared = static_cast<size_t>(per_thread * threads * V) * sizeof(float);
+  // The opt-in counts the kernel's static shared memory (its reduction
+  // scratch) too: dim 8200 needs exactly 48 KiB of sums plus that.
+  const size_t static_shared = sizeof(float) * kRowsPerStep * 32;
+  if (shared + static_shared > 48 * 1024) {
+    SPW_CUDA(cudaFuncSetAttribute(rmsnorm_backward_kernel<V, kAddend>,
                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   static_cast<int>(shared)));
   }
-  rmsnorm_backward_kernel<V>
-      <<<static_cast<unsigned>(row_blocks(rows)), threads_for(dim / V, kMaxBackwardThreads), shared,
-         stream>>>(dy, x, w, rstd, dx, partial, rows, dim, block_rows(rows));
+  rmsnorm_backward_kernel<V, kAddend>
+      <<<static_cast<unsigned>(row_blocks(rows)), threads, shared, stream>>>(
+          dy, x, w, rstd, addend, dx, partial, rows, dim, block_rows(rows));
   SPW_CUDA(cudaGetLastError());
+}
+
+template <int V>
+void launch_backward(const __nv_bfloat16* dy, const __nv_bfloat16* x, const __nv_bfloat16* w,
+                     const float* rstd, const __nv_bfloat16* addend, __nv_bfloat16* dx,
+                     float* partial, int64_t rows, int64_t dim, cudaStream_t stream) {
+  if (addend) {
+    launch_backward<V, true>(dy, x, w, rstd, addend, dx, partial, rows, dim, stream);
+  } else {
+    launch_backward<V, false>(dy, x, w, rstd, addend, dx, partial, rows, dim, stream);
+  }
 }
 
 }  // namespace
@@ -342,7 +416,7 @@ uint64_t rmsnorm_backward_workspace_bytes(int64_t rows, int64_t dim) {
 
 void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, const float* rstd,
                            bf16* dx, float* dweight, int64_t rows, int64_t dim, void* workspace,
-                           cudaStream_t stream, bool accumulate_dweight) {
+                           cudaStream_t stream, bool accumulate_dweight, const bf16* dx_addend) {
   check_shape(rows, dim);
   if (rows == 0) {
     if (!accumulate_dweight) {
@@ -356,11 +430,13 @@ void rmsnorm_backward_cuda(const bf16* dy, const bf16* x, const bf16* weight, co
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(weight);
   auto* dxb = reinterpret_cast<__nv_bfloat16*>(dx);
+  const auto* ab = reinterpret_cast<const __nv_bfloat16*>(dx_addend);
   auto* partial = static_cast<float*>(workspace);
-  if (dim % 8 == 0 && aligned16(dy) && aligned16(x) && aligned16(weight) && aligned16(dx)) {
-    launch_backward<8>(dyb, xb, wb, rstd, dxb, partial, rows, dim, stream);
+  if (dim % 8 == 0 && aligned16(dy) && aligned16(x) && aligned16(weight) && aligned16(dx) &&
+      aligned16(dx_addend)) {
+    launch_backward<8>(dyb, xb, wb, rstd, ab, dxb, partial, rows, dim, stream);
   } else {
-    launch_backward<1>(dyb, xb, wb, rstd, dxb, partial, rows, dim, stream);
+    launch_backward<1>(dyb, xb, wb, rstd, ab, dxb, partial, rows, dim, stream);
   }
   const auto column_blocks = static_cast<unsigned>((dim + 31) / 32);
   sum_partials_kernel<<<column_blocks, dim3(32, kSegments), 0, stream>>>(

@@ -143,6 +143,55 @@ TEST(RMSNormCuda, BackwardAccumulatesDweight) {
   EXPECT_EQ(dweight.download(), old);
 }
 
+// dx with an addend against the CPU kernel with the same addend, on poisoned
+// outputs: the vector path, the scalar path (odd widths, and an addend alone
+// off a 16-byte boundary), several dweight blocks and more columns than
+// threads; dweight bit for bit what the run without an addend writes, and dx
+// bit for bit the same run to run.
+TEST(RMSNormCuda, BackwardAddsTheAddendToDx) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  struct AddendCase {
+    Shape shape;
+    int64_t addend_offset;
+  };
+  const AddendCase cases[] = {{{1, 1}, 0},    {{5, 129}, 0},    {{17, 2048}, 0}, {{17, 2048}, 1},
+                              {{300, 64}, 0}, {{4096, 2048}, 0}, {{33, 8200}, 0}, {{2, 16384}, 0}};
+  for (const AddendCase& c : cases) {
+    const int64_t rows = c.shape.rows, dim = c.shape.dim, n = rows * dim, off = c.addend_offset;
+    const uint64_t seed = static_cast<uint64_t>(rows * 131 + dim);
+    const auto x = random_bf16(n, seed, -2, 2), w = random_bf16(dim, seed + 1, 0.5, 1.5);
+    const auto dy = random_bf16(n, seed + 2), addend = random_bf16(n + off, seed + 3, -2, 2);
+    DeviceArray<bf16> dx_in(x), dw_in(w), ddy(dy), dadd(addend), y(static_cast<size_t>(n));
+    DeviceArray<bf16> dx(static_cast<size_t>(n)), dx_plain(static_cast<size_t>(n));
+    DeviceArray<float> rstd(static_cast<size_t>(rows)), dweight(static_cast<size_t>(dim));
+    DeviceArray<float> dweight_plain(static_cast<size_t>(dim));
+    DeviceArray<char> workspace(rmsnorm_backward_workspace_bytes(rows, dim));
+    rmsnorm_forward_cuda(dx_in.get(), dw_in.get(), y.get(), rstd.get(), rows, dim, kEps, nullptr);
+    rmsnorm_backward_cuda(ddy.get(), dx_in.get(), dw_in.get(), rstd.get(), dx_plain.get(), dweight_plain.get(),
+                          rows, dim, workspace.get(), nullptr);
+    std::vector<uint16_t> first_dx;
+    for (int run = 0; run < 2; ++run) {
+      dx.poison();
+      dweight.poison();
+      rmsnorm_backward_cuda(ddy.get(), dx_in.get(), dw_in.get(), rstd.get(), dx.get(), dweight.get(), rows, dim,
+                            workspace.get(), nullptr, /*accumulate_dweight=*/false, dadd.get() + off);
+      const auto bits = bits_of(dx.download());
+      if (run == 0) first_dx = bits;
+      EXPECT_EQ(bits, first_dx) << "rows " << rows << " dim " << dim;
+    }
+
+    const auto fx = widen(x), fw = widen(w), fdy = widen(dy), fadd = widen(addend);
+    const auto got_rstd = rstd.download();
+    std::vector<float> want_dx(static_cast<size_t>(n)), want_dweight(static_cast<size_t>(dim));
+    rmsnorm_backward(fdy.data(), fx.data(), fw.data(), got_rstd.data(), want_dx.data(), want_dweight.data(), rows,
+                     dim, false, fadd.data() + off);
+    const std::string where = "rows " + std::to_string(rows) + " dim " + std::to_string(dim) + " addend offset " +
+                              std::to_string(off);
+    EXPECT_LT(rel_error(widen(dx.download()), as_double(want_dx)), 1e-2) << "dx, " << where;
+    EXPECT_EQ(float_bits_of(dweight.download()), float_bits_of(dweight_plain.download())) << "dweight, " << where;
+  }
+}
+
 TEST(RMSNormCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t rows = 3000, dim = 2048, n = rows * dim;

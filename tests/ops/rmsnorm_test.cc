@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "ops/add.h"
 #include "testing/numeric.h"
 #include "testing/threads.h"
 
@@ -111,7 +112,59 @@ TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
                              dw.data(), rows, dim);
     EXPECT_LE(rel_error(dx, want_dx), 1e-6) << "rows=" << rows << " dim=" << dim;
     EXPECT_LE(rel_error(dw, want_dw), 1e-6) << "rows=" << rows << " dim=" << dim;
+
+    // A residual block's loss, rmsnorm(x) . upstream + x . skip: x's gradient
+    // is the norm's dx plus skip, which the addend adds in the same pass.
+    auto skip = random_vector(rows * dim, seed++);
+    auto residual_loss = [&] { return loss() + dot(x, skip); };
+    auto want_residual_dx = numeric_gradient(x, residual_loss);
+    loss();
+    std::vector<double> residual_dx(x.size()), residual_dw(w.size());
+    rmsnorm_backward<double>(upstream.data(), x.data(), w.data(), rstd.data(), residual_dx.data(),
+                             residual_dw.data(), rows, dim, false, skip.data());
+    EXPECT_LE(rel_error(residual_dx, want_residual_dx), 1e-6) << "rows=" << rows << " dim=" << dim;
+    EXPECT_EQ(residual_dw, dw) << "rows=" << rows << " dim=" << dim;
   }
+}
+
+// The addend gives what a separate add of dx and the addend gives (up to the
+// one rounding of dx the fused sum skips), leaves dweight as it was, and
+// works with dweight accumulating.
+template <typename T>
+void expect_addend_same_as_separate_add(double tolerance) {
+  uint64_t seed = 500;
+  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{1, 1}, {3, 5}, {33, 129}, {1000, 64}}) {
+    auto x = cast_vector<T>(random_vector(rows * dim, seed++));
+    auto w = cast_vector<T>(random_vector(dim, seed++, 0.5, 1.5));
+    auto dy = cast_vector<T>(random_vector(rows * dim, seed++));
+    auto addend = cast_vector<T>(random_vector(rows * dim, seed++, -2.0, 2.0));
+    std::vector<T> y(x.size()), rstd(static_cast<size_t>(rows));
+    rmsnorm_forward<T>(x.data(), w.data(), y.data(), rstd.data(), rows, dim, kEps);
+    std::vector<T> dx(x.size()), dw(w.size()), want(x.size());
+    rmsnorm_backward<T>(dy.data(), x.data(), w.data(), rstd.data(), dx.data(), dw.data(), rows, dim);
+    add<T>(dx.data(), addend.data(), want.data(), rows * dim);
+
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    std::vector<T> got(x.size(), nan), got_dw(w.size(), nan);
+    rmsnorm_backward<T>(dy.data(), x.data(), w.data(), rstd.data(), got.data(), got_dw.data(), rows, dim,
+                        false, addend.data());
+    const std::string where = "rows=" + std::to_string(rows) + " dim=" + std::to_string(dim);
+    EXPECT_LE(rel_error(got, std::vector<double>(want.begin(), want.end())), tolerance) << where;
+    EXPECT_EQ(got_dw, dw) << where;
+
+    auto acc = cast_vector<T>(random_vector(dim, seed++, -3.0, 3.0));
+    const auto old = acc;
+    std::fill(got.begin(), got.end(), nan);
+    rmsnorm_backward<T>(dy.data(), x.data(), w.data(), rstd.data(), got.data(), acc.data(), rows, dim,
+                        /*accumulate_dweight=*/true, addend.data());
+    EXPECT_LE(rel_error(got, std::vector<double>(want.begin(), want.end())), tolerance) << where;
+    for (int64_t j = 0; j < dim; ++j) EXPECT_EQ(acc[j], old[j] + dw[j]) << where << " j=" << j;
+  }
+}
+
+TEST(RMSNorm, BackwardAddsTheAddendToDx) {
+  expect_addend_same_as_separate_add<float>(1e-6);
+  expect_addend_same_as_separate_add<double>(1e-14);
 }
 
 // Accumulating adds the same rounded dweight to what the buffer held, so the

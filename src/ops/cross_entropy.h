@@ -10,6 +10,14 @@
 // Backward, dloss one element:
 //   dlogits[r, :] = dloss / counted * (softmax(logits[r, :]) - onehot(target[r]))
 //   and zero for rows that do not count. dlogits is overwritten.
+//
+// Forward and backward in one call, for the training step's loss, whose
+// dloss is a constant known when the graph is built (graph/fuse_loss_gradient.h):
+// each row is read while it is still in cache to write its gradient, so the
+// logits are read from memory once and are dead after the loss. dloss is
+// rounded to T first, as the seed gradient's fill rounds it, so lse, loss and
+// dlogits equal those of cross_entropy_forward then cross_entropy_backward bit
+// for bit. dlogits must not overlap logits.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +31,10 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* l
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* dloss,
                             T* dlogits, int64_t rows, int64_t vocab);
+
+template <typename T>
+void cross_entropy_forward_backward(const T* logits, const int32_t* targets, double dloss, T* lse, T* loss,
+                                    T* dlogits, int64_t rows, int64_t vocab);
 
 }  // namespace spillway::ops
 
@@ -49,6 +61,20 @@ void cross_entropy_forward_cuda(const bf16* logits, const int32_t* targets, floa
 void cross_entropy_backward_cuda(const bf16* logits, const int32_t* targets, const float* lse,
                                  const float* dloss, bf16* dlogits, int64_t rows, int64_t vocab,
                                  cudaStream_t stream);
+
+// The fused pair: loss and lse bit for bit those of cross_entropy_forward_cuda,
+// dlogits those of cross_entropy_backward_cuda reading this dloss. Each block
+// takes rows in turn: one pass over a row for its lse, a second that re-reads
+// it for the gradient; the grid holds no more rows at once than half the L2
+// cache takes, so the second pass reads from L2, not device memory. A target
+// >= vocab gives NaN as the separate kernels do. The workspace holds the
+// per-row losses, as the forward's does.
+uint64_t cross_entropy_forward_backward_workspace_bytes(int64_t rows);
+// `blocks` (0: chosen from the L2 size) sets how many rows are in flight
+// between their two passes; a benchmark sweeps it.
+void cross_entropy_forward_backward_cuda(const bf16* logits, const int32_t* targets, float dloss, float* lse,
+                                         float* loss, bf16* dlogits, int64_t rows, int64_t vocab, void* workspace,
+                                         cudaStream_t stream, int blocks = 0);
 
 }  // namespace spillway::ops
 #endif

@@ -61,6 +61,40 @@ void scaled_softmax(const float* x, float row_lse, float scale, float* dx, int64
   for (int64_t j = 0; j < vocab; ++j) dx[j] *= scale;
 }
 
+// The separate passes and the fused one share the helpers below, which is what
+// makes them agree bit for bit.
+
+// A row's log-sum-exp into `lse`; returns its loss (0 when it does not count).
+template <typename T>
+double row_forward(const T* x, int32_t target, T& lse, int64_t vocab) {
+  const double row_lse = log_sum_exp(x, vocab);
+  lse = static_cast<T>(row_lse);
+  return target >= 0 ? row_lse - static_cast<double>(x[target]) : 0.0;
+}
+
+template <typename T>
+T mean_loss(const std::vector<double>& row_loss, int64_t counted) {
+  double sum = 0;
+  for (double l : row_loss) sum += l;
+  return counted > 0 ? static_cast<T>(sum / static_cast<double>(counted)) : T(0);
+}
+
+template <typename T>
+T gradient_scale(T dloss, int64_t counted) {
+  return counted > 0 ? static_cast<T>(static_cast<double>(dloss) / counted) : T(0);
+}
+
+// dx = scale * (softmax(x) - onehot(target)), or zeros for a row that does not count.
+template <typename T>
+void row_backward(const T* x, int32_t target, T row_lse, T scale, T* dx, int64_t vocab) {
+  if (target < 0) {
+    std::fill_n(dx, vocab, T(0));
+    return;
+  }
+  scaled_softmax(x, row_lse, scale, dx, vocab);
+  dx[target] = scale * (std::exp(x[target] - row_lse) - T(1));
+}
+
 }  // namespace
 
 template <typename T>
@@ -72,36 +106,38 @@ void cross_entropy_forward(const T* logits, const int32_t* targets, T* lse, T* l
 
 #pragma omp parallel for schedule(static) if (rows * vocab > (1 << 15))
   for (int64_t r = 0; r < rows; ++r) {
-    const T* x = logits + r * vocab;
-    const double row_lse = log_sum_exp(x, vocab);
-    lse[r] = static_cast<T>(row_lse);
-    if (targets[r] >= 0) row_loss[r] = row_lse - static_cast<double>(x[targets[r]]);
+    row_loss[static_cast<size_t>(r)] = row_forward(logits + r * vocab, targets[r], lse[r], vocab);
   }
-
-  double sum = 0;
-  for (int64_t r = 0; r < rows; ++r) sum += row_loss[r];
-  loss[0] = counted > 0 ? static_cast<T>(sum / static_cast<double>(counted)) : T(0);
+  loss[0] = mean_loss<T>(row_loss, counted);
 }
 
 template <typename T>
 void cross_entropy_backward(const T* logits, const int32_t* targets, const T* lse, const T* dloss,
                             T* dlogits, int64_t rows, int64_t vocab) {
   const int64_t counted = check_targets(targets, rows, vocab);
-  const T scale = counted > 0 ? static_cast<T>(static_cast<double>(dloss[0]) / counted) : T(0);
+  const T scale = gradient_scale(dloss[0], counted);
+
+#pragma omp parallel for schedule(static) if (rows * vocab > (1 << 15))
+  for (int64_t r = 0; r < rows; ++r) {
+    row_backward(logits + r * vocab, targets[r], lse[r], scale, dlogits + r * vocab, vocab);
+  }
+}
+
+template <typename T>
+void cross_entropy_forward_backward(const T* logits, const int32_t* targets, double dloss, T* lse, T* loss,
+                                    T* dlogits, int64_t rows, int64_t vocab) {
+  SPW_CHECK(vocab > 0, "cross_entropy", "vocabulary is empty");
+  const int64_t counted = check_targets(targets, rows, vocab);
+  const T scale = gradient_scale(static_cast<T>(dloss), counted);
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
 
 #pragma omp parallel for schedule(static) if (rows * vocab > (1 << 15))
   for (int64_t r = 0; r < rows; ++r) {
     const T* x = logits + r * vocab;
-    T* dx = dlogits + r * vocab;
-    if (targets[r] < 0) {
-      std::fill_n(dx, vocab, T(0));
-      continue;
-    }
-    const T row_lse = lse[r];
-    scaled_softmax(x, row_lse, scale, dx, vocab);
-    const int32_t t = targets[r];
-    dx[t] = scale * (std::exp(x[t] - row_lse) - T(1));
+    row_loss[static_cast<size_t>(r)] = row_forward(x, targets[r], lse[r], vocab);
+    row_backward(x, targets[r], lse[r], scale, dlogits + r * vocab, vocab);
   }
+  loss[0] = mean_loss<T>(row_loss, counted);
 }
 
 template void cross_entropy_forward<float>(const float*, const int32_t*, float*, float*, int64_t,
@@ -112,5 +148,10 @@ template void cross_entropy_backward<float>(const float*, const int32_t*, const 
                                             const float*, float*, int64_t, int64_t);
 template void cross_entropy_backward<double>(const double*, const int32_t*, const double*,
                                              const double*, double*, int64_t, int64_t);
+
+template void cross_entropy_forward_backward<float>(const float*, const int32_t*, double, float*, float*,
+                                                    float*, int64_t, int64_t);
+template void cross_entropy_forward_backward<double>(const double*, const int32_t*, double, double*, double*,
+                                                     double*, int64_t, int64_t);
 
 }  // namespace spillway::ops

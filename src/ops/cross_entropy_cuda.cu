@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "base/status.h"
@@ -73,16 +74,12 @@ __device__ inline MaxSum merge(const MaxSum& a, const MaxSum& b) {
   return out;
 }
 
-// One block per row: lse[row], and the row's loss into row_loss (0 for a row
-// that does not count, NaN for a target past the vocabulary).
-__global__ void __launch_bounds__(kRowThreads)
-    row_lse_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
-                   float* __restrict__ lse, float* __restrict__ row_loss, int64_t vocab) {
-  __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
-  const int64_t row = blockIdx.x;
-  const __nv_bfloat16* x = logits + row * vocab;
+// The online max / sum-exp of one row, reduced over the block; the total is
+// valid in thread 0 only. Every lse, fused or not, is made here in one fixed
+// order, so the separate and the fused kernels agree bit for bit.
+__device__ MaxSum block_max_sum(const __nv_bfloat16* __restrict__ x, int64_t vocab, float* warp_max,
+                                float* warp_sum) {
   const RowSplit split(x, vocab, true);
-
   MaxSum state;
   for (int64_t q = threadIdx.x; q < split.scalars; q += kRowThreads) {
     const float v[1] = {__bfloat162float(x[split.scalar_at(q)])};
@@ -118,19 +115,33 @@ __global__ void __launch_bounds__(kRowThreads)
     warp_sum[threadIdx.x / 32] = state.sum;
   }
   __syncthreads();
+  MaxSum total;
+  if (threadIdx.x == 0) {
+    total = {warp_max[0], warp_sum[0]};
+    for (int w = 1; w < kRowThreads / 32; ++w) total = merge(total, {warp_max[w], warp_sum[w]});
+  }
+  return total;
+}
+
+// A row's loss: 0 for a row that does not count, NaN for a target past the
+// vocabulary.
+__device__ inline float row_loss_of(const __nv_bfloat16* x, int32_t target, int64_t vocab, float row_lse) {
+  if (target >= vocab) return NAN;
+  return target >= 0 ? row_lse - __bfloat162float(x[target]) : 0.0f;
+}
+
+// One block per row: lse[row], and the row's loss into row_loss.
+__global__ void __launch_bounds__(kRowThreads)
+    row_lse_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                   float* __restrict__ lse, float* __restrict__ row_loss, int64_t vocab) {
+  __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = logits + row * vocab;
+  const MaxSum total = block_max_sum(x, vocab, warp_max, warp_sum);
   if (threadIdx.x != 0) return;
-  MaxSum total{warp_max[0], warp_sum[0]};
-  for (int w = 1; w < kRowThreads / 32; ++w) total = merge(total, {warp_max[w], warp_sum[w]});
   const float row_lse = total.max + logf(total.sum);
   lse[row] = row_lse;
-  const int32_t target = targets[row];
-  float loss = 0.0f;
-  if (target >= vocab) {
-    loss = NAN;
-  } else if (target >= 0) {
-    loss = row_lse - __bfloat162float(x[target]);
-  }
-  row_loss[row] = loss;
+  row_loss[row] = row_loss_of(x, targets[row], vocab, row_lse);
 }
 
 // The mean over counted rows, in one block: each thread sums its rows in
@@ -176,34 +187,31 @@ __device__ int block_count(int v, int* scratch) {
   return total;
 }
 
-// One block per row: dlogits = dloss / counted * (softmax - onehot). Every
-// block counts the rows that count itself (a few kilobytes, from L2), since
-// backward is given no workspace to share the count through.
-__global__ void __launch_bounds__(kRowThreads)
-    row_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
-                    const float* __restrict__ lse, const float* __restrict__ dloss,
-                    __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab,
-                    bool use_vectors) {
-  __shared__ int scratch[kRowThreads / 32];
+// The rows that count, in every thread of the block: a few kilobytes of
+// targets, from L2.
+__device__ int counted_rows(const int32_t* __restrict__ targets, int64_t rows, int* scratch) {
   int mine = 0;
 #pragma unroll 8
   for (int64_t r = threadIdx.x; r < rows; r += kRowThreads) mine += targets[r] >= 0 ? 1 : 0;
-  const int counted = block_count(mine, scratch);
+  return block_count(mine, scratch);
+}
 
-  const int64_t row = blockIdx.x;
-  const __nv_bfloat16* x = logits + row * vocab;
-  __nv_bfloat16* dx = dlogits + row * vocab;
-  const int64_t target = targets[row];
-  // A row that does not count gets zeros: scale 0 on finite values would
-  // still let an inf or NaN logit through, so it is not read at all.
+__device__ inline float gradient_scale(int32_t target, int64_t vocab, int counted, float dloss) {
+  if (target >= vocab) return NAN;
+  return counted > 0 ? static_cast<float>(static_cast<double>(dloss) / counted) : 0.0f;
+}
+
+// One row of dlogits = scale * (softmax - onehot), by the whole block. A row
+// that does not count gets zeros: scale 0 on finite values would still let an
+// inf or NaN logit through, so it is not read at all. With kLastRead the
+// logits are read for the last time and dlogits is not read again soon, so
+// both go through the cache marked evict-first (what the fused kernel wants:
+// the L2 keeps the rows other blocks are between their two passes over).
+template <bool kLastRead>
+__device__ void write_row_gradient(const __nv_bfloat16* __restrict__ x, __nv_bfloat16* __restrict__ dx,
+                                   int64_t vocab, int64_t target, float scale, float row_lse,
+                                   bool use_vectors) {
   const bool ignored = target < 0;
-  float scale = 0.0f;
-  if (target >= vocab) {
-    scale = NAN;
-  } else if (counted > 0) {
-    scale = static_cast<float>(static_cast<double>(dloss[0]) / counted);
-  }
-  const float row_lse = lse[row];
   auto grad = [&](int64_t j, float v) {
     const float p = exp_of(v - row_lse);
     return ignored ? 0.0f : scale * (j == target ? p - 1.0f : p);
@@ -222,7 +230,7 @@ __global__ void __launch_bounds__(kRowThreads)
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t i = base + u * kRowThreads;
       raw[u] = make_uint4(0, 0, 0, 0);
-      if (!ignored && i < split.vectors) raw[u] = body[i];
+      if (!ignored && i < split.vectors) raw[u] = kLastRead ? __ldcs(body + i) : body[i];
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -238,10 +246,82 @@ __global__ void __launch_bounds__(kRowThreads)
           h[k] =
               __floats2bfloat162_rn(grad(j + 2 * k, v[2 * k]), grad(j + 2 * k + 1, v[2 * k + 1]));
         }
-        out[i] = packed;
+        if (kLastRead) {
+          __stcs(out + i, packed);
+        } else {
+          out[i] = packed;
+        }
       }
     }
   }
+}
+
+// One block per row: dlogits = dloss / counted * (softmax - onehot). Every
+// block counts the rows that count itself, since backward is given no
+// workspace to share the count through.
+__global__ void __launch_bounds__(kRowThreads)
+    row_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                    const float* __restrict__ lse, const float* __restrict__ dloss,
+                    __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab,
+                    bool use_vectors) {
+  __shared__ int scratch[kRowThreads / 32];
+  const int counted = counted_rows(targets, rows, scratch);
+  const int64_t row = blockIdx.x;
+  const int32_t target = targets[row];
+  write_row_gradient<false>(logits + row * vocab, dlogits + row * vocab, vocab, target,
+                            gradient_scale(target, vocab, counted, dloss[0]), lse[row], use_vectors);
+}
+
+// Forward and backward fused: each block takes rows in turn (counting the
+// counted rows once, not once per row), makes a row's lse in one pass and
+// its gradient in a second while the row is still in L2.
+__global__ void __launch_bounds__(kRowThreads)
+    row_lse_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
+                        float dloss, float* __restrict__ lse, float* __restrict__ row_loss,
+                        __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab, bool use_vectors) {
+  __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
+  __shared__ int scratch[kRowThreads / 32];
+  __shared__ float shared_lse;
+  const int counted = counted_rows(targets, rows, scratch);
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const __nv_bfloat16* x = logits + row * vocab;
+    const int32_t target = targets[row];
+    const MaxSum total = block_max_sum(x, vocab, warp_max, warp_sum);
+    if (threadIdx.x == 0) {
+      const float row_lse = total.max + logf(total.sum);
+      lse[row] = row_lse;
+      row_loss[row] = row_loss_of(x, target, vocab, row_lse);
+      shared_lse = row_lse;
+    }
+    // Also orders this row's reads of shared_lse before the next row's write
+    // (which comes after block_max_sum's barrier).
+    __syncthreads();
+    write_row_gradient<true>(x, dlogits + row * vocab, vocab, target, gradient_scale(target, vocab, counted, dloss),
+                             shared_lse, use_vectors);
+  }
+}
+
+// Blocks for the fused kernel: each holds one row between its two passes, so
+// the grid holds no more rows than half the L2 takes (the rest is for the
+// gradient being written and whatever else is there), but at least one block
+// per SM, whose loads are enough in flight to keep device memory busy, and
+// no more than fit on the GPU at once.
+unsigned fused_blocks(int64_t rows, int64_t vocab) {
+  int device = 0, sms = 0, l2_bytes = 0, per_sm = 0;
+  SPW_CUDA(cudaGetDevice(&device));
+  SPW_CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  SPW_CUDA(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  SPW_CUDA(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, row_lse_grad_kernel, kRowThreads, 0));
+  const int64_t row_bytes = vocab * static_cast<int64_t>(sizeof(__nv_bfloat16));
+  const int64_t by_cache = std::max<int64_t>(sms, l2_bytes / 2 / row_bytes);
+  const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+  return static_cast<unsigned>(std::min({rows, by_cache, resident}));
+}
+
+// Rows of logits and dlogits start equally far from a 16-byte boundary only
+// when the two buffers do.
+bool vectors_line_up(const bf16* logits, const bf16* dlogits) {
+  return (reinterpret_cast<uintptr_t>(logits) - reinterpret_cast<uintptr_t>(dlogits)) % 16 == 0;
 }
 
 void check_shape(int64_t rows, int64_t vocab) {
@@ -276,13 +356,31 @@ void cross_entropy_backward_cuda(const bf16* logits, const int32_t* targets, con
                                  cudaStream_t stream) {
   check_shape(rows, vocab);
   if (rows == 0) return;
-  // Rows of logits and dlogits start equally far from a 16-byte boundary
-  // only when the two buffers do.
-  const bool use_vectors =
-      (reinterpret_cast<uintptr_t>(logits) - reinterpret_cast<uintptr_t>(dlogits)) % 16 == 0;
   row_grad_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, dloss,
-      reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, use_vectors);
+      reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits));
+  SPW_CUDA(cudaGetLastError());
+}
+
+uint64_t cross_entropy_forward_backward_workspace_bytes(int64_t rows) {
+  return cross_entropy_forward_workspace_bytes(rows);
+}
+
+void cross_entropy_forward_backward_cuda(const bf16* logits, const int32_t* targets, float dloss, float* lse,
+                                         float* loss, bf16* dlogits, int64_t rows, int64_t vocab, void* workspace,
+                                         cudaStream_t stream, int blocks) {
+  check_shape(rows, vocab);
+  auto* row_loss = static_cast<float*>(workspace);
+  if (rows > 0) {
+    SPW_CHECK(workspace != nullptr, "cross_entropy", "forward_backward needs a workspace of ",
+              cross_entropy_forward_backward_workspace_bytes(rows), " bytes");
+    const unsigned grid = blocks > 0 ? static_cast<unsigned>(std::min<int64_t>(blocks, rows)) : fused_blocks(rows, vocab);
+    row_lse_grad_kernel<<<grid, kRowThreads, 0, stream>>>(
+        reinterpret_cast<const __nv_bfloat16*>(logits), targets, dloss, lse, row_loss,
+        reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits));
+    SPW_CUDA(cudaGetLastError());
+  }
+  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows);
   SPW_CUDA(cudaGetLastError());
 }
 

@@ -1,7 +1,9 @@
 // GPU fused cross-entropy against the CPU kernels on the same (bf16-rounded)
 // logits: vocabularies that are not multiples of 8 (rows start off 16-byte
 // boundaries), LLaMA-3's 128256, ignored rows, unaligned buffers, targets past
-// the vocabulary, and run-to-run bit equality.
+// the vocabulary, and run-to-run bit equality; each for the separate forward
+// and backward kernels and for the one that does both, which must also give
+// the separate kernels' bits.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -57,20 +59,30 @@ struct Outputs {
 
 constexpr float kDloss = 1.7f;
 
-// Forward then backward on the GPU, logits and dlogits starting at the given
+enum class Kernels { separate, fused };
+
+std::string name_of(Kernels k) { return k == Kernels::fused ? "fused" : "separate"; }
+
+// The loss and dlogits on the GPU, logits and dlogits starting at the given
 // element offsets into their buffers; every output poisoned first.
-Outputs run_gpu(const std::vector<bf16>& logits, const std::vector<int32_t>& targets, int64_t rows,
+Outputs run_gpu(Kernels kernels, const std::vector<bf16>& logits, const std::vector<int32_t>& targets, int64_t rows,
                 int64_t vocab, int64_t logits_offset, int64_t dlogits_offset) {
   DeviceArray<bf16> dlogits_in(logits);
   DeviceArray<int32_t> dtargets(targets);
   DeviceArray<float> lse(static_cast<size_t>(rows)), loss(1), dloss(std::vector<float>{kDloss});
   DeviceArray<bf16> dlogits(static_cast<size_t>(rows * vocab + dlogits_offset));
-  DeviceArray<char> workspace(cross_entropy_forward_workspace_bytes(rows));
+  const bool fused = kernels == Kernels::fused;
+  DeviceArray<char> workspace(fused ? cross_entropy_forward_backward_workspace_bytes(rows)
+                                    : cross_entropy_forward_workspace_bytes(rows));
   const bf16* x = dlogits_in.get() + logits_offset;
-  cross_entropy_forward_cuda(x, dtargets.get(), lse.get(), loss.get(), rows, vocab, workspace.get(),
-                             nullptr);
-  cross_entropy_backward_cuda(x, dtargets.get(), lse.get(), dloss.get(),
-                              dlogits.get() + dlogits_offset, rows, vocab, nullptr);
+  if (fused) {
+    cross_entropy_forward_backward_cuda(x, dtargets.get(), kDloss, lse.get(), loss.get(),
+                                        dlogits.get() + dlogits_offset, rows, vocab, workspace.get(), nullptr);
+  } else {
+    cross_entropy_forward_cuda(x, dtargets.get(), lse.get(), loss.get(), rows, vocab, workspace.get(), nullptr);
+    cross_entropy_backward_cuda(x, dtargets.get(), lse.get(), dloss.get(), dlogits.get() + dlogits_offset, rows,
+                                vocab, nullptr);
+  }
   return {lse.download(), loss.download()[0], dlogits.download()};
 }
 
@@ -78,14 +90,17 @@ struct CeCase {
   int64_t rows, vocab, ignore_every, logits_offset, dlogits_offset;
 };
 
-void check_against_cpu(const CeCase& c) {
-  const std::string where = "rows " + std::to_string(c.rows) + " vocab " + std::to_string(c.vocab) +
-                            " offsets " + std::to_string(c.logits_offset) + "/" +
-                            std::to_string(c.dlogits_offset);
+std::string describe(const CeCase& c, Kernels kernels) {
+  return name_of(kernels) + ", rows " + std::to_string(c.rows) + " vocab " + std::to_string(c.vocab) + " offsets " +
+         std::to_string(c.logits_offset) + "/" + std::to_string(c.dlogits_offset);
+}
+
+void check_against_cpu(const CeCase& c, Kernels kernels) {
+  const std::string where = describe(c, kernels);
   const int64_t n = c.rows * c.vocab;
   const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n), -8, 8);
   const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n));
-  const Outputs got = run_gpu(logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
+  const Outputs got = run_gpu(kernels, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
 
   const auto fx = widen(logits);
   const float* x = fx.data() + c.logits_offset;
@@ -119,16 +134,43 @@ TEST(CrossEntropyCuda, MatchesCpu) {
       {9, 32000, 4, 1, 0},  // logits and dlogits misaligned apart: all scalar backward
       {3, 128256, 0, 3, 2},
   };
-  for (const CeCase& c : cases) check_against_cpu(c);
+  for (const CeCase& c : cases) {
+    check_against_cpu(c, Kernels::separate);
+    check_against_cpu(c, Kernels::fused);
+  }
+}
+
+// The fused kernel gives the separate kernels' lse, loss and dlogits bit for
+// bit: the same fixed-order sums, the same gradient arithmetic. More rows than
+// the fused grid has blocks (each block then takes several rows in turn).
+TEST(CrossEntropyCuda, FusedEqualsSeparateKernelsBitForBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CeCase cases[] = {
+      {1, 1, 0, 0, 0},      {3, 7, 0, 0, 0},       {5, 129, 3, 0, 0},   {2000, 1000, 3, 0, 0},
+      {7, 50257, 0, 1, 1},  {9, 32000, 4, 1, 0},   {600, 128256, 5, 0, 0},
+  };
+  for (const CeCase& c : cases) {
+    const int64_t n = c.rows * c.vocab;
+    const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n) + 11, -8, 8);
+    const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n) + 12);
+    const Outputs want = run_gpu(Kernels::separate, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
+    const Outputs got = run_gpu(Kernels::fused, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
+    const std::string at = describe(c, Kernels::fused);
+    EXPECT_EQ(float_bits(got.loss), float_bits(want.loss)) << "loss, " << at;
+    EXPECT_EQ(float_bits_of(got.lse), float_bits_of(want.lse)) << "lse, " << at;
+    EXPECT_EQ(bits_of(got.dlogits), bits_of(want.dlogits)) << "dlogits, " << at;
+  }
 }
 
 TEST(CrossEntropyCuda, NoCountedRowGivesZeroLossAndGradient) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t rows = 6, vocab = 333;
-  const Outputs got = run_gpu(random_bf16(rows * vocab, 1, -8, 8), std::vector<int32_t>(rows, -100),
-                              rows, vocab, 0, 0);
-  EXPECT_EQ(got.loss, 0.0f);
-  for (bf16 h : got.dlogits) ASSERT_EQ(h.bits, 0);
+  for (Kernels k : {Kernels::separate, Kernels::fused}) {
+    const Outputs got = run_gpu(k, random_bf16(rows * vocab, 1, -8, 8), std::vector<int32_t>(rows, -100), rows,
+                                vocab, 0, 0);
+    EXPECT_EQ(got.loss, 0.0f) << name_of(k);
+    for (bf16 h : got.dlogits) ASSERT_EQ(h.bits, 0) << name_of(k);
+  }
 }
 
 TEST(CrossEntropyCuda, TargetPastVocabularyMakesLossNaN) {
@@ -136,10 +178,12 @@ TEST(CrossEntropyCuda, TargetPastVocabularyMakesLossNaN) {
   const int64_t rows = 4, vocab = 100;
   auto targets = random_targets(rows, vocab, 0, 2);
   targets[2] = static_cast<int32_t>(vocab);
-  const Outputs got = run_gpu(random_bf16(rows * vocab, 3, -8, 8), targets, rows, vocab, 0, 0);
-  EXPECT_TRUE(std::isnan(got.loss));
-  EXPECT_TRUE(std::isnan(to_float(got.dlogits[2 * vocab])));
-  EXPECT_FALSE(std::isnan(to_float(got.dlogits[0])));
+  for (Kernels k : {Kernels::separate, Kernels::fused}) {
+    const Outputs got = run_gpu(k, random_bf16(rows * vocab, 3, -8, 8), targets, rows, vocab, 0, 0);
+    EXPECT_TRUE(std::isnan(got.loss)) << name_of(k);
+    EXPECT_TRUE(std::isnan(to_float(got.dlogits[2 * vocab]))) << name_of(k);
+    EXPECT_FALSE(std::isnan(to_float(got.dlogits[0]))) << name_of(k);
+  }
 }
 
 TEST(CrossEntropyCuda, Deterministic) {
@@ -147,11 +191,13 @@ TEST(CrossEntropyCuda, Deterministic) {
   const int64_t rows = 48, vocab = 128256;
   const auto logits = random_bf16(rows * vocab, 4, -8, 8);
   const auto targets = random_targets(rows, vocab, 7, 5);
-  const Outputs a = run_gpu(logits, targets, rows, vocab, 0, 0);
-  const Outputs b = run_gpu(logits, targets, rows, vocab, 0, 0);
-  EXPECT_EQ(float_bits(a.loss), float_bits(b.loss));
-  EXPECT_EQ(float_bits_of(a.lse), float_bits_of(b.lse));
-  EXPECT_EQ(bits_of(a.dlogits), bits_of(b.dlogits));
+  for (Kernels k : {Kernels::separate, Kernels::fused}) {
+    const Outputs a = run_gpu(k, logits, targets, rows, vocab, 0, 0);
+    const Outputs b = run_gpu(k, logits, targets, rows, vocab, 0, 0);
+    EXPECT_EQ(float_bits(a.loss), float_bits(b.loss)) << name_of(k);
+    EXPECT_EQ(float_bits_of(a.lse), float_bits_of(b.lse)) << name_of(k);
+    EXPECT_EQ(bits_of(a.dlogits), bits_of(b.dlogits)) << name_of(k);
+  }
 }
 
 }  // namespace

@@ -139,13 +139,16 @@ TEST(CrossEntropy, RejectsTargetPastVocabulary) {
   std::vector<float> logits(rows * vocab, 0.5f), lse(rows), loss(1), dlogits(rows * vocab);
   std::vector<int32_t> targets = {1, -100, 7, 3};
   const float dloss = 1.0f;
-  for (int pass = 0; pass < 2; ++pass) {
+  for (int pass = 0; pass < 3; ++pass) {
     try {
       if (pass == 0) {
         cross_entropy_forward<float>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab);
-      } else {
+      } else if (pass == 1) {
         cross_entropy_backward<float>(logits.data(), targets.data(), lse.data(), &dloss,
                                       dlogits.data(), rows, vocab);
+      } else {
+        cross_entropy_forward_backward<float>(logits.data(), targets.data(), 1.0, lse.data(), loss.data(),
+                                              dlogits.data(), rows, vocab);
       }
       ADD_FAILURE() << "no error for target 7 of vocab 7";
     } catch (const Error& e) {
@@ -157,6 +160,71 @@ TEST(CrossEntropy, RejectsTargetPastVocabulary) {
   }
 }
 
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// The fused pass against forward then backward, whose dloss is the constant
+// rounded to T (as the seed's fill writes it): every bit of lse, loss and
+// dlogits, outputs poisoned first. 0.3 is not a float, -2.5 flips the sign,
+// and 1000 x 129 runs the rows on threads.
+template <typename T>
+void expect_fused_equals_separate() {
+  uint64_t seed = 300;
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {33, 129}, {1000, 129}}) {
+    for (double dloss : {1.0, 0.3, -2.5}) {
+      const auto logits = cast_vector<T>(random_vector(rows * vocab, seed++, -8, 8));
+      const auto targets = random_targets(rows, vocab, seed++);
+      const T nan = std::numeric_limits<T>::quiet_NaN();
+      std::vector<T> lse(rows, nan), loss(1, nan), dlogits(logits.size(), nan);
+      const T dloss_t = static_cast<T>(dloss);
+      cross_entropy_forward<T>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab);
+      cross_entropy_backward<T>(logits.data(), targets.data(), lse.data(), &dloss_t, dlogits.data(), rows, vocab);
+
+      std::vector<T> fused_lse(rows, nan), fused_loss(1, nan), fused_dlogits(logits.size(), nan);
+      cross_entropy_forward_backward<T>(logits.data(), targets.data(), dloss, fused_lse.data(), fused_loss.data(),
+                                        fused_dlogits.data(), rows, vocab);
+      const std::string where = "rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab) +
+                                " dloss=" + std::to_string(dloss);
+      EXPECT_EQ(bytes_of(fused_lse), bytes_of(lse)) << where;
+      EXPECT_EQ(bytes_of(fused_loss), bytes_of(loss)) << where;
+      EXPECT_EQ(bytes_of(fused_dlogits), bytes_of(dlogits)) << where;
+    }
+  }
+}
+
+TEST(CrossEntropy, ForwardBackwardEqualsSeparatePassesBitForBit) {
+  expect_fused_equals_separate<float>();
+  expect_fused_equals_separate<double>();
+}
+
+// A row that does not count has a zero gradient and adds nothing to the loss
+// whatever its logits hold, and with no row counted the loss is 0.
+TEST(CrossEntropy, ForwardBackwardLeavesUncountedRowsOut) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> logits = {1, 2, 3, 4, inf, 6, 0, 0, 0}, lse(3), loss(1);
+  std::vector<float> dlogits(9, std::numeric_limits<float>::quiet_NaN());
+  cross_entropy_forward_backward<float>(logits.data(), std::vector<int32_t>{2, -100, 0}.data(), 2.0, lse.data(),
+                                        loss.data(), dlogits.data(), 3, 3);
+  const double lse0 = 3 + std::log(std::exp(-2.0) + std::exp(-1.0) + 1.0);
+  const double lse2 = std::log(3.0);
+  EXPECT_NEAR(loss[0], ((lse0 - 3) + lse2) / 2, 1e-6);
+  for (int j = 3; j < 6; ++j) EXPECT_EQ(dlogits[j], 0.0f) << j;
+  // dloss / counted = 1: the plain softmax minus the one-hot.
+  EXPECT_NEAR(dlogits[2], std::exp(3 - lse0) - 1, 1e-6);
+  EXPECT_NEAR(dlogits[6], 1.0 / 3 - 1, 1e-6);
+
+  std::fill(dlogits.begin(), dlogits.end(), std::numeric_limits<float>::quiet_NaN());
+  loss[0] = 1.0f;
+  cross_entropy_forward_backward<float>(logits.data(), std::vector<int32_t>{-1, -100, -7}.data(), 1.0, lse.data(),
+                                        loss.data(), dlogits.data(), 3, 3);
+  EXPECT_EQ(loss[0], 0.0f);
+  EXPECT_EQ(dlogits, std::vector<float>(9, 0.0f));
+}
+
 // The double kernel shows any change in the order of the loss's sum in its
 // low bits; the float one sums in double and rounds, which hides most of them.
 template <typename T>
@@ -166,12 +234,16 @@ void expect_independent_of_threads() {
   auto targets = random_targets(rows, vocab, 22);
   const T dloss = 1;
   testing::expect_same_bits_with_1_and_4_threads([&] {
-    std::vector<T> out(rows + 1 + rows * vocab);  // lse, loss, dlogits
+    // lse, loss, dlogits: the separate passes', then the fused pass's.
+    std::vector<T> out(2 * (rows + 1 + rows * vocab));
     T* lse = out.data();
     T* loss = lse + rows;
     T* dlogits = loss + 1;
     cross_entropy_forward<T>(logits.data(), targets.data(), lse, loss, rows, vocab);
     cross_entropy_backward<T>(logits.data(), targets.data(), lse, &dloss, dlogits, rows, vocab);
+    T* fused = dlogits + rows * vocab;
+    cross_entropy_forward_backward<T>(logits.data(), targets.data(), 1.0, fused, fused + rows, fused + rows + 1,
+                                      rows, vocab);
     return out;
   });
 }

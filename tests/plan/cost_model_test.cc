@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "graph/builder.h"
+#include "graph/fuse_loss_gradient.h"
 
 namespace spillway::plan {
 namespace {
@@ -91,6 +92,30 @@ TEST(PredictStep, FreeingAStoredValueWaitsForItsCopy) {
   EXPECT_NEAR(held.wait_seconds, load + (made + store - freed), 1e-12);
   EXPECT_NEAR(held.step_seconds, made + store + held.node_seconds[2], 1e-12);
   EXPECT_NEAR(held.d2h_seconds, store, 1e-12);
+}
+
+// The loss that writes its gradient too (graph/fuse_loss_gradient.h) reads
+// the logits from memory once where the forward and backward nodes read them
+// twice (its second pass over a row is meant to hit the L2): counting each
+// operand once, the model predicts the two nodes' time less one read of them.
+TEST(NodeCost, TheLossWithItsGradientReadsTheLogitsOnce) {
+  graph::Graph g;
+  graph::Builder b(g, DType::bf16);
+  const graph::Value logits = b.input("logits", Shape{4096, 128256}, DType::bf16);
+  const graph::Value targets = b.input("targets", Shape{4096}, DType::i32);
+  const graph::Value loss = b.cross_entropy(logits, targets, "loss");
+  b.set_backward(true);
+  const graph::Value dloss = b.fill("loss.grad", Shape{}, 1.0, DType::f32);
+  g.mark_output(b.cross_entropy_backward(logits, targets, g.find("loss.lse"), dloss, "loss.backward"));
+  g.mark_output(loss);
+  const graph::Graph fused = graph::fuse_loss_gradient(g).graph;
+  ASSERT_EQ(fused.nodes().size(), 1u);
+
+  const MachineRates r = h100_rates();
+  double separate = 0;
+  for (const auto& n : g.nodes()) separate += node_cost(g, n, r).seconds;
+  const double logits_read = static_cast<double>(g.value(logits).bytes()) / r.memory_bytes;
+  EXPECT_NEAR(node_cost(fused, fused.nodes()[0], r).seconds, separate - logits_read, 1e-3 * logits_read);
 }
 
 }  // namespace

@@ -154,6 +154,23 @@ void BM_RmsNormBackward(benchmark::State& state) {
   });
 }
 
+// The backward with the residual stream's gradient folded in
+// (graph/fuse_rmsnorm_add.h): the addend is one more [tokens, dim] read.
+void BM_RmsNormBackwardAddend(benchmark::State& state) {
+  const double n = kTokens * kDim;
+  Buffer x(n * kBf16), w(kDim * kBf16), dy(n * kBf16), dx(n * kBf16), addend(n * kBf16);
+  Buffer rstd(kTokens * kF32), dweight(kDim * kF32);
+  Buffer workspace(ops::rmsnorm_backward_workspace_bytes(kTokens, kDim));
+  ops::rmsnorm_forward_cuda(x.as<bf16>(), w.as<bf16>(), dx.as<bf16>(), rstd.as<float>(), kTokens,
+                            kDim, 1e-5f, nullptr);
+  const double bytes = 4 * n * kBf16 + kDim * kBf16 + kTokens * kF32 + kDim * kF32;
+  measure(state, "rmsnorm backward + addend", bytes, [&] {
+    ops::rmsnorm_backward_cuda(dy.as<bf16>(), x.as<bf16>(), w.as<bf16>(), rstd.as<float>(),
+                               dx.as<bf16>(), dweight.as<float>(), kTokens, kDim,
+                               workspace.as<void>(), nullptr, false, addend.as<bf16>());
+  });
+}
+
 void run_rope(benchmark::State& state, bool forward) {
   const double n = kTokens * kHeads * kHeadDim;
   Buffer x(n * kBf16), out(n * kBf16), inv_freq(kHeadDim / 2 * kF32);
@@ -287,6 +304,18 @@ void BM_CrossEntropyForwardBackward(benchmark::State& state) {
   });
 }
 
+// The fused pass at range(0) rows in flight (0: the op's own choice): one
+// HBM read of the logits when the second pass finds its row in L2.
+void BM_CrossEntropyFused(benchmark::State& state) {
+  CrossEntropyBuffers ce;
+  const int blocks = static_cast<int>(state.range(0));
+  measure(state, "cross-entropy fused", 2 * CrossEntropyBuffers::kLogits * kBf16, [&] {
+    ops::cross_entropy_forward_backward_cuda(ce.logits.as<bf16>(), ce.targets.get(), 1.0f, ce.lse.as<float>(),
+                                             ce.loss.as<float>(), ce.dlogits.as<bf16>(), kCeRows, kVocab,
+                                             ce.workspace.as<void>(), nullptr, blocks);
+  });
+}
+
 void BM_AdamW(benchmark::State& state) {
   const double n = static_cast<double>(kAdamWParams);
   Buffer param(n * kF32), grad(n * kF32), m(n * kF32), v(n * kF32), copy(n * kBf16);
@@ -306,6 +335,7 @@ void BM_AdamW(benchmark::State& state) {
 ELEMENTWISE_BENCHMARK(BM_CopyDeviceToDevice);
 ELEMENTWISE_BENCHMARK(BM_RmsNormForward);
 ELEMENTWISE_BENCHMARK(BM_RmsNormBackward);
+ELEMENTWISE_BENCHMARK(BM_RmsNormBackwardAddend);
 ELEMENTWISE_BENCHMARK(BM_RopeForward);
 ELEMENTWISE_BENCHMARK(BM_RopeBackward);
 ELEMENTWISE_BENCHMARK(BM_SwigluForward);
@@ -319,6 +349,7 @@ ELEMENTWISE_BENCHMARK(BM_EmbeddingBackward);
 ELEMENTWISE_BENCHMARK(BM_CrossEntropyForward);
 ELEMENTWISE_BENCHMARK(BM_CrossEntropyBackward);
 ELEMENTWISE_BENCHMARK(BM_CrossEntropyForwardBackward);
+ELEMENTWISE_BENCHMARK(BM_CrossEntropyFused)->Arg(0)->Arg(33)->Arg(66)->Arg(99)->Arg(132)->Arg(264);
 ELEMENTWISE_BENCHMARK(BM_AdamW);
 
 void print_table() {

@@ -2,7 +2,8 @@
 # On the GPU machine, one lease: build everything, run every gpu-labelled
 # test, the new multi-stream and kernel tests under compute-sanitizer, and
 # the 1B step (deterministic and not) with its profile. Logs go to $OUT.
-# SANITIZE=0 and BENCH=0 leave out the last two parts.
+# SANITIZE=0, BENCH=0 and KERNELS=0 leave out the last three parts
+# (KERNEL_FILTER picks the element-wise kernel benchmarks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -23,9 +24,11 @@ echo "tests: $(( $(date +%s) - start )) s"
   done
 done
 echo "sanitizer: $(( $(date +%s) - start )) s"
-[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic "--nondeterministic --cuda-graph"; do
+[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic "--nondeterministic --cuda-graph" "--nondeterministic --unfused-projections"; do
   build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 6 --warmup 2 --json "$OUT/bench.jsonl" \
     $mode $([ -z "$mode" ] && echo --profile) > "$OUT/bench1b${mode// /}.log" 2>&1
   echo "1B $mode:"; grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b${mode// /}.log"
 done
 echo "bench: $(( $(date +%s) - start )) s"
+[ "${KERNELS:-1}" = 0 ] || build/gpu/bench/elementwise_cuda_bench --benchmark_filter="${KERNEL_FILTER:-Copy|RmsNorm|Rope|Swiglu}" \
+  > "$OUT/kernels.log" 2>&1 && grep -E "^BM_" "$OUT/kernels.log" | cut -c1-150

@@ -42,6 +42,7 @@ struct BenchArgs {
   bool bf16_moments = false;
   std::string recompute = "none";
   bool cuda_graph = false;
+  bool unfused_projections = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -61,6 +62,7 @@ int run_bench(const BenchArgs& a) {
   eo.bf16_moments = a.bf16_moments;
   eo.recompute = a.recompute;
   eo.cuda_graph = a.cuda_graph;
+  eo.fused_projections = !a.unfused_projections;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -126,6 +128,7 @@ int run_bench(const BenchArgs& a) {
                         {"bf16_moments", a.bf16_moments},
                         {"recompute", a.recompute},
                         {"cuda_graph", a.cuda_graph},
+                        {"fused_projections", !a.unfused_projections},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
@@ -152,6 +155,8 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
   cmd->add_flag("--cuda-graph", a->cuda_graph, "all-on-device GPU engine: capture the step once, then replay it");
+  cmd->add_flag("--unfused-projections", a->unfused_projections,
+                "all-on-device GPU engine: q, k and v as three matmuls, as the checkpoint stores them (for comparison)");
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "planned GPU engine: AdamW moments in bf16 (half the host memory and optimizer traffic)");

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "base/status.h"
 #include "ops/add.h"
@@ -40,9 +41,43 @@ class Operands {
   const std::vector<void*>& data_;
 };
 
-ops::AttentionShape attention_shape(const Shape& q, const graph::NodeAttrs& a) {
-  return ops::AttentionShape{q[0], q[1], a.heads, a.kv_heads, q.last() / a.heads};
+ops::AttentionShape attention_shape(const Graph& g, const Node& n) {
+  const graph::AttentionDims d = graph::attention_dims(g, n);
+  return ops::AttentionShape{d.batch, d.seq, d.heads, d.kv_heads, d.head_dim};
 }
+
+// A packed q|k|v [rows, (heads + 2 kv_heads) * head_dim] and the three
+// separate tensors the CPU attention takes: copied apart for the forward
+// pass, and the three gradients copied back together.
+template <typename T>
+struct UnpackedQkv {
+  int64_t rows, q_cols, kv_cols;
+  std::vector<T> q, k, v;
+  explicit UnpackedQkv(const ops::AttentionShape& s)
+      : rows(s.batch * s.seq),
+        q_cols(s.q_heads * s.head_dim),
+        kv_cols(s.kv_heads * s.head_dim),
+        q(static_cast<size_t>(rows * q_cols)),
+        k(static_cast<size_t>(rows * kv_cols)),
+        v(static_cast<size_t>(rows * kv_cols)) {}
+  int64_t width() const { return q_cols + 2 * kv_cols; }
+  void split(const T* packed) {
+    for (int64_t r = 0; r < rows; ++r) {
+      const T* row = packed + r * width();
+      std::copy_n(row, q_cols, q.data() + r * q_cols);
+      std::copy_n(row + q_cols, kv_cols, k.data() + r * kv_cols);
+      std::copy_n(row + q_cols + kv_cols, kv_cols, v.data() + r * kv_cols);
+    }
+  }
+  void join(T* packed) const {
+    for (int64_t r = 0; r < rows; ++r) {
+      T* row = packed + r * width();
+      std::copy_n(q.data() + r * q_cols, q_cols, row);
+      std::copy_n(k.data() + r * kv_cols, kv_cols, row + q_cols);
+      std::copy_n(v.data() + r * kv_cols, kv_cols, row + q_cols + kv_cols);
+    }
+  }
+};
 
 template <typename T>
 void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
@@ -67,8 +102,10 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
                            x.in_shape(0).last(), a.eps);
       break;
     case OpKind::rmsnorm_backward:
+      // A fifth input is added to dx (graph/fuse_rmsnorm_add.h).
       ops::rmsnorm_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.out(0), x.out(1),
-                            x.in_shape(1).rows(), x.in_shape(1).last(), a.accumulate);
+                            x.in_shape(1).rows(), x.in_shape(1).last(), a.accumulate,
+                            n.inputs.size() == 5 ? x.in(4) : nullptr);
       break;
     case OpKind::matmul: {
       const Shape& sa = x.in_shape(0);
@@ -86,31 +123,63 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
     case OpKind::rope_backward: {
       const Shape& s = x.in_shape(0);
       int64_t head_dim = s.last() / a.heads;
+      const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
       if (n.kind == OpKind::rope) {
-        ops::rope_forward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0);
+        ops::rope_forward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
       } else {
-        ops::rope_backward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0);
+        ops::rope_backward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
       }
       break;
     }
-    case OpKind::attention:
-      ops::attention_forward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1),
-                             attention_shape(x.in_shape(0), a), a.scale);
+    case OpKind::attention: {
+      const ops::AttentionShape shape = attention_shape(g, n);
+      if (!a.packed) {
+        ops::attention_forward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1), shape, a.scale);
+        break;
+      }
+      UnpackedQkv<T> qkv(shape);
+      qkv.split(x.in(0));
+      ops::attention_forward(qkv.q.data(), qkv.k.data(), qkv.v.data(), x.out(0), x.out(1), shape, a.scale);
       break;
-    case OpKind::attention_backward:
-      ops::attention_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.in(4), x.in(5), x.out(0),
-                              x.out(1), x.out(2), attention_shape(x.in_shape(1), a), a.scale);
+    }
+    case OpKind::attention_backward: {
+      const ops::AttentionShape shape = attention_shape(g, n);
+      if (!a.packed) {
+        ops::attention_backward(x.in(0), x.in(1), x.in(2), x.in(3), x.in(4), x.in(5), x.out(0), x.out(1), x.out(2),
+                                shape, a.scale);
+        break;
+      }
+      UnpackedQkv<T> qkv(shape), grads(shape);
+      qkv.split(x.in(1));
+      ops::attention_backward(x.in(0), qkv.q.data(), qkv.k.data(), qkv.v.data(), x.in(2), x.in(3), grads.q.data(),
+                              grads.k.data(), grads.v.data(), shape, a.scale);
+      grads.join(x.out(0));
       break;
+    }
     case OpKind::swiglu:
-      ops::swiglu_forward(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel());
+      if (a.packed) {
+        ops::swiglu_packed_forward(x.in(0), x.out(0), x.out_shape(0).rows(), x.out_shape(0).last());
+      } else {
+        ops::swiglu_forward(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel());
+      }
       break;
     case OpKind::swiglu_backward:
-      ops::swiglu_backward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1), x.out_shape(0).numel());
+      if (a.packed) {
+        ops::swiglu_packed_backward(x.in(0), x.in(1), x.out(0), x.in_shape(0).rows(), x.in_shape(0).last());
+      } else {
+        ops::swiglu_backward(x.in(0), x.in(1), x.in(2), x.out(0), x.out(1), x.out_shape(0).numel());
+      }
       break;
     case OpKind::add:
       ops::add(x.in(0), x.in(1), x.out(0), x.out_shape(0).numel(), a.accumulate);
       break;
     case OpKind::cross_entropy:
+      // A third output, dlogits, is the fused backward (graph/fuse_loss_gradient.h).
+      if (n.outputs.size() == 3) {
+        ops::cross_entropy_forward_backward(x.in(0), x.ids(1), a.dloss, x.out(1), x.out(0), x.out(2),
+                                            x.in_shape(0).rows(), x.in_shape(0).last());
+        break;
+      }
       ops::cross_entropy_forward(x.in(0), x.ids(1), x.out(1), x.out(0), x.in_shape(0).rows(),
                                  x.in_shape(0).last());
       break;

@@ -87,11 +87,19 @@ class Backward {
         accumulate(in[0], b_.rope_backward(dout, n.attrs, name));
         break;
       case OpKind::attention: {
+        if (n.attrs.packed) {
+          accumulate(in[0], b_.attention_packed_backward(dout, in[0], n.outputs[0], n.outputs[1], n.attrs, name));
+          break;
+        }
         auto d = b_.attention_backward(dout, in[0], in[1], in[2], n.outputs[0], n.outputs[1], n.attrs, name);
         for (int j = 0; j < 3; ++j) accumulate(in[static_cast<size_t>(j)], d[static_cast<size_t>(j)]);
         break;
       }
       case OpKind::swiglu: {
+        if (n.attrs.packed) {
+          accumulate(in[0], b_.swiglu_packed_backward(dout, in[0], name));
+          break;
+        }
         auto d = b_.swiglu_backward(dout, in[0], in[1], name);
         accumulate(in[0], d[0]);
         accumulate(in[1], d[1]);

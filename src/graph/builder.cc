@@ -110,7 +110,7 @@ Value Builder::matmul(Value a, Value b, bool trans_a, bool trans_b, std::string_
 }
 
 Value Builder::rope(Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
-                    int64_t pos0, std::string_view name) {
+                    int64_t pos0, std::string_view name, int64_t rotated_heads) {
   const ValueInfo& xi = info(x);
   std::string label = op_label(OpKind::rope, path(name));
   SPW_CHECK(xi.shape.rank() == 3, label, "x must be [batch, seq, heads * head_dim], got ", xi.shape.str());
@@ -119,8 +119,11 @@ Value Builder::rope(Value x, int64_t heads, std::shared_ptr<const std::vector<fl
   SPW_CHECK(inv_freq && static_cast<int64_t>(inv_freq->size()) * 2 == xi.shape.last() / heads, label,
             "head_dim ", xi.shape.last() / heads, " needs ", xi.shape.last() / heads / 2,
             " rotary frequencies, got ", inv_freq ? inv_freq->size() : 0);
+  SPW_CHECK(rotated_heads >= 0 && rotated_heads <= heads, label, "cannot rotate ", rotated_heads, " of ", heads,
+            " heads");
   NodeAttrs attrs;
   attrs.heads = heads;
+  attrs.rotated_heads = rotated_heads;
   attrs.inv_freq = std::move(inv_freq);
   attrs.pos0 = pos0;
   return emit(OpKind::rope, name, {x}, {{xi.shape, xi.dtype}}, {""}, attrs)[0];
@@ -151,11 +154,43 @@ Value Builder::attention(Value q, Value k, Value v, int64_t q_heads, int64_t kv_
               {"", "lse"}, attrs)[0];
 }
 
+Value Builder::attention_packed(Value qkv, int64_t q_heads, int64_t kv_heads, double scale,
+                                std::string_view name) {
+  const ValueInfo& xi = info(qkv);
+  std::string label = op_label(OpKind::attention, path(name));
+  SPW_CHECK(xi.shape.rank() == 3, label, "qkv must be [batch, seq, (q_heads + 2 kv_heads) * head_dim], got ",
+            xi.shape.str());
+  SPW_CHECK(q_heads > 0 && kv_heads > 0 && q_heads % kv_heads == 0, label, q_heads,
+            " query heads are not a multiple of ", kv_heads, " kv heads");
+  const int64_t heads_in_row = q_heads + 2 * kv_heads;
+  SPW_CHECK(xi.shape.last() % heads_in_row == 0, label, "qkv ", xi.shape.str(), " does not split into ", q_heads,
+            " + 2 x ", kv_heads, " heads");
+  const int64_t head_dim = xi.shape.last() / heads_in_row;
+  NodeAttrs attrs;
+  attrs.heads = q_heads;
+  attrs.kv_heads = kv_heads;
+  attrs.scale = scale;
+  attrs.packed = true;
+  const Shape out{xi.shape[0], xi.shape[1], q_heads * head_dim};
+  const Shape lse{xi.shape[0], q_heads, xi.shape[1]};
+  return emit(OpKind::attention, name, {qkv}, {{out, xi.dtype}, {lse, accumulation_dtype(xi.dtype)}}, {"", "lse"},
+              attrs)[0];
+}
+
 Value Builder::swiglu(Value gate, Value up, std::string_view name) {
   const ValueInfo& gi = info(gate);
   SPW_CHECK(gi.shape == info(up).shape, op_label(OpKind::swiglu, path(name)), "gate ",
             gi.shape.str(), " and up ", info(up).shape.str(), " differ");
   return emit(OpKind::swiglu, name, {gate, up}, {{gi.shape, gi.dtype}}, {""})[0];
+}
+
+Value Builder::swiglu_packed(Value gate_up, std::string_view name) {
+  const ValueInfo& gi = info(gate_up);
+  SPW_CHECK(gi.shape.rank() >= 1 && gi.shape.last() % 2 == 0, op_label(OpKind::swiglu, path(name)), "gate_up ",
+            gi.shape.str(), " does not split into gate and up halves");
+  NodeAttrs attrs;
+  attrs.packed = true;
+  return emit(OpKind::swiglu, name, {gate_up}, {{gi.shape.with_last(gi.shape.last() / 2), gi.dtype}}, {""}, attrs)[0];
 }
 
 Value Builder::add(Value a, Value b, std::string_view name) {
@@ -212,6 +247,19 @@ std::vector<Value> Builder::attention_backward(Value dout, Value q, Value k, Val
               {{info(q).shape, info(q).dtype}, {info(k).shape, info(k).dtype},
                {info(v).shape, info(v).dtype}},
               {"dq", "dk", "dv"}, forward_attrs);
+}
+
+Value Builder::attention_packed_backward(Value dout, Value qkv, Value out, Value lse,
+                                         const NodeAttrs& forward_attrs, std::string_view name) {
+  return emit(OpKind::attention_backward, name, {dout, qkv, out, lse}, {{info(qkv).shape, info(qkv).dtype}},
+              {"dqkv"}, forward_attrs)[0];
+}
+
+Value Builder::swiglu_packed_backward(Value dout, Value gate_up, std::string_view name) {
+  NodeAttrs attrs;
+  attrs.packed = true;
+  return emit(OpKind::swiglu_backward, name, {dout, gate_up}, {{info(gate_up).shape, info(gate_up).dtype}},
+              {"dgate_up"}, attrs)[0];
 }
 
 std::vector<Value> Builder::swiglu_backward(Value dout, Value gate, Value up, std::string_view name) {

@@ -60,11 +60,18 @@ class Builder {
   // overrides that with any shape of m * n elements.
   Value matmul(Value a, Value b, bool trans_a, bool trans_b, std::string_view name = "matmul",
                const Shape* out_shape = nullptr, std::optional<DType> out_dtype = std::nullopt);
+  // `rotated_heads` (0: all) rotates only the leading heads of x's `heads`.
   Value rope(Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
-             int64_t pos0 = 0, std::string_view name = "rope");
+             int64_t pos0 = 0, std::string_view name = "rope", int64_t rotated_heads = 0);
   Value attention(Value q, Value k, Value v, int64_t q_heads, int64_t kv_heads, double scale,
                   std::string_view name = "attention");
+  // Attention over one packed qkv [batch, seq, (q_heads + 2 kv_heads) * head_dim]:
+  // q, k and v are its column blocks, in that order.
+  Value attention_packed(Value qkv, int64_t q_heads, int64_t kv_heads, double scale,
+                         std::string_view name = "attention");
   Value swiglu(Value gate, Value up, std::string_view name = "swiglu");
+  // SwiGLU over one packed gate_up [..., 2 * ffn], each row's gate then its up.
+  Value swiglu_packed(Value gate_up, std::string_view name = "swiglu");
   Value add(Value a, Value b, std::string_view name = "add");
   // Mean cross-entropy over rows whose target is >= 0: a one-element value.
   Value cross_entropy(Value logits, Value targets, std::string_view name = "cross_entropy");
@@ -78,8 +85,11 @@ class Builder {
   std::vector<Value> attention_backward(Value dout, Value q, Value k, Value v, Value out,
                                         Value lse, const NodeAttrs& forward_attrs,
                                         std::string_view name);  // {dq, dk, dv}
+  Value attention_packed_backward(Value dout, Value qkv, Value out, Value lse,
+                                  const NodeAttrs& forward_attrs, std::string_view name);  // dqkv
   std::vector<Value> swiglu_backward(Value dout, Value gate, Value up,
                                      std::string_view name);  // {dgate, dup}
+  Value swiglu_packed_backward(Value dout, Value gate_up, std::string_view name);  // dgate_up
   Value cross_entropy_backward(Value logits, Value targets, Value lse, Value dloss,
                                std::string_view name);
 

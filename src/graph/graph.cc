@@ -126,4 +126,10 @@ std::string Graph::str() const {
   return s;
 }
 
+AttentionDims attention_dims(const Graph& g, const Node& n) {
+  const Shape& q = g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
+  const int64_t heads_in_row = n.attrs.heads + (n.attrs.packed ? 2 * n.attrs.kv_heads : 0);
+  return AttentionDims{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row};
+}
+
 }  // namespace spillway::graph

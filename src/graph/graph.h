@@ -67,8 +67,19 @@ struct NodeAttrs {
   double eps = 0;                         // rmsnorm
   double scale = 0;                       // attention
   double fill_value = 0;                  // fill
+  // cross_entropy writing dlogits too (a third output, graph/fuse_loss_gradient.h):
+  // the loss's gradient, the constant its seed fill held.
+  double dloss = 0;
   int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
   int64_t pos0 = 0;                       // rope: position of the first token
+  // rope: only the first rotated_heads of `heads` are rotated, the rest
+  // copied (0: all). A fused q|k|v projection's output ropes q and k, carries v.
+  int64_t rotated_heads = 0;
+  // One packed input instead of several, and one packed gradient of its
+  // shape in the backward: attention's q, k and v as one [batch, seq,
+  // (heads + 2 kv_heads) * head_dim] (the fused q|k|v projection's output,
+  // roped); swiglu's gate and up as one [..., 2 * ffn], each row's gate first.
+  bool packed = false;
   // The node adds its result into the existing contents of its accumulating
   // output (out += result) instead of overwriting it: the only output of
   // matmul (beta = 1), embedding_backward, add and fill (value 0: nothing to
@@ -86,6 +97,15 @@ struct Node {
   bool backward = false;  // emitted by autodiff
   bool recompute = false;  // a clone of a forward node, re-run in the backward pass (graph/recompute.h)
 };
+
+// The dimensions an attention or attention_backward node works on, whether
+// its q, k and v come separately or packed.
+struct AttentionDims {
+  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
+};
+
+class Graph;
+AttentionDims attention_dims(const Graph& g, const Node& n);
 
 class Graph {
  public:

@@ -6,14 +6,30 @@
 
 namespace spillway::model {
 
-LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, int64_t seq) {
+LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, int64_t seq,
+                       const LlamaGraphOptions& options) {
   c.validate("llama config");
   LlamaGraph m;
   const int64_t d = c.hidden_size, hd = c.head_dim();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
+  int tensors = 0;  // checkpoint tensors named so far
   auto param = [&](const std::string& name, Shape shape) {
     graph::Value v = b.parameter(name, std::move(shape));
     m.parameters.push_back(v);
+    m.parameter_parts.push_back({tensors++});
+    return v;
+  };
+  // Checkpoint tensors of `rows` rows each (and d columns), stacked.
+  auto stacked = [&](const std::string& name, std::initializer_list<int64_t> rows) {
+    std::vector<int> parts;
+    int64_t total = 0;
+    for (int64_t r : rows) {
+      parts.push_back(tensors++);
+      total += r;
+    }
+    graph::Value v = b.parameter(name, Shape{total, d});
+    m.parameters.push_back(v);
+    m.parameter_parts.push_back(std::move(parts));
     return v;
   };
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(hd, c.rope_theta, c.rope_scaling));
@@ -25,28 +41,43 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     auto layer = b.scope("model.layers." + std::to_string(i));
+    const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     graph::Value ln1 = param("input_layernorm.weight", Shape{d});
-    graph::Value wq = param("self_attn.q_proj.weight", Shape{heads * hd, d});
-    graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
-    graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
+    graph::Value a;
+    if (options.fused_projections) {
+      graph::Value wqkv = stacked("self_attn.qkv_proj.weight", {heads * hd, kv_heads * hd, kv_heads * hd});
+      graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
+      graph::Value qkv = b.rope(b.linear(x, wqkv, "self_attn.qkv_proj"), heads + 2 * kv_heads, inv_freq, 0,
+                                "self_attn.qk_rope", heads + kv_heads);
+      a = b.attention_packed(qkv, heads, kv_heads, scale, "self_attn.attention");
+    } else {
+      graph::Value wq = param("self_attn.q_proj.weight", Shape{heads * hd, d});
+      graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
+      graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
+      graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
+      graph::Value q = b.rope(b.linear(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
+      graph::Value k = b.rope(b.linear(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
+      graph::Value v = b.linear(x, wv, "self_attn.v_proj");
+      a = b.attention(q, k, v, heads, kv_heads, scale, "self_attn.attention");
+    }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
-    graph::Value ln2 = param("post_attention_layernorm.weight", Shape{d});
-    graph::Value wg = param("mlp.gate_proj.weight", Shape{c.intermediate_size, d});
-    graph::Value wu = param("mlp.up_proj.weight", Shape{c.intermediate_size, d});
-    graph::Value wd = param("mlp.down_proj.weight", Shape{d, c.intermediate_size});
-
-    graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
-    graph::Value q = b.rope(b.linear(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
-    graph::Value k = b.rope(b.linear(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
-    graph::Value v = b.linear(x, wv, "self_attn.v_proj");
-    graph::Value a = b.attention(q, k, v, heads, kv_heads, 1.0 / std::sqrt(static_cast<double>(hd)),
-                                 "self_attn.attention");
     h = b.add(h, b.linear(a, wo, "self_attn.o_proj"), "attn_residual");
-
-    x = b.rmsnorm(h, ln2, c.rms_norm_eps, "post_attention_layernorm");
-    graph::Value gate = b.linear(x, wg, "mlp.gate_proj");
-    graph::Value up = b.linear(x, wu, "mlp.up_proj");
-    h = b.add(h, b.linear(b.swiglu(gate, up, "mlp.swiglu"), wd, "mlp.down_proj"), "mlp_residual");
+    graph::Value ln2 = param("post_attention_layernorm.weight", Shape{d});
+    graph::Value x = b.rmsnorm(h, ln2, c.rms_norm_eps, "post_attention_layernorm");
+    graph::Value act;
+    if (options.fused_projections) {
+      const int64_t ffn = c.intermediate_size;
+      graph::Value wgu = stacked("mlp.gate_up_proj.weight", {ffn, ffn});
+      act = b.swiglu_packed(b.linear(x, wgu, "mlp.gate_up_proj"), "mlp.swiglu");
+    } else {
+      graph::Value wg = param("mlp.gate_proj.weight", Shape{c.intermediate_size, d});
+      graph::Value wu = param("mlp.up_proj.weight", Shape{c.intermediate_size, d});
+      graph::Value gate = b.linear(x, wg, "mlp.gate_proj");
+      graph::Value up = b.linear(x, wu, "mlp.up_proj");
+      act = b.swiglu(gate, up, "mlp.swiglu");
+    }
+    graph::Value wd = param("mlp.down_proj.weight", Shape{d, c.intermediate_size});
+    h = b.add(h, b.linear(act, wd, "mlp.down_proj"), "mlp_residual");
   }
 
   graph::Value norm = param("model.norm.weight", Shape{d});

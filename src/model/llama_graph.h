@@ -9,14 +9,28 @@
 
 namespace spillway::model {
 
+struct LlamaGraphOptions {
+  // Each layer's q, k and v projections as one matmul, and gate and up as
+  // another, over a weight that stacks the checkpoint's tensors by rows: one
+  // wide GEMM (and one for each gradient) instead of two or three narrow
+  // ones; rope and attention read the stacked q|k|v output as it is.
+  bool fused_projections = false;
+};
+
 struct LlamaGraph {
   graph::Value tokens;   // [batch, seq] i32
   graph::Value targets;  // [batch, seq] i32, negative = not counted
   graph::Value logits;   // [batch, seq, vocab]
   graph::Value loss;     // mean cross-entropy, one element
   std::vector<graph::Value> parameters;  // in checkpoint order
+  // parameter_parts[i]: the checkpoint tensors (their indices in checkpoint
+  // order, LlamaWeights::tensors()) that parameters[i] stacks by rows, in
+  // that order. One each, the same index, without fused projections; a
+  // caller binds parameters[i] to memory holding those tensors back to back.
+  std::vector<std::vector<int>> parameter_parts;
 };
 
-LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& config, int64_t batch, int64_t seq);
+LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& config, int64_t batch, int64_t seq,
+                       const LlamaGraphOptions& options = {});
 
 }  // namespace spillway::model

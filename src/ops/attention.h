@@ -29,6 +29,12 @@ struct AttentionShape {
   int64_t q_heads = 1;
   int64_t kv_heads = 1;
   int64_t head_dim = 1;
+  // q, k and v (and dq, dk, dv) are column blocks of one packed
+  // [batch, seq, (q_heads + 2 kv_heads) * head_dim] tensor, a row apart by
+  // that width; out and dout stay [batch, seq, q_heads * head_dim]. Only
+  // cuDNN reads this layout; the own kernels and the CPU reference refuse it
+  // (their callers unpack).
+  bool packed_qkv = false;
 };
 
 template <typename T>

@@ -37,6 +37,7 @@ bool worth_threads(const AttentionShape& s) {
 }
 
 void check_shape(const AttentionShape& s) {
+  SPW_CHECK(!s.packed_qkv, "attention", "the CPU kernel takes q, k and v as separate tensors, not packed");
   SPW_CHECK(s.batch >= 0 && s.seq >= 0, "attention", "negative size: batch ", s.batch, ", seq ",
             s.seq);
   SPW_CHECK(s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0, "attention",

@@ -490,6 +490,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 void check_shape(const AttentionShape& s, const char* thing) {
+  SPW_CHECK(!s.packed_qkv, thing, "the own kernel takes q, k and v as separate tensors, not packed");
   SPW_CHECK(s.batch >= 0 && s.seq >= 0, thing, "negative size: batch ", s.batch, ", seq ", s.seq);
   SPW_CHECK(s.q_heads > 0 && s.kv_heads > 0 && s.head_dim > 0, thing,
             "q_heads, kv_heads and head_dim must be positive, got ", s.q_heads, ", ", s.kv_heads,

@@ -51,13 +51,16 @@ void check_shape(const AttentionShape& s) {
 bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
 
 // cuDNN sees [batch, heads, seq, head_dim] with the strides of our
-// [batch, seq, heads * head_dim] layout.
+// [batch, seq, heads * head_dim] layout, whose rows are `row` elements apart
+// (wider than heads * head_dim when q, k and v are packed in one tensor).
 fe::graph::Tensor_attributes& lay_out_activation(fe::graph::Tensor_attributes& t, const char* name,
                                                  Uid uid, const AttentionShape& s, int64_t heads) {
+  const bool packed = s.packed_qkv && uid != kOut && uid != kDout;
+  const int64_t row = packed ? (s.q_heads + 2 * s.kv_heads) * s.head_dim : heads * s.head_dim;
   return t.set_name(name)
       .set_uid(uid)
       .set_dim({s.batch, heads, s.seq, s.head_dim})
-      .set_stride({s.seq * heads * s.head_dim, s.head_dim, heads * s.head_dim, 1});
+      .set_stride({s.seq * row, s.head_dim, row, 1});
 }
 
 // The softmax stats, packed [batch, q_heads, seq, 1]: our lse layout.
@@ -156,7 +159,7 @@ CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double s
   check_shape(shape);
   const float scale_f = static_cast<float>(scale);
   const PlanKey key{shape.batch,    shape.seq, shape.q_heads, shape.kv_heads,
-                    shape.head_dim, std::bit_cast<uint32_t>(scale_f), pass};
+                    shape.head_dim, std::bit_cast<uint32_t>(scale_f), pass, shape.packed_qkv};
   auto found = plans_.find(key);
   if (found != plans_.end()) return *found->second;
 

@@ -54,7 +54,9 @@ class CudnnAttention {
   uint64_t workspace_bytes(const AttentionShape& shape, double scale, AttentionPass pass);
 
   // Throw spillway::Error naming the cuDNN call when cuDNN refuses the shape
-  // or fails. Pointers to bf16 tensors must be 16-byte aligned.
+  // or fails. Pointers to bf16 tensors must be 16-byte aligned. With
+  // shape.packed_qkv, q, k, v (dq, dk, dv) point at the column blocks of one
+  // packed tensor: base, base + q_heads * head_dim, base + (q_heads + kv_heads) * head_dim.
   void forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
                const AttentionShape& shape, double scale, void* workspace, cudaStream_t stream);
   void backward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* out,
@@ -63,7 +65,7 @@ class CudnnAttention {
 
  private:
   struct Plan;
-  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, AttentionPass>;
+  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, AttentionPass, bool>;
 
   Plan& plan(const AttentionShape& shape, double scale, AttentionPass pass);
   void bind_stream(cudaStream_t stream);

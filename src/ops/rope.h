@@ -8,6 +8,11 @@
 //   out[i + h]  = x[i + h] * cos(angle) + x[i] * sin(angle),   h = head_dim / 2
 // Backward rotates by -angle: dx = R(-angle) dout. dx may alias dout.
 //
+// `rotated_heads` (default: all) rotates only the first that many heads of
+// each token and copies the rest unchanged: a fused q|k|v projection's output
+// [batch, seq, (q_heads + 2 kv_heads) * head_dim] goes through one rope with
+// q_heads + kv_heads rotated and v carried along.
+//
 // rope_inv_freq follows transformers' default and "llama3" rope types,
 // computed in float32 as transformers does, so logits match it:
 //   inv_freq[i] = 1 / theta^(2i / head_dim)
@@ -35,11 +40,11 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta, const RopeScali
 
 template <typename T>
 void rope_forward(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                  const float* inv_freq, int64_t pos0);
+                  const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1);
 
 template <typename T>
 void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, const float* inv_freq, int64_t pos0);
+                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1);
 
 }  // namespace spillway::ops
 
@@ -57,10 +62,10 @@ namespace spillway::ops {
 // out may alias x (dx may alias dout). head_dim up to 8192.
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
                        int64_t head_dim, const float* inv_freq, int64_t pos0,
-                       cudaStream_t stream);
+                       cudaStream_t stream, int64_t rotated_heads = -1);
 void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
                         int64_t head_dim, const float* inv_freq, int64_t pos0,
-                        cudaStream_t stream);
+                        cudaStream_t stream, int64_t rotated_heads = -1);
 
 }  // namespace spillway::ops
 #endif

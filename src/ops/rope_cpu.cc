@@ -1,5 +1,6 @@
 #include "ops/rope.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <vector>
@@ -10,20 +11,24 @@ namespace spillway::ops {
 
 namespace {
 
-void check_rope_shape(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim) {
+// The number of leading heads to rotate (-1: all of them).
+int64_t check_rope_shape(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, int64_t rotated_heads) {
   SPW_CHECK(batch >= 0 && seq >= 0 && heads >= 0, "rope",
             "negative size: batch ", batch, ", seq ", seq, ", heads ", heads);
   SPW_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope",
             "head_dim must be positive and even, got ", head_dim);
+  SPW_CHECK(rotated_heads <= heads, "rope", "cannot rotate ", rotated_heads, " of ", heads, " heads");
+  return rotated_heads < 0 ? heads : rotated_heads;
 }
 
-// Rotates every head of every token by +angle (sign 1) or -angle (sign -1).
+// Rotates the first `rotated` heads of every token by +angle (sign 1) or
+// -angle (sign -1) and copies the others.
 // cos and sin depend only on the token, so each (batch, token) computes them
 // once and reuses them across heads. Each pair (i, i + half) is read before it
 // is written, which is what lets out alias x.
 template <typename T>
 void rotate(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, T sign) {
+            const float* inv_freq, int64_t pos0, T sign, int64_t rotated) {
   const int64_t half = head_dim / 2;
   const int64_t row = heads * head_dim;
 #pragma omp parallel if (batch * seq * row > (1 << 14))
@@ -43,6 +48,10 @@ void rotate(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64
         for (int64_t h = 0; h < heads; ++h) {
           const T* xh = x + offset + h * head_dim;
           T* oh = out + offset + h * head_dim;
+          if (h >= rotated) {
+            std::copy(xh, xh + head_dim, oh);
+            continue;
+          }
           for (int64_t i = 0; i < half; ++i) {
             const T lo = xh[i];
             const T hi = xh[i + half];
@@ -103,25 +112,25 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta, const RopeScali
 
 template <typename T>
 void rope_forward(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                  const float* inv_freq, int64_t pos0) {
-  check_rope_shape(batch, seq, heads, head_dim);
-  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, T(1));
+                  const float* inv_freq, int64_t pos0, int64_t rotated_heads) {
+  const int64_t rotated = check_rope_shape(batch, seq, heads, head_dim, rotated_heads);
+  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, T(1), rotated);
 }
 
 template <typename T>
 void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, const float* inv_freq, int64_t pos0) {
-  check_rope_shape(batch, seq, heads, head_dim);
-  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, T(-1));
+                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads) {
+  const int64_t rotated = check_rope_shape(batch, seq, heads, head_dim, rotated_heads);
+  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, T(-1), rotated);
 }
 
 template void rope_forward<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                                  const float*, int64_t);
+                                  const float*, int64_t, int64_t);
 template void rope_forward<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                   const float*, int64_t);
+                                   const float*, int64_t, int64_t);
 template void rope_backward<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                                   const float*, int64_t);
+                                   const float*, int64_t, int64_t);
 template void rope_backward<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                    const float*, int64_t);
+                                    const float*, int64_t, int64_t);
 
 }  // namespace spillway::ops

@@ -45,14 +45,15 @@ __device__ inline void store_narrowed(__nv_bfloat16* p, const float (&f)[1]) {
   *p = __float2bfloat16_rn(f[0]);
 }
 
-// Block b rotates tokens [b * tokens_per_block, ...). Each thread reads all
+// Block b rotates tokens [b * tokens_per_block, ...); heads from
+// rotated_heads on are copied as they are. Each thread reads all
 // the elements of a step before writing any, and no two threads share an
 // element, which is what lets out alias x.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const __nv_bfloat16* x, __nv_bfloat16* out, int64_t tokens, int64_t seq, int heads,
                 int head_dim, const float* __restrict__ inv_freq, int64_t pos0, float sign,
-                int tokens_per_block) {
+                int tokens_per_block, int rotated_heads) {
   extern __shared__ float table[];  // cos [tokens_per_block][half], then sin
   const int half = head_dim / 2;
   const int64_t token0 = int64_t(blockIdx.x) * tokens_per_block;
@@ -67,6 +68,7 @@ __global__ void __launch_bounds__(kThreads)
   Raw lo[kItemsPerThread], hi[kItemsPerThread];
   int64_t at[kItemsPerThread];
   int angle_at[kItemsPerThread];
+  bool rotates[kItemsPerThread];
   auto load_step = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kItemsPerThread; ++u) {
@@ -78,6 +80,7 @@ __global__ void __launch_bounds__(kThreads)
         const int i0 = (rem - h * chunks) * V;
         at[u] = ((token0 + t) * heads + h) * head_dim + i0;
         angle_at[u] = t * half + i0;
+        rotates[u] = h < rotated_heads;
         lo[u] = *reinterpret_cast<const Raw*>(x + at[u]);
         hi[u] = *reinterpret_cast<const Raw*>(x + at[u] + half);
       }
@@ -86,7 +89,10 @@ __global__ void __launch_bounds__(kThreads)
   auto rotate_step = [&](int base) {
 #pragma unroll
     for (int u = 0; u < kItemsPerThread; ++u) {
-      if (base + u * kThreads < items) {
+      if (base + u * kThreads < items && !rotates[u]) {
+        *reinterpret_cast<Raw*>(out + at[u]) = lo[u];
+        *reinterpret_cast<Raw*>(out + at[u] + half) = hi[u];
+      } else if (base + u * kThreads < items) {
         float l[V], h[V], new_lo[V], new_hi[V];
         widen(lo[u], l);
         widen(hi[u], h);
@@ -125,7 +131,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int V>
 void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, float sign, cudaStream_t stream) {
+            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, cudaStream_t stream) {
   if (tokens == 0 || heads == 0) return;
   const int64_t half = head_dim / 2;
   const int64_t per_token = heads * (half / V);
@@ -137,12 +143,12 @@ void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads
   rope_kernel<V><<<static_cast<unsigned>(blocks), kThreads, shared, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<__nv_bfloat16*>(out), tokens, seq,
       static_cast<int>(heads), static_cast<int>(head_dim), inv_freq, pos0, sign,
-      static_cast<int>(tokens_per_block));
+      static_cast<int>(tokens_per_block), static_cast<int>(rotated_heads));
   SPW_CUDA(cudaGetLastError());
 }
 
 void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, float sign, cudaStream_t stream) {
+            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, cudaStream_t stream) {
   SPW_CHECK(batch >= 0 && seq >= 0 && heads >= 0, "rope", "negative size: batch ", batch, ", seq ",
             seq, ", heads ", heads);
   SPW_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be positive and even, got ",
@@ -150,27 +156,30 @@ void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
   SPW_CHECK(head_dim <= 2 * kTableEntries && heads * head_dim < (int64_t(1) << 31), "rope",
             "the GPU kernel takes head_dim up to ", 2 * kTableEntries,
             " and heads * head_dim below 2^31, got head_dim ", head_dim, ", heads ", heads);
+  SPW_CHECK(rotated_heads <= heads, "rope", "cannot rotate ", rotated_heads, " of ", heads, " heads");
+  if (rotated_heads < 0) rotated_heads = heads;
   const int64_t tokens = batch * seq;
   const bool aligned =
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
   if ((head_dim / 2) % 8 == 0 && aligned) {
-    launch<8>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, stream);
+    launch<8>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, stream);
   } else {
-    launch<1>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, stream);
+    launch<1>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, stream);
   }
 }
 
 }  // namespace
 
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
-                       int64_t head_dim, const float* inv_freq, int64_t pos0, cudaStream_t stream) {
-  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, 1.0f, stream);
+                       int64_t head_dim, const float* inv_freq, int64_t pos0, cudaStream_t stream,
+                       int64_t rotated_heads) {
+  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, 1.0f, rotated_heads, stream);
 }
 
 void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
                         int64_t head_dim, const float* inv_freq, int64_t pos0,
-                        cudaStream_t stream) {
-  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, -1.0f, stream);
+                        cudaStream_t stream, int64_t rotated_heads) {
+  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, -1.0f, rotated_heads, stream);
 }
 
 }  // namespace spillway::ops

@@ -66,8 +66,29 @@ void swiglu_backward<float>(const float* dout, const float* gate, const float* u
   for (int64_t i = vectors * V::kLanes; i < n; ++i) step(dout[i], gate[i], up[i], dgate[i], dup[i]);
 }
 
+// Row by row through the kernels above, so the packed results are theirs bit for bit.
+template <typename T>
+void swiglu_packed_forward(const T* gate_up, T* out, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    swiglu_forward(gate_up + 2 * r * cols, gate_up + (2 * r + 1) * cols, out + r * cols, cols);
+  }
+}
+
+template <typename T>
+void swiglu_packed_backward(const T* dout, const T* gate_up, T* dgate_up, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    swiglu_backward(dout + r * cols, gate_up + 2 * r * cols, gate_up + (2 * r + 1) * cols, dgate_up + 2 * r * cols,
+                    dgate_up + (2 * r + 1) * cols, cols);
+  }
+}
+
 template void swiglu_forward<double>(const double*, const double*, double*, int64_t);
 template void swiglu_backward<double>(const double*, const double*, const double*, double*,
                                       double*, int64_t);
+
+template void swiglu_packed_forward<float>(const float*, float*, int64_t, int64_t);
+template void swiglu_packed_forward<double>(const double*, double*, int64_t, int64_t);
+template void swiglu_packed_backward<float>(const float*, const float*, float*, int64_t, int64_t);
+template void swiglu_packed_backward<double>(const double*, const double*, double*, int64_t, int64_t);
 
 }  // namespace spillway::ops

@@ -94,7 +94,64 @@ struct SwigluBackward {
   }
 };
 
+// A fused gate|up output [rows, 2 * cols]: element i of out (row i / cols)
+// reads its gate at i + (i / cols) * cols and its up cols further on. The
+// eight elements of a vector share a row when cols % 8 == 0.
+__device__ inline int64_t gate_at(int64_t i, int64_t cols) { return i + (i / cols) * cols; }
+
+struct SwigluPackedForward {
+  const __nv_bfloat16* gate_up;
+  __nv_bfloat16* out;
+  int64_t cols;
+
+  __device__ void vector(int64_t i) const {
+    const int64_t g_at = gate_at(i, cols);
+    SwigluForward{gate_up + g_at - i, gate_up + g_at + cols - i, out}.vector(i);
+  }
+  __device__ void scalar(int64_t i) const {
+    const int64_t g_at = gate_at(i, cols);
+    SwigluForward{gate_up + g_at - i, gate_up + g_at + cols - i, out}.scalar(i);
+  }
+};
+
+struct SwigluPackedBackward {
+  const __nv_bfloat16* dout;
+  const __nv_bfloat16* gate_up;
+  __nv_bfloat16* dgate_up;
+  int64_t cols;
+
+  // The unpacked op, its gate and up pointers shifted so that its index i lands on row i / cols.
+  __device__ SwigluBackward at(int64_t i) const {
+    const int64_t shift = gate_at(i, cols) - i;
+    return SwigluBackward{dout, gate_up + shift, gate_up + shift + cols, dgate_up + shift, dgate_up + shift + cols};
+  }
+  __device__ void vector(int64_t i) const { at(i).vector(i); }
+  __device__ void scalar(int64_t i) const { at(i).scalar(i); }
+};
+
+// The vector path needs every row's gate and up on 16-byte boundaries.
+int64_t packed_head(int64_t cols, std::initializer_list<std::pair<const void*, int>> pointers) {
+  return cols % 8 == 0 && vector_head(pointers, 8) == 0 ? 0 : -1;
+}
+
 }  // namespace
+
+void swiglu_packed_forward_cuda(const bf16* gate_up, bf16* out, int64_t rows, int64_t cols, cudaStream_t stream) {
+  SPW_CHECK(rows >= 0 && cols > 0, "swiglu", "bad packed shape: ", rows, " rows of ", cols, " columns");
+  const SwigluPackedForward op{reinterpret_cast<const __nv_bfloat16*>(gate_up),
+                               reinterpret_cast<__nv_bfloat16*>(out), cols};
+  launch_elementwise<8>("swiglu", op, rows * cols, packed_head(cols, {{gate_up, 2}, {out, 2}}), stream);
+}
+
+void swiglu_packed_backward_cuda(const bf16* dout, const bf16* gate_up, bf16* dgate_up, int64_t rows, int64_t cols,
+                                 cudaStream_t stream) {
+  SPW_CHECK(rows >= 0 && cols > 0, "swiglu", "bad packed shape: ", rows, " rows of ", cols, " columns");
+  const SwigluPackedBackward op{reinterpret_cast<const __nv_bfloat16*>(dout),
+                                reinterpret_cast<const __nv_bfloat16*>(gate_up),
+                                reinterpret_cast<__nv_bfloat16*>(dgate_up), cols};
+  launch_elementwise<8>("swiglu", op, rows * cols, packed_head(cols, {{dout, 2}, {gate_up, 2}, {dgate_up, 2}}),
+                        stream);
+}
 
 void swiglu_forward_cuda(const bf16* gate, const bf16* up, bf16* out, int64_t n,
                          cudaStream_t stream) {

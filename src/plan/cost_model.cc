@@ -30,12 +30,12 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
     c.flops = 2.0 * static_cast<double>(out.numel()) * k;
     compute_s = c.flops / r.gemm_flops;
   } else if (n.kind == OpKind::attention || n.kind == OpKind::attention_backward) {
-    const auto& q = g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
-    const double b = static_cast<double>(q[0]), s = static_cast<double>(q[1]);
-    const double d = static_cast<double>(q.last());  // heads * head_dim
+    const graph::AttentionDims a = graph::attention_dims(g, n);
+    const double b = static_cast<double>(a.batch), s = static_cast<double>(a.seq);
+    const double head_dim = static_cast<double>(a.head_dim);
+    const double d = static_cast<double>(a.heads) * head_dim;
     const double forward = 2.0 * 2.0 * b * s * s * d / 2.0;
     c.flops = n.kind == OpKind::attention ? forward : 2.5 * forward;
-    const double head_dim = d / static_cast<double>(std::max<int64_t>(n.attrs.heads, 1));
     compute_s = c.flops / (head_dim <= 64 ? r.attention_flops_head_dim_64 : r.attention_flops);
   }
   c.seconds = std::max(compute_s, c.bytes / r.memory_bytes);

@@ -42,6 +42,8 @@ struct EngineOptions {
   std::string recompute = "none";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
   bool cuda_graph = false;           // all-on-device GPU engine: capture the step once and replay it
+  // All-on-device GPU engine: q|k|v as one matmul (model/llama_graph.h).
+  bool fused_projections = true;
 };
 
 class Engine {

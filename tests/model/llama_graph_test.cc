@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <tuple>
 
 #include "device/cpu/cpu_device.h"
 #include "exec/executor.h"
@@ -111,6 +112,68 @@ TEST(LlamaGraph, ParametersHaveHuggingFaceNames) {
   EXPECT_EQ(g.value(m.parameters.back()).name, "lm_head.weight");
   EXPECT_EQ(m.parameters.size(), 1u + 2 * 9 + 2);
   EXPECT_EQ(g.value(m.logits).shape, (Shape{1, 3, 11}));
+}
+
+// The stacked q|k|v weight (one matmul, rope over the packed output, attention
+// reading it in place) computes the same step as the checkpoint's three
+// projections: same loss, and each stacked gradient is the three gradients
+// back to back.
+TEST_P(LlamaGradient, FusedProjectionsTrainLikeTheCheckpointsProjections) {
+  const LlamaConfig config = tiny_config(GetParam());
+  const int64_t batch = 2, seq = 5;
+  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
+  struct Run {
+    graph::Graph graph;
+    LlamaGraph model;
+    graph::Gradients grads;
+  } plain, fused;
+  for (Run* r : {&plain, &fused}) {
+    graph::Builder b(r->graph, DType::f64);
+    r->model = build_llama(b, config, batch, seq, {.fused_projections = r == &fused});
+    r->graph.mark_output(r->model.loss);
+    r->grads = graph::append_backward(b, r->model.loss, r->model.parameters);
+  }
+  ASSERT_EQ(plain.model.parameters.size(), fused.model.parameters.size() + 3 * config.num_hidden_layers);
+
+  // The checkpoint's tensors, and the same numbers stacked for the fused graph.
+  std::vector<std::vector<double>> tensors;
+  for (size_t i = 0; i < plain.model.parameters.size(); ++i) {
+    tensors.push_back(
+        testing::random_vector(plain.graph.value(plain.model.parameters[i]).shape.numel(), 300 + i, -0.6, 0.6));
+  }
+  std::vector<std::vector<double>> stacked;
+  int next = 0;
+  for (size_t i = 0; i < fused.model.parameters.size(); ++i) {
+    stacked.emplace_back();
+    for (int t : fused.model.parameter_parts[i]) {
+      EXPECT_EQ(t, next++) << "parts must list the checkpoint's tensors once each, in order";
+      stacked.back().insert(stacked.back().end(), tensors[static_cast<size_t>(t)].begin(),
+                            tensors[static_cast<size_t>(t)].end());
+    }
+    EXPECT_EQ(static_cast<int64_t>(stacked.back().size()), fused.graph.value(fused.model.parameters[i]).shape.numel());
+  }
+  EXPECT_EQ(next, static_cast<int>(tensors.size()));
+
+  Inputs in = random_inputs(config, batch, seq, 11);
+  exec::CpuExecutor run_plain(plain.graph, *space), run_fused(fused.graph, *space);
+  for (auto [run, r, params] : {std::tuple{&run_plain, &plain, &tensors}, std::tuple{&run_fused, &fused, &stacked}}) {
+    run->bind(r->model.tokens, std::span<int32_t>(in.tokens));
+    run->bind(r->model.targets, std::span<int32_t>(in.targets));
+    for (size_t i = 0; i < params->size(); ++i) run->bind(r->model.parameters[i], std::span<double>((*params)[i]));
+    run->run();
+  }
+  EXPECT_NEAR(run_fused.read<double>(fused.model.loss)[0], run_plain.read<double>(plain.model.loss)[0], 1e-12);
+  for (size_t i = 0; i < fused.model.parameters.size(); ++i) {
+    std::span<const double> g = run_fused.read<double>(fused.grads[fused.model.parameters[i]]);
+    size_t at = 0;
+    for (int t : fused.model.parameter_parts[i]) {
+      std::span<const double> want = run_plain.read<double>(plain.grads[plain.model.parameters[static_cast<size_t>(t)]]);
+      std::vector<double> got(g.begin() + static_cast<std::ptrdiff_t>(at), g.begin() + static_cast<std::ptrdiff_t>(at + want.size()));
+      EXPECT_LT(testing::rel_error(got, std::vector<double>(want.begin(), want.end())), 1e-12)
+          << plain.graph.value(plain.model.parameters[static_cast<size_t>(t)]).name;
+      at += want.size();
+    }
+  }
 }
 
 }  // namespace

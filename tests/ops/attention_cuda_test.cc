@@ -183,6 +183,65 @@ struct Cudnn final : Implementation {
   CudnnAttention attention;
 };
 
+// cuDNN reading q, k and v as the column blocks of one packed tensor, and
+// writing dq, dk and dv into one (AttentionShape::packed_qkv): the test packs
+// the dense inputs on the device and unpacks the gradients, whose packed
+// buffer starts poisoned, so a block cuDNN left unwritten fails.
+struct PackedCudnn final : Implementation {
+  explicit PackedCudnn(CudnnBackwardOrder order) : attention(order) {}
+  static AttentionShape packed(AttentionShape s) {
+    s.packed_qkv = true;
+    return s;
+  }
+  // Copies the three blocks between the dense tensors and the packed one.
+  static void copy(const AttentionShape& s, bf16* packed, bf16* const (&dense)[3], bool to_packed) {
+    const int64_t rows = s.batch * s.seq, width = (s.q_heads + 2 * s.kv_heads) * s.head_dim;
+    const int64_t cols[3] = {s.q_heads * s.head_dim, s.kv_heads * s.head_dim, s.kv_heads * s.head_dim};
+    int64_t at = 0;
+    for (int i = 0; i < 3; ++i) {
+      const size_t pitch = static_cast<size_t>(width) * 2, dense_pitch = static_cast<size_t>(cols[i]) * 2;
+      if (to_packed) {
+        SPW_CUDA(cudaMemcpy2D(packed + at, pitch, dense[i], dense_pitch, dense_pitch, static_cast<size_t>(rows),
+                              cudaMemcpyDeviceToDevice));
+      } else {
+        SPW_CUDA(cudaMemcpy2D(dense[i], dense_pitch, packed + at, pitch, dense_pitch, static_cast<size_t>(rows),
+                              cudaMemcpyDeviceToDevice));
+      }
+      at += cols[i];
+    }
+  }
+  static int64_t packed_numel(const AttentionShape& s) { return q_numel(s) + 2 * kv_numel(s); }
+  bool has_backward(const AttentionShape& s, double scale) override {
+    return attention.supports(packed(s), scale, AttentionPass::kBackward);
+  }
+  void forward(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse, const AttentionShape& s,
+               double scale) override {
+    const AttentionShape ps = packed(s);
+    DeviceBuffer<bf16> qkv(packed_numel(s));
+    copy(s, qkv.get(), {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v)}, true);
+    DeviceBuffer<unsigned char> workspace(
+        static_cast<int64_t>(attention.workspace_bytes(ps, scale, AttentionPass::kForward)));
+    const int64_t kv_at = s.q_heads * s.head_dim, v_at = kv_at + s.kv_heads * s.head_dim;
+    attention.forward(qkv.get(), qkv.get() + kv_at, qkv.get() + v_at, out, lse, ps, scale, workspace.get(), nullptr);
+    SPW_CUDA(cudaDeviceSynchronize());
+  }
+  void backward(const bf16* dout, const bf16* q, const bf16* k, const bf16* v, const bf16* out, const float* lse,
+                bf16* dq, bf16* dk, bf16* dv, const AttentionShape& s, double scale) override {
+    const AttentionShape ps = packed(s);
+    DeviceBuffer<bf16> qkv(packed_numel(s)), dqkv(packed_numel(s));
+    copy(s, qkv.get(), {const_cast<bf16*>(q), const_cast<bf16*>(k), const_cast<bf16*>(v)}, true);
+    dqkv.poison();
+    DeviceBuffer<unsigned char> workspace(
+        static_cast<int64_t>(attention.workspace_bytes(ps, scale, AttentionPass::kBackward)));
+    const int64_t kv_at = s.q_heads * s.head_dim, v_at = kv_at + s.kv_heads * s.head_dim;
+    attention.backward(dout, qkv.get(), qkv.get() + kv_at, qkv.get() + v_at, out, lse, dqkv.get(),
+                       dqkv.get() + kv_at, dqkv.get() + v_at, ps, scale, workspace.get(), nullptr);
+    copy(s, dqkv.get(), {dq, dk, dv}, false);
+    SPW_CUDA(cudaDeviceSynchronize());
+  }
+  CudnnAttention attention;
+};
+
 // Runs forward on (q, k, v) and, where the implementation has it, backward
 // on (dout, q, k, v, out, lse), with every output poisoned first. `misalign` offsets the input pointers by one
 // element (2 bytes), off every vector boundary.
@@ -382,6 +441,21 @@ TEST(AttentionCudaTest, CudnnDeterministicOrderIsBitwiseRepeatable) {
   EXPECT_EQ(std::memcmp(a.dq_bits.data(), b.dq_bits.data(), a.dq_bits.size() * 2), 0);
   EXPECT_EQ(std::memcmp(a.dk_bits.data(), b.dk_bits.data(), a.dk_bits.size() * 2), 0);
   EXPECT_EQ(std::memcmp(a.dv_bits.data(), b.dv_bits.data(), a.dv_bits.size() * 2), 0);
+}
+
+// The fused q|k|v projection's layout: the same results as separate tensors.
+TEST(AttentionCudaTest, CudnnReadsPackedQkvInPlace) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<Case> all = llama_cases();
+  for (CudnnBackwardOrder order : {CudnnBackwardOrder::kDeterministic, CudnnBackwardOrder::kAtomic}) {
+    PackedCudnn packed(order);
+    uint64_t seed = 1200;
+    for (const Case& c : {all[3], all[4], all[7], all[10]}) {
+      SCOPED_TRACE(describe(c.shape, c.scale));
+      const Problem p = make_problem(c.shape, c.scale, seed += 10);
+      expect_matches_cpu(run(packed, p), p);
+    }
+  }
 }
 
 // cuDNN needs head_dim a multiple of 8: it says so instead of failing, and

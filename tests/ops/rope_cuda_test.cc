@@ -81,6 +81,42 @@ TEST(RopeCuda, ForwardAndBackwardMatchCpu) {
   }
 }
 
+// The fused q|k|v projection's output of LLaMA-3.2-1B (32 + 8 heads rotated,
+// 8 carried) and a small odd one: the GPU against the CPU, with the carried
+// heads bit for bit.
+TEST(RopeCuda, RotatesOnlyTheLeadingHeadsOfAPackedRow) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (const RopeCase& c : {RopeCase{2, 33, 48, 64, 0, true}, RopeCase{1, 5, 5, 6, 2, false}}) {
+    const int64_t rotated = c.heads == 48 ? 40 : 3;
+    const int64_t n = c.batch * c.seq * c.heads * c.head_dim;
+    const auto inv_freq = inv_freq_for(c);
+    DeviceArray<float> dfreq(inv_freq);
+    const auto x = random_bf16(n, 91);
+    DeviceArray<bf16> in(x), out(static_cast<size_t>(n)), grad(static_cast<size_t>(n));
+    out.poison();
+    grad.poison();
+    rope_forward_cuda(in.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr,
+                      rotated);
+    rope_backward_cuda(in.get(), grad.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr,
+                       rotated);
+    const auto fx = widen(x);
+    std::vector<float> want_out(static_cast<size_t>(n)), want_grad(static_cast<size_t>(n));
+    rope_forward(fx.data(), want_out.data(), c.batch, c.seq, c.heads, c.head_dim, inv_freq.data(), c.pos0, rotated);
+    rope_backward(fx.data(), want_grad.data(), c.batch, c.seq, c.heads, c.head_dim, inv_freq.data(), c.pos0,
+                  rotated);
+    const auto got_out = out.download(), got_grad = grad.download();
+    EXPECT_LT(rel_error(widen(got_out), as_double(want_out)), 1e-2) << "forward, " << describe(c);
+    EXPECT_LT(rel_error(widen(got_grad), as_double(want_grad)), 1e-2) << "backward, " << describe(c);
+    const int64_t row = c.heads * c.head_dim;
+    for (int64_t i = 0; i < n; ++i) {
+      if (i % row < rotated * c.head_dim) continue;
+      const auto at = static_cast<size_t>(i);
+      ASSERT_EQ(got_out[at].bits, x[at].bits) << "forward, element " << i;
+      ASSERT_EQ(got_grad[at].bits, x[at].bits) << "backward, element " << i;
+    }
+  }
+}
+
 TEST(RopeCuda, InPlaceAndUnalignedEqualOutOfPlace) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const RopeCase c{2, 17, 8, 64, 3, true};

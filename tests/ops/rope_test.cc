@@ -241,6 +241,36 @@ TEST(RopeBackward, UndoesForward) {
   }
 }
 
+// A packed q|k|v row: the leading heads rotate exactly as a rope over them
+// alone would, the others come through as they were, in both directions.
+TEST(RopeForward, RotatesOnlyTheLeadingHeadsOfAPackedRow) {
+  const int64_t batch = 2, seq = 5, q_heads = 4, kv_heads = 2, head_dim = 8, pos0 = 3;
+  const int64_t heads = q_heads + 2 * kv_heads, rotated = q_heads + kv_heads, rows = batch * seq;
+  const std::vector<float> inv_freq = rope_inv_freq(head_dim, 10000.0, {});
+  const std::vector<double> x = random_vector(rows * heads * head_dim, 61);
+  for (bool forward : {true, false}) {
+    std::vector<double> got(x.size());
+    (forward ? rope_forward<double> : rope_backward<double>)(x.data(), got.data(), batch, seq, heads, head_dim,
+                                                             inv_freq.data(), pos0, rotated);
+    // The rotated heads alone, through the plain rope.
+    std::vector<double> lead, want_lead(static_cast<size_t>(rows * rotated * head_dim));
+    for (int64_t r = 0; r < rows; ++r) {
+      lead.insert(lead.end(), x.begin() + r * heads * head_dim, x.begin() + (r * heads + rotated) * head_dim);
+    }
+    (forward ? rope_forward<double> : rope_backward<double>)(lead.data(), want_lead.data(), batch, seq, rotated,
+                                                             head_dim, inv_freq.data(), pos0, -1);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < heads * head_dim; ++j) {
+        const size_t at = static_cast<size_t>(r * heads * head_dim + j);
+        const double want = j < rotated * head_dim ? want_lead[static_cast<size_t>(r * rotated * head_dim + j)] : x[at];
+        ASSERT_EQ(got[at], want) << (forward ? "forward" : "backward") << ", row " << r << ", element " << j;
+      }
+    }
+  }
+  std::vector<double> out(x.size());
+  EXPECT_THROW(rope_forward(x.data(), out.data(), batch, seq, heads, head_dim, inv_freq.data(), 0, heads + 1), Error);
+}
+
 TEST(RopeForward, RejectsOddHeadDim) {
   const std::vector<float> inv_freq(4, 1.0f);
   std::vector<float> x(9, 1.0f);

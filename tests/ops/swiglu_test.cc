@@ -82,5 +82,30 @@ TEST(SwiGLU, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// The fused gate|up layout: each row's gate then its up, through the same
+// per-element kernels, so the results equal the separate tensors' exactly.
+TEST(SwiGLU, PackedGateUpEqualsSeparateTensors) {
+  const int64_t rows = 5, cols = 7;
+  const std::vector<double> gate_up = random_vector(2 * rows * cols, 71, -4, 4), dout = random_vector(rows * cols, 72);
+  std::vector<double> gate, up;
+  for (int64_t r = 0; r < rows; ++r) {
+    gate.insert(gate.end(), gate_up.begin() + 2 * r * cols, gate_up.begin() + (2 * r + 1) * cols);
+    up.insert(up.end(), gate_up.begin() + (2 * r + 1) * cols, gate_up.begin() + (2 * r + 2) * cols);
+  }
+  std::vector<double> out(gate.size()), want(gate.size()), dgate(gate.size()), dup(gate.size());
+  std::vector<double> dgate_up(gate_up.size());
+  swiglu_packed_forward(gate_up.data(), out.data(), rows, cols);
+  swiglu_forward(gate.data(), up.data(), want.data(), rows * cols);
+  EXPECT_EQ(out, want);
+  swiglu_packed_backward(dout.data(), gate_up.data(), dgate_up.data(), rows, cols);
+  swiglu_backward(dout.data(), gate.data(), up.data(), dgate.data(), dup.data(), rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < cols; ++j) {
+      EXPECT_EQ(dgate_up[static_cast<size_t>(2 * r * cols + j)], dgate[static_cast<size_t>(r * cols + j)]);
+      EXPECT_EQ(dgate_up[static_cast<size_t>((2 * r + 1) * cols + j)], dup[static_cast<size_t>(r * cols + j)]);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spillway::ops

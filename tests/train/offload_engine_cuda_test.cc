@@ -93,6 +93,10 @@ EngineOptions options(std::string offload) {
   o.grad_clip = 1.0;
   o.offload = std::move(offload);
   o.host_memory = 1ull << 30;
+  // The planned engine runs the checkpoint's separate q, k, v (and gate, up)
+  // matmuls; the resident engine it is compared with must too, since a
+  // stacked GEMM rounds differently.
+  o.fused_projections = false;
   return o;
 }
 

@@ -24,17 +24,44 @@ using graph::OpKind;
 
 namespace {
 
-ops::AttentionShape attention_shape(const Shape& q, const graph::NodeAttrs& a) {
-  return ops::AttentionShape{q[0], q[1], a.heads, a.kv_heads, q.last() / a.heads};
+ops::AttentionShape attention_shape(const Graph& g, const Node& n) {
+  const graph::AttentionDims d = graph::attention_dims(g, n);
+  return ops::AttentionShape{d.batch, d.seq, d.heads, d.kv_heads, d.head_dim, n.attrs.packed};
 }
 
 ops::AttentionPass pass_of(const Node& n) {
   return n.kind == OpKind::attention ? ops::AttentionPass::kForward : ops::AttentionPass::kBackward;
 }
 
-// The query-shaped input: q for the forward pass, q (input 1) for backward.
-const Shape& attention_q_shape(const Graph& g, const Node& n) {
-  return g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
+// The column blocks of a packed q|k|v (see ops::AttentionShape::packed_qkv).
+struct QkvBlocks {
+  int64_t rows, q_cols, kv_cols;
+  explicit QkvBlocks(const ops::AttentionShape& s)
+      : rows(s.batch * s.seq), q_cols(s.q_heads * s.head_dim), kv_cols(s.kv_heads * s.head_dim) {}
+  int64_t width() const { return q_cols + 2 * kv_cols; }
+  uint64_t dense_bytes() const { return static_cast<uint64_t>(rows * width()) * sizeof(bf16); }
+  bf16* q(void* packed) const { return static_cast<bf16*>(packed); }
+  bf16* k(void* packed) const { return static_cast<bf16*>(packed) + q_cols; }
+  bf16* v(void* packed) const { return static_cast<bf16*>(packed) + q_cols + kv_cols; }
+};
+
+// The own kernels take q, k and v as three dense tensors: a packed input is
+// copied apart into `dense` (laid out q, then k, then v), and dense
+// gradients copied back into the packed one, by strided 2-D copies.
+void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* to, cudaStream_t stream) {
+  const int64_t cols[3] = {b.q_cols, b.kv_cols, b.kv_cols};
+  int64_t packed_at = 0, dense_at = 0;
+  for (int64_t c : cols) {
+    const size_t packed_pitch = static_cast<size_t>(b.width()) * sizeof(bf16);
+    const size_t dense_pitch = static_cast<size_t>(c) * sizeof(bf16);
+    const bf16* src = from + (from_packed ? packed_at : dense_at);
+    bf16* dst = to + (from_packed ? dense_at : packed_at);
+    SPW_CUDA(cudaMemcpy2DAsync(dst, from_packed ? dense_pitch : packed_pitch, src,
+                               from_packed ? packed_pitch : dense_pitch, dense_pitch, static_cast<size_t>(b.rows),
+                               cudaMemcpyDeviceToDevice, stream));
+    packed_at += c;
+    dense_at += b.rows * c;
+  }
 }
 
 }  // namespace
@@ -56,7 +83,8 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
         need = std::max(need, ops::embedding_backward_workspace_bytes(in0.numel(), graph.value(n.outputs[0]).shape[0]));
         break;
       case OpKind::cross_entropy:
-        need = std::max(need, ops::cross_entropy_forward_workspace_bytes(in0.rows()));
+        need = std::max(need, n.outputs.size() == 3 ? ops::cross_entropy_forward_backward_workspace_bytes(in0.rows())
+                                                    : ops::cross_entropy_forward_workspace_bytes(in0.rows()));
         break;
       case OpKind::attention:
       case OpKind::attention_backward: {
@@ -64,7 +92,7 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
           cudnn_ = std::make_unique<ops::CudnnAttention>(deterministic ? ops::CudnnBackwardOrder::kDeterministic
                                                                        : ops::CudnnBackwardOrder::kAtomic);
         }
-        const auto shape = attention_shape(attention_q_shape(graph, n), n.attrs);
+        const auto shape = attention_shape(graph, n);
         bool cudnn_ok = false;
         try {
           cudnn_ok = cudnn_->supports(shape, n.attrs.scale, pass_of(n));
@@ -74,9 +102,20 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
           log_warn(std::string(graph::op_name(n.kind)) + " '" + n.name + "' runs on the own kernel: " + e.what());
         }
         use_cudnn_[&n] = cudnn_ok;
-        if (cudnn_ok) need = std::max(need, cudnn_->workspace_bytes(shape, n.attrs.scale, pass_of(n)));
-        else if (n.kind == OpKind::attention_backward)
-          need = std::max(need, ops::attention_backward_cuda_workspace_bytes(shape));
+        if (cudnn_ok) {
+          need = std::max(need, cudnn_->workspace_bytes(shape, n.attrs.scale, pass_of(n)));
+        } else {
+          // The own kernels: dense copies of a packed q|k|v (and of its
+          // gradient), then the backward's row terms.
+          ops::AttentionShape dense = shape;
+          dense.packed_qkv = false;
+          const uint64_t copies = shape.packed_qkv ? QkvBlocks(shape).dense_bytes() : 0;
+          if (n.kind == OpKind::attention_backward) {
+            need = std::max(need, 2 * copies + ops::attention_backward_cuda_workspace_bytes(dense));
+          } else {
+            need = std::max(need, copies);
+          }
+        }
         break;
       }
       default:
@@ -115,6 +154,39 @@ const float* CudaNodeRunner::inv_freq_on_device(const std::vector<float>& inv_fr
   return static_cast<const float*>(ptr);
 }
 
+void CudaNodeRunner::run_packed_attention(const Node& n, const ops::AttentionShape& shape, void* qkv, void* dout,
+                                          void* out_in, void* lse_in, void* out, void* lse, void* dqkv) {
+  const QkvBlocks b(shape);
+  const double scale = n.attrs.scale;
+  const bool forward = n.kind == OpKind::attention;
+  if (use_cudnn_.at(&n)) {
+    if (forward) {
+      cudnn_->forward(b.q(qkv), b.k(qkv), b.v(qkv), static_cast<bf16*>(out), static_cast<float*>(lse), shape, scale,
+                      workspace_, stream_);
+    } else {
+      cudnn_->backward(static_cast<bf16*>(dout), b.q(qkv), b.k(qkv), b.v(qkv), static_cast<bf16*>(out_in),
+                       static_cast<float*>(lse_in), b.q(dqkv), b.k(dqkv), b.v(dqkv), shape, scale, workspace_,
+                       stream_);
+    }
+    return;
+  }
+  ops::AttentionShape dense_shape = shape;
+  dense_shape.packed_qkv = false;
+  bf16* dense = static_cast<bf16*>(workspace_);
+  const int64_t kv_elems = b.rows * b.kv_cols, q_elems = b.rows * b.q_cols;
+  copy_blocks(b, static_cast<const bf16*>(qkv), true, dense, stream_);
+  if (forward) {
+    ops::attention_forward_cuda(dense, dense + q_elems, dense + q_elems + kv_elems, static_cast<bf16*>(out),
+                                static_cast<float*>(lse), dense_shape, scale, stream_);
+    return;
+  }
+  bf16* grads = dense + b.rows * b.width();
+  ops::attention_backward_cuda(static_cast<bf16*>(dout), dense, dense + q_elems, dense + q_elems + kv_elems,
+                               static_cast<bf16*>(out_in), static_cast<float*>(lse_in), grads, grads + q_elems,
+                               grads + q_elems + kv_elems, dense_shape, scale, grads + b.rows * b.width(), stream_);
+  copy_blocks(b, grads, false, static_cast<bf16*>(dqkv), stream_);
+}
+
 void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>& data) {
   auto in = [&](size_t i) { return data[static_cast<size_t>(n.inputs[i].id)]; };
   auto out = [&](size_t i) { return data[static_cast<size_t>(n.outputs[i].id)]; };
@@ -123,10 +195,11 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
   auto ids = [](void* p) { return static_cast<const int32_t*>(p); };
   const auto& a = n.attrs;
   const auto& out0 = g.value(n.outputs[0]);
+  const bool accumulate = a.accumulate && !overwrite_accumulated_;
   switch (n.kind) {
     case OpKind::fill:
       // Accumulating adds zeros (graph.h allows no other value): nothing to do.
-      if (!a.accumulate) ops::fill_cuda(out(0), out0.dtype, out0.shape.numel(), a.fill_value, stream_);
+      if (!accumulate) ops::fill_cuda(out(0), out0.dtype, out0.shape.numel(), a.fill_value, stream_);
       break;
     case OpKind::embedding: {
       const Shape& table = g.value(n.inputs[0]).shape;
@@ -136,7 +209,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     }
     case OpKind::embedding_backward:
       ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
-                                   out0.shape[0], out0.shape[1], workspace_, stream_, a.accumulate);
+                                   out0.shape[0], out0.shape[1], workspace_, stream_, accumulate);
       break;
     case OpKind::rmsnorm: {
       const Shape& x = g.value(n.inputs[0]).shape;
@@ -146,8 +219,10 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     }
     case OpKind::rmsnorm_backward: {
       const Shape& x = g.value(n.inputs[1]).shape;
+      // A fifth input is added to dx (graph/fuse_rmsnorm_add.h).
+      const bf16* dx_addend = n.inputs.size() == 5 ? bf(in(4)) : nullptr;
       ops::rmsnorm_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), f32(in(3)), bf(out(0)), f32(out(1)), x.rows(),
-                                 x.last(), workspace_, stream_, a.accumulate);
+                                 x.last(), workspace_, stream_, accumulate, dx_addend);
       break;
     }
     case OpKind::matmul: {
@@ -163,7 +238,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
                                  out0.dtype, stream_);
       } else {
         matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype,
-                     a.accumulate ? 1.0f : 0.0f, out(0), out0.dtype, stream_);
+                     accumulate ? 1.0f : 0.0f, out(0), out0.dtype, stream_);
       }
       break;
     }
@@ -172,16 +247,20 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       const Shape& s = g.value(n.inputs[0]).shape;
       const int64_t head_dim = s.last() / a.heads;
       const float* freq = inv_freq_on_device(*a.inv_freq);
+      const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
       if (n.kind == OpKind::rope) {
-        ops::rope_forward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_);
+        ops::rope_forward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_, rotated);
       } else {
-        ops::rope_backward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_);
+        ops::rope_backward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_,
+                                rotated);
       }
       break;
     }
     case OpKind::attention: {
-      const auto shape = attention_shape(g.value(n.inputs[0]).shape, a);
-      if (use_cudnn_.at(&n)) {
+      const auto shape = attention_shape(g, n);
+      if (a.packed) {
+        run_packed_attention(n, shape, in(0), nullptr, nullptr, nullptr, out(0), out(1), nullptr);
+      } else if (use_cudnn_.at(&n)) {
         cudnn_->forward(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), f32(out(1)), shape, a.scale, workspace_, stream_);
       } else {
         ops::attention_forward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), f32(out(1)), shape, a.scale, stream_);
@@ -189,8 +268,10 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       break;
     }
     case OpKind::attention_backward: {
-      const auto shape = attention_shape(g.value(n.inputs[1]).shape, a);
-      if (use_cudnn_.at(&n)) {
+      const auto shape = attention_shape(g, n);
+      if (a.packed) {
+        run_packed_attention(n, shape, in(1), in(0), in(2), in(3), nullptr, nullptr, out(0));
+      } else if (use_cudnn_.at(&n)) {
         cudnn_->backward(bf(in(0)), bf(in(1)), bf(in(2)), bf(in(3)), bf(in(4)), f32(in(5)), bf(out(0)), bf(out(1)),
                          bf(out(2)), shape, a.scale, workspace_, stream_);
       } else {
@@ -200,20 +281,36 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       break;
     }
     case OpKind::swiglu:
-      ops::swiglu_forward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_);
+      if (a.packed) {
+        ops::swiglu_packed_forward_cuda(bf(in(0)), bf(out(0)), out0.shape.rows(), out0.shape.last(), stream_);
+      } else {
+        ops::swiglu_forward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_);
+      }
       break;
     case OpKind::swiglu_backward:
-      ops::swiglu_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), bf(out(1)), out0.shape.numel(), stream_);
+      if (a.packed) {
+        const Shape& dout = g.value(n.inputs[0]).shape;
+        ops::swiglu_packed_backward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), dout.rows(), dout.last(), stream_);
+      } else {
+        ops::swiglu_backward_cuda(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), bf(out(1)), out0.shape.numel(),
+                                  stream_);
+      }
       break;
     case OpKind::add:
       if (out0.dtype == DType::f32) {
-        ops::add_cuda(f32(in(0)), f32(in(1)), f32(out(0)), out0.shape.numel(), stream_, a.accumulate);
+        ops::add_cuda(f32(in(0)), f32(in(1)), f32(out(0)), out0.shape.numel(), stream_, accumulate);
       } else {
-        ops::add_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_, a.accumulate);
+        ops::add_cuda(bf(in(0)), bf(in(1)), bf(out(0)), out0.shape.numel(), stream_, accumulate);
       }
       break;
     case OpKind::cross_entropy: {
       const Shape& logits = g.value(n.inputs[0]).shape;
+      if (n.outputs.size() == 3) {  // with dlogits: graph/fuse_loss_gradient.h
+        ops::cross_entropy_forward_backward_cuda(bf(in(0)), ids(in(1)), static_cast<float>(a.dloss), f32(out(1)),
+                                                 f32(out(0)), bf(out(2)), logits.rows(), logits.last(), workspace_,
+                                                 stream_);
+        break;
+      }
       ops::cross_entropy_forward_cuda(bf(in(0)), ids(in(1)), f32(out(1)), f32(out(0)), logits.rows(), logits.last(),
                                       workspace_, stream_);
       break;

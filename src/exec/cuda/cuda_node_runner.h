@@ -36,8 +36,19 @@ class CudaNodeRunner final : public NodeRunner {
   int cudnn_attention_nodes() const;
   std::string attention_summary() const;
 
+  // While on, nodes that add into an accumulated value (NodeAttrs::accumulate)
+  // write it instead: the first micro-batch of an optimizer step then needs
+  // no zeroed gradient buffers, and its matmuls no read of them (beta = 0).
+  // Adding a result to zero gives the result's bits, so nothing else changes.
+  void set_overwrite_accumulated(bool on) { overwrite_accumulated_ = on; }
+
  private:
   const float* inv_freq_on_device(const std::vector<float>& inv_freq);
+  // Attention over a packed q|k|v: cuDNN reads the column blocks in place;
+  // the own kernels get dense copies made in the workspace. Forward passes
+  // out and lse; backward passes dout, out_in, lse_in and dqkv.
+  void run_packed_attention(const graph::Node& n, const ops::AttentionShape& shape, void* qkv, void* dout,
+                            void* out_in, void* lse_in, void* out, void* lse, void* dqkv);
 
   MemorySpace& memory_;
   cudaStream_t stream_;
@@ -47,6 +58,7 @@ class CudaNodeRunner final : public NodeRunner {
   std::map<const graph::Node*, bool> use_cudnn_;
   void* workspace_ = nullptr;
   std::map<const std::vector<float>*, void*> inv_freq_;
+  bool overwrite_accumulated_ = false;
 };
 
 }  // namespace spillway::exec

@@ -4,10 +4,11 @@
 //
 // Gradients: one fp32 buffer per parameter, carved from one allocation and
 // bound to the step graph's accumulated gradients
-// (graph::GradientOutput::accumulated). The buffers are zeroed once per
-// optimizer step, every micro-batch's backward adds into them (matmul beta =
-// 1, accumulating embedding and RMSNorm kernels), and AdamW reads the sum
-// with one scale that takes the mean over micro-batches and clips: no second
+// (graph::GradientOutput::accumulated). The first micro-batch of an optimizer
+// step writes them (CudaNodeRunner::set_overwrite_accumulated: no zeroing
+// pass, matmul beta = 0), every later one adds into them (beta = 1,
+// accumulating embedding and RMSNorm kernels), and AdamW reads the sum with
+// one scale that takes the mean over micro-batches and clips: no second
 // gradient set, no separate add or scale kernels.
 #include <cuda_runtime_api.h>
 
@@ -47,9 +48,10 @@ struct CudaStep {
   // With EngineOptions::cuda_graph: the step captured once (after a first
   // eager run has made every cuBLASLt plan and cuDNN graph) and replayed.
   // The executor allocates the same addresses in the same order every run,
-  // so the captured pointers stay valid.
+  // so the captured pointers stay valid. One capture for a first micro-batch
+  // (which writes the gradients) and one for the others (which add).
   int eager_runs = 0;
-  cudaGraphExec_t replay = nullptr;
+  cudaGraphExec_t replay[2] = {nullptr, nullptr};
 };
 
 class CudaEngine final : public Engine {
@@ -61,28 +63,38 @@ class CudaEngine final : public Engine {
     name_ = cuda_engine_name(0);
     MemorySpace& mem = device_->device_memory();
 
-    // Parameters: fp32 master, bf16 working copy, AdamW moments.
+    // Parameters: fp32 master, AdamW moments, and (below) the bf16 working
+    // copy and the gradient, which the step graph reads and writes.
     for (const auto& t : weights_.tensors()) {
       const uint64_t n = static_cast<uint64_t>(t.shape.numel());
       Param p;
       p.n = static_cast<int64_t>(n);
       p.master = static_cast<float*>(mem.allocate(n * 4, t.name + " (fp32 master)"));
-      p.working = static_cast<bf16*>(mem.allocate(n * 2, t.name + " (bf16)"));
       p.m = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW m)"));
       p.v = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW v)"));
       p.decay = t.shape.rank() >= 2;
       params_.push_back(p);
     }
-    upload_state();
-
-    // Gradients, each 256-byte aligned (cuBLASLt's plans assume it).
-    for (const Param& p : params_) grad_bytes_ += align_up(static_cast<uint64_t>(p.n) * 4, 256);
-    grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
-    uint64_t offset = 0;
-    for (Param& p : params_) {
-      p.grad = reinterpret_cast<float*>(grads_ + offset);
-      offset += align_up(static_cast<uint64_t>(p.n) * 4, 256);
+    // The step graphs' parameters, each stacking one or more tensors.
+    {
+      graph::Graph g;
+      graph::Builder b(g, DType::bf16);
+      parts_ = model::build_llama(b, weights_.config(), 1, 1, graph_options()).parameter_parts;
     }
+    // Working copies and gradients: the tensors a graph parameter stacks lie
+    // back to back, so its matmul reads (and its gradient's matmul writes)
+    // them as one matrix; each stack 256-byte aligned (cuBLASLt's plans
+    // assume it).
+    const std::vector<uint64_t> offsets = stacked_offsets();
+    const uint64_t elements = offsets.back();
+    working_ = static_cast<bf16*>(mem.allocate(elements * 2, "weights (bf16)"));
+    grad_bytes_ = elements * 4;
+    grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i].working = working_ + offsets[i];
+      params_[i].grad = reinterpret_cast<float*>(grads_) + offsets[i];
+    }
+    upload_state();
 
     const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
@@ -97,7 +109,9 @@ class CudaEngine final : public Engine {
   ~CudaEngine() override {
     SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
     for (CudaStep* s : {&train_, &eval_}) {
-      if (s->replay) SPW_CUDA_WARN(cudaGraphExecDestroy(s->replay));
+      for (cudaGraphExec_t r : s->replay) {
+        if (r) SPW_CUDA_WARN(cudaGraphExecDestroy(r));
+      }
       s->executor.reset();
       s->runner.reset();
     }
@@ -111,10 +125,8 @@ class CudaEngine final : public Engine {
                        double lr) override {
     const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
-    // Every micro-batch's backward adds into the gradient buffers.
-    SPW_CUDA(cudaMemsetAsync(grads_, 0, grad_bytes_, stream_));
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      stats.loss += run_step(train_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n)) /
+      stats.loss += run_step(train_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), micro == 0) /
                     static_cast<double>(micro_batches);
     }
     const auto optimizer_start = std::chrono::steady_clock::now();
@@ -191,9 +203,29 @@ class CudaEngine final : public Engine {
     SPW_CUDA(cudaStreamSynchronize(stream_));
   }
 
+  model::LlamaGraphOptions graph_options() const { return {.fused_projections = options_.fused_projections}; }
+
+  // Each tensor's offset (in elements) in the working-copy and gradient
+  // allocations, then their total: the parts of a stacked graph parameter
+  // back to back, each stack starting 256 bytes aligned for fp32 (so also
+  // for bf16).
+  std::vector<uint64_t> stacked_offsets() const {
+    std::vector<uint64_t> offsets(params_.size() + 1, 0);
+    uint64_t at = 0;
+    for (const auto& parts : parts_) {
+      at = align_up(at, 64);
+      for (int t : parts) {
+        offsets[static_cast<size_t>(t)] = at;
+        at += static_cast<uint64_t>(params_[static_cast<size_t>(t)].n);
+      }
+    }
+    offsets.back() = align_up(at, 64);
+    return offsets;
+  }
+
   void build(CudaStep& s, bool with_backward) {
     graph::Builder b(s.graph, DType::bf16);
-    s.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
+    s.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq, graph_options());
     s.graph.mark_output(s.model.loss);
     if (with_backward) {
       s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, graph::GradientOutput::accumulated);
@@ -202,22 +234,29 @@ class CudaEngine final : public Engine {
     MemorySpace& mem = device_->device_memory();
     s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
-    for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.model.parameters[i], params_[i].working);
+    // A stacked parameter starts where its first tensor does.
+    for (size_t i = 0; i < s.model.parameters.size(); ++i) {
+      const Param& first = params_[static_cast<size_t>(s.model.parameter_parts[i].front())];
+      s.executor->bind(s.model.parameters[i], first.working);
+      if (with_backward) s.executor->bind(s.grads[s.model.parameters[i]], first.grad);
+    }
     s.executor->bind(s.model.tokens, tokens_);
     s.executor->bind(s.model.targets, targets_);
-    if (with_backward) {
-      for (size_t i = 0; i < params_.size(); ++i) s.executor->bind(s.grads[s.model.parameters[i]], params_[i].grad);
-    }
   }
 
-  double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  // `first`: the first micro-batch of an optimizer step, which writes the
+  // gradient buffers instead of adding into them.
+  double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                  bool first = true) {
     check_token_ids(inputs, targets, weights_.config().vocab_size);
     SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
     SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
-    if (s.replay && !profiling_) {
-      SPW_CUDA(cudaGraphLaunch(s.replay, stream_));
+    s.runner->set_overwrite_accumulated(first);
+    cudaGraphExec_t& replay = s.replay[first ? 0 : 1];
+    if (replay && !profiling_) {
+      SPW_CUDA(cudaGraphLaunch(replay, stream_));
     } else if (options_.cuda_graph && !profiling_ && &s == &train_ && s.eager_runs > 0) {
-      capture(s);
+      capture(s, replay);
     } else {
       s.executor->run();
       ++s.eager_runs;
@@ -231,13 +270,13 @@ class CudaEngine final : public Engine {
   // Records one step into a CUDA graph and replays it from now on; a step
   // that cannot be captured (a library call that refuses capture) runs
   // eagerly and stays eager, with a warning.
-  void capture(CudaStep& s) {
+  void capture(CudaStep& s, cudaGraphExec_t& replay) {
     cudaGraph_t graph = nullptr;
     try {
       SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
       s.executor->run();
       SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
-      SPW_CUDA(cudaGraphInstantiate(&s.replay, graph, 0));
+      SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
       SPW_CUDA(cudaGraphDestroy(graph));
     } catch (const Error& e) {
       cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
@@ -247,14 +286,14 @@ class CudaEngine final : public Engine {
         graph = graph ? graph : partial;
       }
       if (graph) (void)cudaGraphDestroy(graph);
-      s.replay = nullptr;
+      replay = nullptr;
       (void)cudaGetLastError();
       log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
       options_.cuda_graph = false;
       s.executor->run();
       return;
     }
-    SPW_CUDA(cudaGraphLaunch(s.replay, stream_));
+    SPW_CUDA(cudaGraphLaunch(replay, stream_));
   }
 
   model::LlamaWeights& weights_;
@@ -266,7 +305,9 @@ class CudaEngine final : public Engine {
   std::vector<Param> params_;
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
-  char* grads_ = nullptr;  // every parameter's gradient (Param::grad), each 256-byte aligned
+  std::vector<std::vector<int>> parts_;  // the tensors each graph parameter stacks (LlamaGraph::parameter_parts)
+  bf16* working_ = nullptr;  // every tensor's bf16 working copy (Param::working), laid out by stacked_offsets()
+  char* grads_ = nullptr;    // every tensor's gradient (Param::grad), laid out the same way
   uint64_t grad_bytes_ = 0;
   void* norm_workspace_ = nullptr;
   double* norm_out_ = nullptr;

@@ -15,19 +15,28 @@ echo "build: $(( $(date +%s) - start )) s"
 ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
 grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT/gpu_tests.log"
 echo "tests: $(( $(date +%s) - start )) s"
-[ "${SANITIZE:-1}" = 0 ] || for t in test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test; do
-  for tool in memcheck racecheck; do
-    [ "$tool" = racecheck ] && [ "$t" = test_train_offload_engine_cuda_test ] && continue
-    filter=""; [ "$t" = test_ops_matmul_cuda_test ] && filter="--gtest_filter=*Addend*:*Accumulates*"
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/tests/$t $filter > "$OUT/sanitizer-$tool-$t.log" 2>&1
-    echo "$tool $t: exit $? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer-$tool-$t.log")"
+# SANITIZE_TESTS names the test binaries (default: the engines' and the
+# kernels; "binary=filter" runs only the gtest filter's tests); racecheck
+# skips the engines (no shared memory of their own).
+[ "${SANITIZE:-1}" = 0 ] || for t in ${SANITIZE_TESTS:-test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test}; do
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+    [ "$tool" = racecheck ] && [[ "$t" == test_train_* ]] && continue
+    filter=""; [[ "$t" == *=* ]] && filter="--gtest_filter=${t#*=}"
+    [ "$t" = test_ops_matmul_cuda_test ] && filter="--gtest_filter=*Addend*:*Accumulates*"
+    timeout "${SANITIZE_TIMEOUT:-150}" compute-sanitizer --tool $tool --error-exitcode 3 build/gpu/tests/${t%%=*} $filter > "$OUT/sanitizer.log" 2>&1
+    echo "$tool $t: exit $? $(grep -m1 -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer.log")"
+    grep -m3 -E "Invalid|Race|Error" "$OUT/sanitizer.log" | grep -v "ERROR SUMMARY" | head -3
   done
 done
 echo "sanitizer: $(( $(date +%s) - start )) s"
-[ "${BENCH:-1}" = 0 ] || for mode in "" --nondeterministic "--nondeterministic --cuda-graph" "--nondeterministic --unfused-projections"; do
-  build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 6 --warmup 2 --json "$OUT/bench.jsonl" \
-    $mode $([ -z "$mode" ] && echo --profile) > "$OUT/bench1b${mode// /}.log" 2>&1
-  echo "1B $mode:"; grep -E "^  (add|optimizer|matmul)|median" "$OUT/bench1b${mode// /}.log"
+# BENCH_MODES: the 1B runs, separated by commas; a mode with --profile also
+# times each op (after its timed steps).
+IFS=, read -ra modes <<< "${BENCH_MODES:---profile,--nondeterministic --profile,--nondeterministic --cuda-graph,--nondeterministic --unfused-projections}"
+[ "${BENCH:-1}" = 0 ] || for mode in "${modes[@]}"; do
+  log="$OUT/bench1b$(echo "$mode" | tr -d ' -').log"
+  build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps ${STEPS:-6} --warmup 2 --json "$OUT/bench.jsonl" \
+    $mode > "$log" 2>&1
+  echo "1B $mode:"; grep -E "^  (attention|optimizer|matmul|cross)|median" "$log"
 done
 echo "bench: $(( $(date +%s) - start )) s"
 [ "${KERNELS:-1}" = 0 ] || build/gpu/bench/elementwise_cuda_bench --benchmark_filter="${KERNEL_FILTER:-Copy|RmsNorm|Rope|Swiglu}" \

@@ -13,10 +13,11 @@ ap.add_argument("results")
 ap.add_argument("--device", required=True)
 ap.add_argument("--command", required=True)
 ap.add_argument("--out", default="bench/results/gpu.jsonl")
+ap.add_argument("--commit", help="the tree measured, when it is not HEAD (e.g. 'abc1234+dirty')")
 a = ap.parse_args()
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True).stdout.strip()
-stamp = {"commit": commit + ("+dirty" if dirty else ""), "date": datetime.date.today().isoformat(),
+stamp = {"commit": a.commit or (commit + ("+dirty" if dirty else "")), "date": datetime.date.today().isoformat(),
          "device": a.device, "command": a.command}
 n = 0
 with open(a.results) as src, open(a.out, "a") as dst:

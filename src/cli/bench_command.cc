@@ -159,7 +159,7 @@ Runner add_bench(CLI::App& app) {
                 "all-on-device GPU engine: q, k and v as three matmuls, as the checkpoint stores them (for comparison)");
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
-                "planned GPU engine: AdamW moments in bf16 (half the host memory and optimizer traffic)");
+                "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();

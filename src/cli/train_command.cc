@@ -45,7 +45,7 @@ void add_training_options(CLI::App* cmd, train::TrainOptions& o) {
          "pinned host memory budget for a planned GPU step (bytes, 100GiB, ...)")
       ->envname("SPILLWAY_HOST_MEM");
   cmd->add_flag("--bf16-moments", o.bf16_moments,
-                "GPU: AdamW moments in bf16, half the host memory and optimizer traffic (uses the planned engine)");
+                "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");
   cmd->add_option("--offload", o.offload,
                   "GPU: auto (plan across device and host memory when the state does not fit), on, off")
       ->capture_default_str();

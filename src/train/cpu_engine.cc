@@ -189,9 +189,9 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
 #ifdef SPILLWAY_HAS_CUDA
   if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
-    bool offload = options.offload == "on" || options.offload == "stream" || options.bf16_moments ||
-                   options.recompute != "none";
-    if (options.offload == "auto") {
+    // Recomputation is the planned engine's; bf16 moments both engines'.
+    bool offload = options.offload == "on" || options.offload == "stream" || options.recompute != "none";
+    if (options.offload == "auto" && !offload) {
       const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);
       offload = !plan::fits_on_device(weights.config(), options.batch, options.seq, budget);
       if (offload) log_info("the training state does not fit " + format_bytes(budget) + " of GPU memory: planning offload");
@@ -202,7 +202,7 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
   SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
 #endif
   SPW_CHECK(options.recompute == "none", "--recompute", "recomputation is a feature of the planned GPU engine");
-  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the planned GPU engine; "
+  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engines; "
             "the CPU engine keeps fp32 moments");
   return make_cpu_engine(weights, optimizer, options);
 }

@@ -34,9 +34,9 @@ struct EngineOptions {
   // whole training state does not fit the device budget; on: always; off:
   // never; stream: always, with weights and gradients at home on the host.
   std::string offload = "auto";
-  // Planned GPU engine only: AdamW moments kept in bf16 (half the host
-  // memory and optimizer traffic). The caller's AdamW may then hold no fp32
-  // moments; sync_to_host fills them.
+  // GPU engines: AdamW moments kept in bf16 (half the moments' memory and
+  // traffic). The caller's AdamW may then hold no fp32 moments; sync_to_host
+  // fills them.
   bool bf16_moments = false;
   // Planned GPU engine only: none, layers or selective (graph/recompute.h).
   std::string recompute = "none";

@@ -107,7 +107,7 @@ TEST_F(BadInput, ImpossibleBudgetsAndUnknownOffloadMode) {
                         {"--recompute", "unknown policy 'sometimes'"});
   expect_one_error_line(run_spillway("plan --config tiny --seq 64 --batch two"), {"--batch", "'two'"});
   expect_one_error_line(run_spillway("bench --config tiny --steps 1 --device cpu --bf16-moments"),
-                        {"--bf16-moments", "planned GPU engine"});
+                        {"--bf16-moments", "GPU engines"});
   expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 2GiB --host-mem 125GiB --bf16-moments"),
                         {"--device-mem", "2.00 GiB"});
   expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 76GiB --host-mem 64GiB"),

@@ -151,6 +151,25 @@ TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
   EXPECT_LT(relative_difference(b.optimizer.v, a.optimizer.v), 1e-2);
 }
 
+// Both engines keep bf16 moments with the same kernel: with the state on the
+// device, the same bits, and the caller's fp32 moments filled by sync_to_host.
+TEST(CudaOffloadEngine, Bf16MomentsInTheResidentEngineMatchThePlannedEngineBitForBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions resident = options("off"), planned = options("on");
+  resident.bf16_moments = planned.bf16_moments = true;
+  resident.micro_batches = planned.micro_batches = 2;
+  TrainedRun a = train(resident, 2);
+  TrainedRun b = train(planned, 2);
+  EXPECT_EQ(a.description.find("planned"), std::string::npos) << a.description;
+  EXPECT_NE(a.description.find("bf16 AdamW moments"), std::string::npos) << a.description;
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.norms, b.norms);
+  EXPECT_TRUE(same_bits(a.weights, b.weights));
+  ASSERT_EQ(a.optimizer.m.tensors().size(), b.optimizer.m.tensors().size());
+  EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
+  EXPECT_TRUE(same_bits(a.optimizer.v, b.optimizer.v));
+}
+
 TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   EngineOptions kept = options("on");

@@ -1,6 +1,7 @@
 // The CUDA engine: the step graph in bf16 on one stream; fp32 master
-// weights, fp32 gradients and fp32 AdamW moments stay on the GPU, and the
-// optimizer writes the bf16 working copy the next step's graph reads.
+// weights, fp32 gradients and AdamW moments (fp32, or bf16 with
+// EngineOptions::bf16_moments) stay on the GPU, and the optimizer writes the
+// bf16 working copy the next step's graph reads.
 //
 // Gradients: one fp32 buffer per parameter, carved from one allocation and
 // bound to the step graph's accumulated gradients
@@ -15,9 +16,11 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "base/bytes.h"
+#include "base/dtype.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
@@ -70,8 +73,9 @@ class CudaEngine final : public Engine {
       Param p;
       p.n = static_cast<int64_t>(n);
       p.master = static_cast<float*>(mem.allocate(n * 4, t.name + " (fp32 master)"));
-      p.m = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW m)"));
-      p.v = static_cast<float*>(mem.allocate(n * 4, t.name + " (AdamW v)"));
+      const uint64_t moment_bytes = n * (o.bf16_moments ? 2 : 4);
+      p.m = mem.allocate(moment_bytes, t.name + " (AdamW m)");
+      p.v = mem.allocate(moment_bytes, t.name + " (AdamW v)");
       p.decay = t.shape.rank() >= 2;
       params_.push_back(p);
     }
@@ -118,7 +122,8 @@ class CudaEngine final : public Engine {
   }
 
   std::string description() const override {
-    return name_ + " (" + train_.runner->attention_summary() + ")";
+    return name_ + " (" + train_.runner->attention_summary() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") +
+           ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -141,9 +146,15 @@ class CudaEngine final : public Engine {
         accumulated_grad_scale(std::sqrt(sum_squares), micro_batches, options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const ops::AdamWHyper hp = optimizer_.hyper(lr, grad_scale, params_[i].decay);
-      ops::adamw_update_cuda(params_[i].master, params_[i].grad, params_[i].m, params_[i].v, params_[i].working,
-                             params_[i].n, hp, stream_);
+      const Param& p = params_[i];
+      const ops::AdamWHyper hp = optimizer_.hyper(lr, grad_scale, p.decay);
+      if (options_.bf16_moments) {
+        ops::adamw_update_bf16_moments_cuda(p.master, p.grad, static_cast<bf16*>(p.m), static_cast<bf16*>(p.v),
+                                            p.working, p.n, hp, stream_);
+      } else {
+        ops::adamw_update_cuda(p.master, p.grad, static_cast<float*>(p.m), static_cast<float*>(p.v), p.working, p.n,
+                               hp, stream_);
+      }
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
     if (profiling_) {
@@ -158,13 +169,30 @@ class CudaEngine final : public Engine {
     return run_step(eval_, inputs, targets);
   }
 
+  // bf16 moments are widened into the caller's fp32 ones, made if the
+  // caller had none.
   void sync_to_host() override {
     if (host_current_) return;
+    if (optimizer_.m.tensors().empty()) {
+      optimizer_.m = model::LlamaWeights::zeros(weights_.config());
+      optimizer_.v = model::LlamaWeights::zeros(weights_.config());
+    }
+    std::vector<bf16> narrow;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const size_t bytes = static_cast<size_t>(params_[i].n) * 4;
-      SPW_CUDA(cudaMemcpyAsync(weights_.tensors()[i].data.data(), params_[i].master, bytes, cudaMemcpyDeviceToHost, stream_));
-      SPW_CUDA(cudaMemcpyAsync(optimizer_.m.tensors()[i].data.data(), params_[i].m, bytes, cudaMemcpyDeviceToHost, stream_));
-      SPW_CUDA(cudaMemcpyAsync(optimizer_.v.tensors()[i].data.data(), params_[i].v, bytes, cudaMemcpyDeviceToHost, stream_));
+      const Param& p = params_[i];
+      const size_t bytes = static_cast<size_t>(p.n) * 4;
+      SPW_CUDA(cudaMemcpyAsync(weights_.tensors()[i].data.data(), p.master, bytes, cudaMemcpyDeviceToHost, stream_));
+      for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
+        float* to = host->tensors()[i].data.data();
+        if (!options_.bf16_moments) {
+          SPW_CUDA(cudaMemcpyAsync(to, moment, bytes, cudaMemcpyDeviceToHost, stream_));
+          continue;
+        }
+        narrow.resize(static_cast<size_t>(p.n));
+        SPW_CUDA(cudaMemcpyAsync(narrow.data(), moment, bytes / 2, cudaMemcpyDeviceToHost, stream_));
+        SPW_CUDA(cudaStreamSynchronize(stream_));
+        for (size_t j = 0; j < narrow.size(); ++j) to[j] = to_float(narrow[j]);
+      }
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
     host_current_ = true;
@@ -186,19 +214,35 @@ class CudaEngine final : public Engine {
     int64_t n = 0;
     float* master = nullptr;
     bf16* working = nullptr;
-    float *m = nullptr, *v = nullptr;
+    void *m = nullptr, *v = nullptr;  // AdamW moments: fp32, or bf16 with bf16_moments
     float* grad = nullptr;  // the sum of this optimizer step's micro-batch gradients
     bool decay = false;
   };
 
+  // bf16 moments start from the caller's fp32 ones rounded (a resumed run),
+  // or zero; fp32 moments are the caller's, made zero if it had none.
   void upload_state() {
-    if (optimizer_.m.tensors().empty()) optimizer_ = AdamW(weights_.config());
+    const bool have_moments = !optimizer_.m.tensors().empty();
+    if (!have_moments && !options_.bf16_moments) optimizer_ = AdamW(weights_.config());
+    std::vector<bf16> narrow;
     for (size_t i = 0; i < params_.size(); ++i) {
-      const size_t bytes = static_cast<size_t>(params_[i].n) * 4;
-      SPW_CUDA(cudaMemcpyAsync(params_[i].master, weights_.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      SPW_CUDA(cudaMemcpyAsync(params_[i].m, optimizer_.m.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      SPW_CUDA(cudaMemcpyAsync(params_[i].v, optimizer_.v.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-      ops::cast_cuda(params_[i].master, DType::f32, params_[i].working, DType::bf16, params_[i].n, stream_);
+      const Param& p = params_[i];
+      const size_t bytes = static_cast<size_t>(p.n) * 4;
+      SPW_CUDA(cudaMemcpyAsync(p.master, weights_.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
+        if (!options_.bf16_moments) {
+          SPW_CUDA(cudaMemcpyAsync(moment, host->tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+        } else if (!have_moments) {
+          SPW_CUDA(cudaMemsetAsync(moment, 0, bytes / 2, stream_));
+        } else {
+          const float* from = host->tensors()[i].data.data();
+          SPW_CUDA(cudaStreamSynchronize(stream_));  // `narrow` is reused
+          narrow.resize(static_cast<size_t>(p.n));
+          for (size_t j = 0; j < narrow.size(); ++j) narrow[j] = to_bf16(from[j]);
+          SPW_CUDA(cudaMemcpyAsync(moment, narrow.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
+        }
+      }
+      ops::cast_cuda(p.master, DType::f32, p.working, DType::bf16, p.n, stream_);
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
   }

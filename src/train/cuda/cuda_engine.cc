@@ -103,8 +103,12 @@ class CudaEngine final : public Engine {
     const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    norm_workspace_ = mem.allocate(ops::sum_of_squares_workspace_bytes() + 8, "gradient norm");
-    norm_out_ = reinterpret_cast<double*>(static_cast<char*>(norm_workspace_) + ops::sum_of_squares_workspace_bytes());
+    // The gradients never move: the norm's list of them is laid out once.
+    std::vector<ops::SquaresTensor> grad_list;
+    for (const Param& p : params_) grad_list.push_back({p.grad, p.n});
+    norm_grads_ = ops::SumOfSquaresList(
+        grad_list, mem.allocate(ops::SumOfSquaresList::device_bytes(grad_list), "gradient norm"), stream_);
+    norm_out_ = static_cast<double*>(mem.allocate(sizeof(double), "gradient norm (sum)"));
 
     build(train_, /*with_backward=*/true);
     build(eval_, /*with_backward=*/false);
@@ -135,9 +139,9 @@ class CudaEngine final : public Engine {
                     static_cast<double>(micro_batches);
     }
     const auto optimizer_start = std::chrono::steady_clock::now();
-    for (size_t i = 0; i < params_.size(); ++i) {
-      ops::sum_of_squares_cuda(params_[i].grad, params_[i].n, norm_out_, i > 0, norm_workspace_, stream_);
-    }
+    // One call for every gradient, bit for bit the planned engine's per-tensor
+    // parts added in parameter order.
+    ops::sum_of_squares_many_cuda(norm_grads_, norm_out_, stream_);
     double sum_squares = 0;
     SPW_CUDA(cudaMemcpyAsync(&sum_squares, norm_out_, sizeof sum_squares, cudaMemcpyDeviceToHost, stream_));
     SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -353,7 +357,7 @@ class CudaEngine final : public Engine {
   bf16* working_ = nullptr;  // every tensor's bf16 working copy (Param::working), laid out by stacked_offsets()
   char* grads_ = nullptr;    // every tensor's gradient (Param::grad), laid out the same way
   uint64_t grad_bytes_ = 0;
-  void* norm_workspace_ = nullptr;
+  ops::SumOfSquaresList norm_grads_;  // every Param::grad, in order
   double* norm_out_ = nullptr;
   CudaStep train_, eval_;
   bool host_current_ = true;

@@ -93,8 +93,9 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
     }
     case OpKind::embedding_backward: {
       const Shape& dtable = x.out_shape(0);
+      // A third input is added to dtable (graph/fuse_embedding_add.h).
       ops::embedding_backward(x.ids(0), x.in(1), x.out(0), x.in_shape(0).numel(), dtable[0], dtable[1],
-                              a.accumulate);
+                              a.accumulate, n.inputs.size() == 3 ? x.in(2) : nullptr);
       break;
     }
     case OpKind::rmsnorm:

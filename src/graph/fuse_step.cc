@@ -1,5 +1,6 @@
 #include "graph/fuse_step.h"
 
+#include "graph/fuse_embedding_add.h"
 #include "graph/fuse_loss_gradient.h"
 #include "graph/fuse_matmul_add.h"
 #include "graph/fuse_rmsnorm_add.h"
@@ -12,6 +13,7 @@ Graph fuse_step(const Graph& graph) {
   // (none in LLaMA) stays in the matmul's epilogue, as before this pass.
   g = fuse_rmsnorm_add(g).graph;
   g = fuse_loss_gradient(g).graph;
+  g = fuse_embedding_add(g).graph;
   return g;
 }
 

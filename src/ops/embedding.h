@@ -11,6 +11,14 @@
 // With `accumulate`, each row's sum (rounded to T) is added to what dtable
 // holds instead (dtable += result; rows no token uses are left as they are),
 // so gradients of several micro-batches sum in the caller's buffer.
+//
+// With `base` (vocab x dim, not aliasing dtable), the result is base + the
+// above: dtable = base + sum, or with `accumulate` dtable += base + sum (a
+// tied embedding's gradient, the lm_head's part being base:
+// graph/fuse_embedding_add.h). Each element is rounded exactly as a backward
+// without base followed by ops::add would round it: the row's sum is rounded
+// to T, then added to base (rows no token uses: base + 0, which turns -0 into
+// +0 as that add does), then, accumulating, that is added to dtable.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +31,8 @@ void embedding_forward(const int32_t* ids, const T* table, T* out, int64_t token
 
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t tokens,
-                        int64_t vocab, int64_t dim, bool accumulate = false);
+                        int64_t vocab, int64_t dim, bool accumulate = false,
+                        const T* base = nullptr);
 
 }  // namespace spillway::ops
 
@@ -45,18 +54,24 @@ void embedding_forward_cuda(const int32_t* ids, const bf16* table, bf16* out, in
 void embedding_check_ids_cuda(const int32_t* ids, int64_t tokens, int64_t vocab,
                               int* first_bad_position, cudaStream_t stream);
 
-// Device workspace embedding_backward_cuda needs: the sort keys of the token
-// positions (a power of two of them) and, per vocabulary row, where its run of
-// sorted keys ends.
+// Device workspace embedding_backward_cuda needs, with a base or without: the
+// sort keys of the token positions (a power of two of them) and, per
+// vocabulary row, where its run of sorted keys ends.
 uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 
 // Deterministic without float atomics: dtable is cleared (unless
 // `accumulate`), the positions are sorted by (id, position) in the workspace,
 // then each row some token uses sums its tokens' dout rows in token order, in
 // fp32, and writes the sum (or, with `accumulate`, adds it to the row).
+//
+// With `base` (fp32 [vocab, dim], not aliasing dtable): dtable = base + that
+// sum, or with `accumulate` dtable += base + sum, bit for bit what this
+// kernel without base followed by add_cuda (accumulating or not) gives. No
+// clearing: one pass writes base + 0 (dtable += base + 0) to the rows no
+// token uses, and the summing pass writes base + sum to the others.
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
                              int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
-                             bool accumulate = false);
+                             bool accumulate = false, const float* base = nullptr);
 
 }  // namespace spillway::ops
 #endif

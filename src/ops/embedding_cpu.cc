@@ -30,7 +30,7 @@ void embedding_forward(const int32_t* ids, const T* table, T* out, int64_t token
 
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t tokens,
-                        int64_t vocab, int64_t dim, bool accumulate) {
+                        int64_t vocab, int64_t dim, bool accumulate, const T* base) {
   check_ids(ids, tokens, vocab);
   // A stable counting sort of the positions by id lets each table row be owned
   // by one thread and summed in token order, whatever the thread count.
@@ -49,19 +49,22 @@ void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t to
 #pragma omp for schedule(static)
     for (int64_t v = 0; v < vocab; ++v) {
       T* row = dtable + v * dim;
-      if (start[v] == start[v + 1]) {
+      if (start[v] == start[v + 1] && base == nullptr) {
         if (!accumulate) std::fill_n(row, dim, T(0));
         continue;
       }
+      // An unused row's sum stays 0, so with a base it still gets base + 0.
       std::fill(sum.begin(), sum.end(), 0.0);
       for (int64_t i = start[v]; i < start[v + 1]; ++i) {
         const T* src = dout + positions[i] * dim;
         for (int64_t j = 0; j < dim; ++j) sum[j] += static_cast<double>(src[j]);
       }
-      if (accumulate) {
-        for (int64_t j = 0; j < dim; ++j) row[j] += static_cast<T>(sum[j]);
-      } else {
-        for (int64_t j = 0; j < dim; ++j) row[j] = static_cast<T>(sum[j]);
+      const T* base_row = base != nullptr ? base + v * dim : nullptr;
+      for (int64_t j = 0; j < dim; ++j) {
+        // The rounding steps of a backward without base, then ops::add.
+        T r = static_cast<T>(sum[j]);
+        if (base_row != nullptr) r = base_row[j] + r;
+        row[j] = accumulate ? row[j] + r : r;
       }
     }
   }
@@ -72,8 +75,8 @@ template void embedding_forward<float>(const int32_t*, const float*, float*, int
 template void embedding_forward<double>(const int32_t*, const double*, double*, int64_t, int64_t,
                                         int64_t);
 template void embedding_backward<float>(const int32_t*, const float*, float*, int64_t, int64_t,
-                                        int64_t, bool);
+                                        int64_t, bool, const float*);
 template void embedding_backward<double>(const int32_t*, const double*, double*, int64_t,
-                                         int64_t, int64_t, bool);
+                                         int64_t, int64_t, bool, const double*);
 
 }  // namespace spillway::ops

@@ -155,12 +155,14 @@ __global__ void __launch_bounds__(kThreads)
 // sum of dout[t, chunk] over the run, in position order, in fp32 (Accumulate:
 // dtable[id, chunk] += that sum). Threads of a sorted position that does not
 // start a run have nothing to do; rows with no run keep what they hold (the
-// zeros they were cleared to, unless accumulating).
-template <int V, bool Accumulate>
+// zeros they were cleared to, unless accumulating). With a base, base[id,
+// chunk] is added to the sum before the sum goes into the row: the order
+// add_cuda's out (+)= a + b rounds in.
+template <int V, bool Accumulate, bool HasBase>
 __global__ void __launch_bounds__(kThreads)
     sum_runs_kernel(const uint64_t* __restrict__ keys, const int32_t* __restrict__ run_end,
-                    const __nv_bfloat16* __restrict__ dout, float* __restrict__ dtable,
-                    int64_t tokens, int64_t vocab, int64_t dim) {
+                    const __nv_bfloat16* __restrict__ dout, const float* __restrict__ base,
+                    float* __restrict__ dtable, int64_t tokens, int64_t vocab, int64_t dim) {
   const int64_t chunks = dim / V;
   const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= tokens * chunks) return;
@@ -189,6 +191,16 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
   float* row = dtable + static_cast<int64_t>(id) * dim + j;
+  if constexpr (HasBase && V == 8) {
+    const float* b = base + static_cast<int64_t>(id) * dim + j;
+    const float4 lo = *reinterpret_cast<const float4*>(b);
+    const float4 hi = *reinterpret_cast<const float4*>(b + 4);
+    const float addend[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int q = 0; q < 8; ++q) sum[q] = __fadd_rn(addend[q], sum[q]);
+  } else if constexpr (HasBase) {
+    sum[0] = __fadd_rn(base[static_cast<int64_t>(id) * dim + j], sum[0]);
+  }
   if constexpr (Accumulate && V == 8) {
     const float4 lo = *reinterpret_cast<const float4*>(row);
     const float4 hi = *reinterpret_cast<const float4*>(row + 4);
@@ -203,6 +215,37 @@ __global__ void __launch_bounds__(kThreads)
     *reinterpret_cast<float4*>(row + 4) = make_float4(sum[4], sum[5], sum[6], sum[7]);
   } else {
     row[0] = sum[0];
+  }
+}
+
+// The rows no token uses (run_end 0, cleared before the runs were found) of
+// a backward with a base: dtable = base + 0, or dtable += base + 0 with
+// Accumulate, which is what the unfused add does to a row the backward
+// cleared. The + 0 is not a no-op: it turns a base of -0 into +0, as the
+// add would. Rows with a run are left to sum_runs_kernel, so every row is
+// written once and the table is never cleared.
+template <int V, bool Accumulate>
+__global__ void __launch_bounds__(kThreads)
+    base_rows_kernel(const int32_t* __restrict__ run_end, const float* __restrict__ base,
+                     float* __restrict__ dtable, int64_t vocab, int64_t dim) {
+  const int64_t chunks = dim / V;
+  const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= vocab * chunks) return;
+  const int64_t v = idx / chunks;
+  if (run_end[v] != 0) return;
+  const int64_t at = v * dim + (idx - v * chunks) * V;
+  if constexpr (V == 4) {
+    const float4 b = *reinterpret_cast<const float4*>(base + at);
+    float4 r = make_float4(__fadd_rn(b.x, 0.0f), __fadd_rn(b.y, 0.0f), __fadd_rn(b.z, 0.0f),
+                           __fadd_rn(b.w, 0.0f));
+    if constexpr (Accumulate) {
+      const float4 o = *reinterpret_cast<const float4*>(dtable + at);
+      r = make_float4(__fadd_rn(o.x, r.x), __fadd_rn(o.y, r.y), __fadd_rn(o.z, r.z), __fadd_rn(o.w, r.w));
+    }
+    *reinterpret_cast<float4*>(dtable + at) = r;
+  } else {
+    const float r = __fadd_rn(base[at], 0.0f);
+    dtable[at] = Accumulate ? __fadd_rn(dtable[at], r) : r;
   }
 }
 
@@ -232,16 +275,36 @@ void sort_keys(uint64_t* keys, int64_t n, cudaStream_t stream) {
   }
 }
 
+template <int V, bool Accumulate, bool HasBase>
+void launch_sum_runs(const Workspace& ws, const __nv_bfloat16* dout, const float* base, float* dtable,
+                     int64_t tokens, int64_t vocab, int64_t dim, cudaStream_t stream) {
+  sum_runs_kernel<V, Accumulate, HasBase><<<blocks_for(tokens * (dim / V)), kThreads, 0, stream>>>(
+      ws.keys, ws.run_end, dout, base, dtable, tokens, vocab, dim);
+  SPW_CUDA(cudaGetLastError());
+}
+
 template <int V>
-void launch_sum_runs(const Workspace& ws, const __nv_bfloat16* dout, float* dtable, int64_t tokens,
-                     int64_t vocab, int64_t dim, bool accumulate, cudaStream_t stream) {
-  const unsigned blocks = blocks_for(tokens * (dim / V));
-  if (accumulate) {
-    sum_runs_kernel<V, true><<<blocks, kThreads, 0, stream>>>(ws.keys, ws.run_end, dout, dtable, tokens,
-                                                              vocab, dim);
+void launch_sum_runs(const Workspace& ws, const __nv_bfloat16* dout, const float* base, float* dtable,
+                     int64_t tokens, int64_t vocab, int64_t dim, bool accumulate, cudaStream_t stream) {
+  if (accumulate && base != nullptr) {
+    launch_sum_runs<V, true, true>(ws, dout, base, dtable, tokens, vocab, dim, stream);
+  } else if (accumulate) {
+    launch_sum_runs<V, true, false>(ws, dout, base, dtable, tokens, vocab, dim, stream);
+  } else if (base != nullptr) {
+    launch_sum_runs<V, false, true>(ws, dout, base, dtable, tokens, vocab, dim, stream);
   } else {
-    sum_runs_kernel<V, false><<<blocks, kThreads, 0, stream>>>(ws.keys, ws.run_end, dout, dtable, tokens,
-                                                               vocab, dim);
+    launch_sum_runs<V, false, false>(ws, dout, base, dtable, tokens, vocab, dim, stream);
+  }
+}
+
+template <int V>
+void launch_base_rows(const int32_t* run_end, const float* base, float* dtable, int64_t vocab, int64_t dim,
+                      bool accumulate, cudaStream_t stream) {
+  const unsigned blocks = blocks_for(vocab * (dim / V));
+  if (accumulate) {
+    base_rows_kernel<V, true><<<blocks, kThreads, 0, stream>>>(run_end, base, dtable, vocab, dim);
+  } else {
+    base_rows_kernel<V, false><<<blocks, kThreads, 0, stream>>>(run_end, base, dtable, vocab, dim);
   }
   SPW_CUDA(cudaGetLastError());
 }
@@ -281,28 +344,44 @@ uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
                              int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
-                             bool accumulate) {
+                             bool accumulate, const float* base) {
   check_shape(tokens, vocab, dim);
   SPW_CHECK(workspace != nullptr, "embedding", "backward needs a workspace of ",
             embedding_backward_workspace_bytes(tokens, vocab), " bytes");
-  // Every row is cleared at full write bandwidth; the rows tokens use are
-  // then written again with their sums. Accumulating leaves the rows alone.
-  if (!accumulate) {
-    SPW_CUDA(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * dim) * sizeof(float), stream));
+  const Workspace ws = carve(workspace, tokens);
+  if (base == nullptr) {
+    // Every row is cleared at full write bandwidth; the rows tokens use are
+    // then written again with their sums. Accumulating leaves the rows alone.
+    if (!accumulate) {
+      SPW_CUDA(cudaMemsetAsync(dtable, 0, static_cast<size_t>(vocab * dim) * sizeof(float), stream));
+    }
+    if (tokens == 0) return;
+  } else {
+    // run_end then tells the rows tokens use (nonzero) from the rest, for
+    // base_rows_kernel. Half a megabyte at LLaMA-3's vocabulary.
+    SPW_CUDA(cudaMemsetAsync(ws.run_end, 0, static_cast<size_t>(vocab) * sizeof(int32_t), stream));
+  }
+  if (tokens > 0) {
+    const int64_t n = sort_length(tokens);
+    make_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, ws.keys, tokens, n, vocab);
+    SPW_CUDA(cudaGetLastError());
+    sort_keys(ws.keys, n, stream);
+    run_ends_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ws.keys, ws.run_end, tokens, vocab);
+    SPW_CUDA(cudaGetLastError());
+  }
+  if (base != nullptr) {
+    if (dim % 4 == 0 && aligned16(base) && aligned16(dtable)) {
+      launch_base_rows<4>(ws.run_end, base, dtable, vocab, dim, accumulate, stream);
+    } else {
+      launch_base_rows<1>(ws.run_end, base, dtable, vocab, dim, accumulate, stream);
+    }
   }
   if (tokens == 0) return;
-  const Workspace ws = carve(workspace, tokens);
-  const int64_t n = sort_length(tokens);
-  make_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, ws.keys, tokens, n, vocab);
-  SPW_CUDA(cudaGetLastError());
-  sort_keys(ws.keys, n, stream);
-  run_ends_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ws.keys, ws.run_end, tokens, vocab);
-  SPW_CUDA(cudaGetLastError());
   const auto* db = reinterpret_cast<const __nv_bfloat16*>(dout);
-  if (dim % 8 == 0 && aligned16(dout) && aligned16(dtable)) {
-    launch_sum_runs<8>(ws, db, dtable, tokens, vocab, dim, accumulate, stream);
+  if (dim % 8 == 0 && aligned16(dout) && aligned16(dtable) && (base == nullptr || aligned16(base))) {
+    launch_sum_runs<8>(ws, db, base, dtable, tokens, vocab, dim, accumulate, stream);
   } else {
-    launch_sum_runs<1>(ws, db, dtable, tokens, vocab, dim, accumulate, stream);
+    launch_sum_runs<1>(ws, db, base, dtable, tokens, vocab, dim, accumulate, stream);
   }
 }
 

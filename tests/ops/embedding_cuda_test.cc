@@ -14,6 +14,7 @@
 #include "base/dtype.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
+#include "ops/add.h"
 #include "ops/embedding.h"
 #include "testing/cuda_arrays.h"
 #include "testing/numeric.h"
@@ -193,6 +194,107 @@ TEST(EmbeddingCuda, BackwardAccumulatesIntoTheTable) {
     auto cpu = old;
     embedding_backward(ids.data(), fdout.data(), cpu.data(), c.tokens, c.vocab, c.dim, /*accumulate=*/true);
     EXPECT_LT(rel_error(got, as_double(cpu)), 1e-6) << describe(c);
+  }
+}
+
+// A base with a -0 every 5th element: in a row no token uses, base + 0 (what
+// the unfused add computes) is +0 there, and a plain copy of base is not.
+std::vector<float> base_values(int64_t n, uint64_t seed, double lo, double hi) {
+  auto v = random_vector(n, seed, lo, hi);
+  for (size_t i = 0; i < v.size(); i += 5) v[i] = -0.0;
+  return {v.begin(), v.end()};
+}
+
+struct BaseCase {
+  EmbeddingCase c;
+  // Element offsets of dout, base and dtable: 0 keeps them 16-byte aligned,
+  // 1 takes the scalar paths.
+  int dout_offset, base_offset, dtable_offset;
+  bool bad_id;  // one id out of range, left out of every sum
+};
+
+std::string describe(const BaseCase& b, bool accumulate) {
+  return describe(b.c) + " offsets " + std::to_string(b.dout_offset) + "," + std::to_string(b.base_offset) + "," +
+         std::to_string(b.dtable_offset) + (b.bad_id ? " bad id" : "") + (accumulate ? " accumulating" : "");
+}
+
+// The backward with a base is, bit for bit, the graph it replaces: the
+// backward without a base, then add_cuda(base, that) (out = base + dtable,
+// or out += base + dtable). Also the fp32 sum in token order plus base (plus
+// the old contents), and the CPU kernel with a base. The output, the
+// workspace and the unfused intermediate start poisoned (NaN, run_end -1):
+// every row must be written, and the rows tokens use must be told from the
+// rest by this call alone.
+TEST(EmbeddingCuda, BackwardWithBaseIsBackwardThenAdd) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const BaseCase cases[] = {
+      {{0, 11, 8, 11}, 0, 0, 0, false},        // no tokens: base + 0 everywhere
+      {{1, 1, 1, 1}, 0, 0, 0, false},
+      {{3, 11, 7, 11}, 0, 0, 0, false},
+      {{7, 11, 12, 3}, 0, 0, 0, true},         // dim % 4 == 0, % 8 != 0
+      {{300, 1000, 64, 1000}, 0, 0, 0, false},
+      {{2049, 5000, 16, 40}, 0, 0, 0, true},
+      {{4096, 32000, 2048, 32000}, 0, 0, 0, false},  // LLaMA width
+      {{16384, 600, 136, 600}, 0, 0, 0, false},      // many tokens per row
+      {{100, 70, 64, 20}, 1, 1, 1, false},           // all unaligned
+      {{100, 70, 64, 20}, 0, 1, 0, false},           // only base unaligned
+      {{100, 70, 64, 20}, 1, 0, 0, false},           // only dout unaligned
+  };
+  for (const BaseCase& b : cases) {
+    const EmbeddingCase& c = b.c;
+    const int64_t n = c.vocab * c.dim;
+    auto ids = random_ids(c.tokens, c.distinct, static_cast<uint64_t>(c.tokens + 3 * c.dim));
+    if (b.bad_id) ids[1] = static_cast<int32_t>(c.vocab);
+    const auto dout = random_bf16(c.tokens * c.dim + b.dout_offset, 21);
+    const auto base = base_values(n + b.base_offset, 22, -3.0, 3.0);
+    const auto old = base_values(n + b.dtable_offset, 23, -2.0, 2.0);
+    DeviceArray<int32_t> dids(ids);
+    DeviceArray<bf16> ddout(dout);
+    DeviceArray<float> dbase(base);
+    DeviceArray<char> workspace(embedding_backward_workspace_bytes(c.tokens, c.vocab));
+    const bf16* dout_at = ddout.get() + b.dout_offset;
+    const float* base_at = dbase.get() + b.base_offset;
+
+    const auto fdout = widen(dout);
+    const std::vector<float> fdout_n(fdout.begin() + b.dout_offset, fdout.end());
+    const auto sums = sum_in_token_order(ids, fdout_n, c.vocab, c.dim);
+    for (bool accumulate : {false, true}) {
+      // Unfused: the backward into a poisoned scratch table, then the add.
+      DeviceArray<float> scattered(static_cast<size_t>(n));
+      DeviceArray<float> unfused(static_cast<size_t>(n + b.dtable_offset));
+      if (accumulate) unfused.upload(old);
+      workspace.poison();
+      embedding_backward_cuda(dids.get(), dout_at, scattered.get(), c.tokens, c.vocab, c.dim, workspace.get(),
+                              nullptr);
+      add_cuda(base_at, scattered.get(), unfused.get() + b.dtable_offset, n, nullptr, accumulate);
+
+      DeviceArray<float> fused(static_cast<size_t>(n + b.dtable_offset));
+      if (accumulate) fused.upload(old);
+      workspace.poison();
+      embedding_backward_cuda(dids.get(), dout_at, fused.get() + b.dtable_offset, c.tokens, c.vocab, c.dim,
+                              workspace.get(), nullptr, accumulate, base_at);
+
+      const auto got_all = fused.download();
+      const std::vector<float> got(got_all.begin() + b.dtable_offset, got_all.end());
+      const auto unfused_all = unfused.download();
+      EXPECT_TRUE(float_bits_of(got) == float_bits_of({unfused_all.begin() + b.dtable_offset, unfused_all.end()}))
+          << "not the backward then the add, " << describe(b, accumulate);
+
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        const float sum = base[static_cast<size_t>(i + b.base_offset)] + sums[static_cast<size_t>(i)];
+        want[static_cast<size_t>(i)] = accumulate ? old[static_cast<size_t>(i + b.dtable_offset)] + sum : sum;
+      }
+      EXPECT_TRUE(float_bits_of(got) == float_bits_of(want))
+          << "not (old +) base + the fp32 sum in token order, " << describe(b, accumulate);
+
+      if (b.bad_id) continue;  // the CPU kernel throws on it
+      std::vector<float> cpu(old.begin() + b.dtable_offset, old.end());
+      const std::vector<float> base_n(base.begin() + b.base_offset, base.end());
+      embedding_backward(ids.data(), fdout_n.data(), cpu.data(), c.tokens, c.vocab, c.dim, accumulate,
+                         base_n.data());
+      EXPECT_LT(rel_error(got, as_double(cpu)), 1e-6) << describe(b, accumulate);
+    }
   }
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ops/add.h"
 #include "testing/numeric.h"
 #include "testing/threads.h"
 
@@ -123,6 +124,75 @@ TEST(Embedding, BackwardAccumulatesIntoTheTable) {
     for (size_t i = 0; i < acc.size(); ++i) {
       ASSERT_EQ(acc[i], old[i] + fresh[i]) << "tokens=" << d.tokens << " vocab=" << d.vocab << " i=" << i;
     }
+  }
+}
+
+// Random values with a -0 every 5th element: a base of -0 in a row no token
+// uses is where base + 0 (what the unfused add computes) and a plain copy of
+// base differ in their bits.
+template <typename T>
+std::vector<T> with_negative_zeros(std::vector<double> v) {
+  for (size_t i = 0; i < v.size(); i += 5) v[i] = -0.0;
+  return cast_vector<T>(v);
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> out(v.size() * sizeof(T));
+  std::memcpy(out.data(), v.data(), out.size());
+  return out;
+}
+
+// A backward with a base is, bit for bit, the backward without one followed
+// by ops::add(base, dtable) (out = base + dtable, or out += base + dtable):
+// the graph it replaces (graph/fuse_embedding_add.h). Every row is written
+// (the output starts as NaN), used or not.
+template <typename T>
+void expect_base_is_backward_then_add() {
+  uint64_t seed = 300;
+  for (const Dims& d : kShapes) {
+    const int64_t n = d.vocab * d.dim;
+    auto ids = random_ids(d.tokens, d.vocab, seed++);
+    const auto dout = cast_vector<T>(random_vector(d.tokens * d.dim, seed++));
+    const auto base = with_negative_zeros<T>(random_vector(n, seed++, -3.0, 3.0));
+    const auto old = with_negative_zeros<T>(random_vector(n, seed++, -2.0, 2.0));
+    const std::string what = "tokens=" + std::to_string(d.tokens) + " vocab=" + std::to_string(d.vocab) +
+                             " dim=" + std::to_string(d.dim);
+
+    std::vector<T> scattered(static_cast<size_t>(n), std::numeric_limits<T>::quiet_NaN());
+    embedding_backward<T>(ids.data(), dout.data(), scattered.data(), d.tokens, d.vocab, d.dim);
+    std::vector<T> want(static_cast<size_t>(n), std::numeric_limits<T>::quiet_NaN());
+    add<T>(base.data(), scattered.data(), want.data(), n);
+    std::vector<T> got(static_cast<size_t>(n), std::numeric_limits<T>::quiet_NaN());
+    embedding_backward<T>(ids.data(), dout.data(), got.data(), d.tokens, d.vocab, d.dim, false, base.data());
+    EXPECT_EQ(bytes_of(got), bytes_of(want)) << what;
+
+    auto want_acc = old;
+    add<T>(base.data(), scattered.data(), want_acc.data(), n, /*accumulate=*/true);
+    auto got_acc = old;
+    embedding_backward<T>(ids.data(), dout.data(), got_acc.data(), d.tokens, d.vocab, d.dim, true, base.data());
+    EXPECT_EQ(bytes_of(got_acc), bytes_of(want_acc)) << "accumulating, " << what;
+  }
+}
+
+TEST(Embedding, BackwardWithBaseIsBackwardThenAdd) {
+  expect_base_is_backward_then_add<float>();
+  expect_base_is_backward_then_add<double>();
+}
+
+// Against float64: base + the sum of each row's dout rows.
+TEST(Embedding, BackwardWithBaseMatchesReference) {
+  uint64_t seed = 400;
+  for (const Dims& d : kShapes) {
+    auto ids = random_ids(d.tokens, d.vocab, seed++);
+    auto dout = as_float_values(random_vector(d.tokens * d.dim, seed++));
+    auto base = as_float_values(random_vector(d.vocab * d.dim, seed++));
+    auto want = reference_backward(ids, dout, d.vocab, d.dim);
+    for (size_t i = 0; i < want.size(); ++i) want[i] += base[i];
+    const auto dout_f = cast_vector<float>(dout), base_f = cast_vector<float>(base);
+    std::vector<float> got(want.size(), std::numeric_limits<float>::quiet_NaN());
+    embedding_backward<float>(ids.data(), dout_f.data(), got.data(), d.tokens, d.vocab, d.dim, false, base_f.data());
+    EXPECT_LE(rel_error(got, want), 1e-6) << "tokens=" << d.tokens << " vocab=" << d.vocab << " dim=" << d.dim;
   }
 }
 

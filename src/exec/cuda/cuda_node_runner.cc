@@ -208,8 +208,10 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       break;
     }
     case OpKind::embedding_backward:
+      // A third input is added to dtable (graph/fuse_embedding_add.h).
       ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
-                                   out0.shape[0], out0.shape[1], workspace_, stream_, accumulate);
+                                   out0.shape[0], out0.shape[1], workspace_, stream_, accumulate,
+                                   n.inputs.size() == 3 ? f32(in(2)) : nullptr);
       break;
     case OpKind::rmsnorm: {
       const Shape& x = g.value(n.inputs[0]).shape;

@@ -1,0 +1,319 @@
+// Folding a tied table's gradient sum into embedding_backward on a real LLaMA
+// step: the tied step loses exactly that add and the untied one nothing,
+// every value keeps its id, and the step's loss and gradients stay the same
+// bit for bit (the fused kernel rounds as the add did), also when the
+// gradients accumulate into caller memory over two micro-batches. Then the
+// rules that keep an add where it is.
+#include "graph/fuse_embedding_add.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "device/cpu/cpu_device.h"
+#include "exec/executor.h"
+#include "graph/autodiff.h"
+#include "graph/fuse_step.h"
+#include "graph/liveness.h"
+#include "model/llama_graph.h"
+#include "testing/llama.h"
+#include "testing/numeric.h"
+
+namespace spillway::graph {
+namespace {
+
+struct Step {
+  model::LlamaConfig config;
+  Graph graph;
+  model::LlamaGraph model;
+  Gradients grads;
+  GradientOutput output = GradientOutput::fresh;
+};
+
+constexpr int64_t kBatch = 2, kSeq = 8;
+
+// A vocabulary larger than a micro-batch's tokens, so that some rows of the
+// table get only lm_head's part of the gradient.
+std::unique_ptr<Step> build_step(bool tied, GradientOutput output) {
+  auto s = std::make_unique<Step>();
+  s->config = testing::llama_config(40, 16, 24, 2, 4, 2, tied);
+  s->output = output;
+  Builder b(s->graph, DType::f32);
+  s->model = model::build_llama(b, s->config, kBatch, kSeq);
+  s->graph.mark_output(s->model.loss);
+  s->grads = append_backward(b, s->model.loss, s->model.parameters, output);
+  return s;
+}
+
+// The table the embedding node reads.
+Value embedding_table(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    if (n.kind == OpKind::embedding) return n.inputs[0];
+  }
+  ADD_FAILURE() << "no embedding node";
+  return Value{};
+}
+
+// Random values with a -0 every 7th element.
+std::vector<float> with_negative_zeros(int64_t n, uint64_t seed) {
+  std::vector<float> v = testing::random_vector<float>(n, seed, -1.0, 1.0);
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = -0.0f;
+  return v;
+}
+
+template <typename T>
+std::vector<char> bytes_of(std::span<const T> x) {
+  std::vector<char> out(x.size_bytes());
+  std::memcpy(out.data(), x.data(), x.size_bytes());
+  return out;
+}
+
+// The bytes of each micro-batch's loss, then of every parameter's gradient:
+// this step's (fresh), or the running sums in the caller's buffers, which
+// start out holding an earlier sum (accumulated).
+std::vector<std::vector<char>> run_step(const Graph& g, const Step& s, int micro_batches) {
+  const auto n = static_cast<size_t>(kBatch * kSeq);
+  const auto vocab = static_cast<int32_t>(s.config.vocab_size);
+  std::vector<int32_t> tokens(n), targets(n);
+  std::vector<std::vector<float>> params;
+  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
+    params.push_back(testing::random_vector<float>(g.value(s.model.parameters[i]).shape.numel(), 60 + i, -0.5, 0.5));
+  }
+  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
+  exec::CpuExecutor e(g, *space);
+  e.bind(s.model.tokens, std::span<int32_t>(tokens));
+  e.bind(s.model.targets, std::span<int32_t>(targets));
+  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<float>(params[i]));
+  std::vector<std::vector<float>> sums;
+  if (s.output == GradientOutput::accumulated) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      sums.push_back(with_negative_zeros(g.value(s.model.parameters[i]).shape.numel(), 80 + i));
+      e.bind(s.grads[s.model.parameters[i]], std::span<float>(sums.back()));
+    }
+  }
+  std::vector<std::vector<char>> result;
+  for (int m = 0; m < micro_batches; ++m) {
+    // In place: the executor holds the buffers' addresses.
+    const auto t = testing::random_tokens(n, 10 + 2 * static_cast<uint64_t>(m), vocab);
+    const auto u = testing::random_tokens(n, 11 + 2 * static_cast<uint64_t>(m), vocab);
+    std::copy(t.begin(), t.end(), tokens.begin());
+    std::copy(u.begin(), u.end(), targets.begin());
+    e.run();
+    EXPECT_EQ(space->peak(), e.liveness().peak_bytes);
+    result.push_back(bytes_of(e.read<float>(s.model.loss)));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    result.push_back(s.output == GradientOutput::accumulated ? bytes_of(std::span<const float>(sums[i]))
+                                                             : bytes_of(e.read<float>(s.grads[s.model.parameters[i]])));
+  }
+  return result;
+}
+
+int count(const Graph& g, OpKind kind) {
+  int n = 0;
+  for (const Node& node : g.nodes()) n += node.kind == kind;
+  return n;
+}
+
+const Node* only_embedding_backward(const Graph& g) {
+  const Node* found = nullptr;
+  for (const Node& n : g.nodes()) {
+    if (n.kind != OpKind::embedding_backward) continue;
+    EXPECT_EQ(found, nullptr) << "two embedding_backward nodes";
+    found = &n;
+  }
+  EXPECT_NE(found, nullptr);
+  return found;
+}
+
+uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
+
+class FuseEmbeddingAdd : public ::testing::TestWithParam<std::tuple<bool, GradientOutput>> {};
+
+TEST_P(FuseEmbeddingAdd, FoldsTheTiedTablesGradientSumAndKeepsTheStep) {
+  const auto [tied, output] = GetParam();
+  auto s = build_step(tied, output);
+  const Graph& g = s->graph;
+  EmbeddingAddFused f = fuse_embedding_add(g);
+  EXPECT_EQ(f.adds_folded, tied ? 1 : 0);
+  EXPECT_EQ(count(f.graph, OpKind::add), count(g, OpKind::add) - f.adds_folded);
+  EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - static_cast<size_t>(f.adds_folded));
+
+  const Value table = embedding_table(g);
+  const Value grad = s->grads[table];
+  const Node* eb = only_embedding_backward(f.graph);
+  ASSERT_NE(eb, nullptr);
+  if (tied) {
+    // It writes the table's gradient, which the add wrote, adding lm_head's
+    // part (a matmul's output) to its own; accumulating into the caller's
+    // buffer where the add did.
+    ASSERT_EQ(eb->inputs.size(), 3u);
+    EXPECT_EQ(eb->outputs[0], grad);
+    EXPECT_TRUE(f.graph.value(grad).name.ends_with(".grad_sum")) << f.graph.value(grad).name;
+    const ValueInfo& base = f.graph.value(eb->inputs[2]);
+    ASSERT_GE(base.producer, 0);
+    EXPECT_EQ(f.graph.nodes()[static_cast<size_t>(base.producer)].kind, OpKind::matmul) << base.name;
+    EXPECT_EQ(eb->attrs.accumulate, output == GradientOutput::accumulated);
+    EXPECT_EQ(f.graph.value(grad).accumulated, output == GradientOutput::accumulated);
+  } else {
+    EXPECT_EQ(eb->inputs.size(), 2u);
+  }
+
+  // Every value keeps its id, name, shape, dtype and marking; the outputs stay.
+  ASSERT_EQ(f.graph.values().size(), g.values().size());
+  for (size_t v = 0; v < g.values().size(); ++v) {
+    const ValueInfo& a = g.values()[v];
+    const ValueInfo& b = f.graph.values()[v];
+    EXPECT_EQ(b.name, a.name);
+    EXPECT_EQ(b.shape, a.shape) << a.name;
+    EXPECT_EQ(b.dtype, a.dtype) << a.name;
+    EXPECT_EQ(b.accumulated, a.accumulated) << a.name;
+  }
+  EXPECT_EQ(f.graph.outputs(), g.outputs());
+
+  // Valid order; a value left without its producer (the old scatter) is read by nobody.
+  for (size_t i = 0; i < f.graph.nodes().size(); ++i) {
+    for (Value in : f.graph.nodes()[i].inputs) {
+      const ValueInfo& info = f.graph.value(in);
+      if (info.role != ValueRole::computed) continue;
+      ASSERT_GE(info.producer, 0) << info.name << " is read but no longer made";
+      EXPECT_LT(info.producer, static_cast<int32_t>(i)) << info.name;
+    }
+  }
+  int orphans = 0;
+  for (const ValueInfo& v : f.graph.values()) orphans += v.role == ValueRole::computed && v.producer < 0;
+  EXPECT_EQ(orphans, f.adds_folded);
+
+  EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
+
+  const int micro_batches = output == GradientOutput::accumulated ? 2 : 1;
+  const auto want = run_step(g, *s, micro_batches);
+  const auto got = run_step(f.graph, *s, micro_batches);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string what = i < static_cast<size_t>(micro_batches)
+                                 ? "loss of micro-batch " + std::to_string(i)
+                                 : g.value(s->model.parameters[i - static_cast<size_t>(micro_batches)]).name;
+    EXPECT_EQ(got[i], want[i]) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseEmbeddingAdd,
+                         ::testing::Combine(::testing::Bool(),
+                                            ::testing::Values(GradientOutput::fresh, GradientOutput::accumulated)),
+                         [](const auto& info) {
+                           return std::string(std::get<0>(info.param) ? "tied_" : "untied_") +
+                                  (std::get<1>(info.param) == GradientOutput::fresh ? "fresh" : "accumulated");
+                         });
+
+// The training step as the engines build it (accumulated gradients, every
+// fusion): the tied table's gradient sum is folded after the other passes
+// have run, and folding again finds nothing.
+TEST(FuseEmbeddingAddInFuseStep, TheTiedTrainingStepFoldsItsGradientSum) {
+  auto s = build_step(true, GradientOutput::accumulated);
+  const Graph fused = fuse_step(s->graph);
+  const Node* eb = only_embedding_backward(fused);
+  ASSERT_NE(eb, nullptr);
+  ASSERT_EQ(eb->inputs.size(), 3u);
+  EXPECT_EQ(eb->outputs[0], s->grads[embedding_table(s->graph)]);
+  EXPECT_TRUE(eb->attrs.accumulate);
+  EXPECT_EQ(fuse_embedding_add(fused).adds_folded, 0);
+}
+
+// An embedding_backward over a [9, 4] table, with 6 tokens that leave rows
+// 1, 3, 5, 6 and 8 unused, and a base made before it.
+struct Small {
+  Graph g;
+  Value ids, dout, base, d;
+  Small() {
+    Builder b(g, DType::f32);
+    ids = b.input("ids", Shape{6}, DType::i32);
+    dout = b.input("dout", Shape{6, 4}, DType::f32);
+    base = b.input("base", Shape{9, 4}, DType::f32);
+    d = b.embedding_backward(ids, dout, 9, "eb");
+  }
+};
+
+// The accumulating add a tied table's gradient ends in folds, on either
+// side, and the fused node rounds as the add did: base + 0 in the unused
+// rows (the base has -0s there, as does the running sum).
+TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
+  for (bool scatter_first : {false, true}) {
+    Small s;
+    Builder b(s.g, DType::f32);
+    const Value sum = scatter_first ? b.add(s.d, s.base, "sum") : b.add(s.base, s.d, "sum");
+    s.g.mark_accumulated(sum);
+    EmbeddingAddFused f = fuse_embedding_add(s.g);
+    ASSERT_EQ(f.adds_folded, 1);
+    ASSERT_EQ(f.graph.nodes().size(), 1u);
+    const Node& fused = f.graph.nodes()[0];
+    EXPECT_EQ(fused.kind, OpKind::embedding_backward);
+    EXPECT_EQ(fused.inputs, (std::vector<Value>{s.ids, s.dout, s.base}));
+    EXPECT_EQ(fused.outputs, std::vector<Value>{sum});
+    EXPECT_TRUE(fused.attrs.accumulate);
+    EXPECT_TRUE(f.graph.value(sum).accumulated);
+
+    auto run = [&](const Graph& g) {
+      std::vector<int32_t> ids = {0, 2, 4, 2, 7, 0};
+      std::vector<float> dout = testing::random_vector<float>(24, 5);
+      std::vector<float> base = with_negative_zeros(36, 6);
+      std::vector<float> acc = with_negative_zeros(36, 7);
+      auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
+      exec::CpuExecutor e(g, *space);
+      e.bind(s.ids, std::span<int32_t>(ids));
+      e.bind(s.dout, std::span<float>(dout));
+      e.bind(s.base, std::span<float>(base));
+      e.bind(sum, std::span<float>(acc));
+      e.run();
+      e.run();
+      return bytes_of(std::span<const float>(acc));
+    };
+    EXPECT_EQ(run(f.graph), run(s.g)) << (scatter_first ? "add(scatter, base)" : "add(base, scatter)");
+  }
+}
+
+TEST(FuseEmbeddingAddRules, LeavesAnOutputThatIsReadTwice) {
+  Small s;
+  Builder b(s.g, DType::f32);
+  const Value s1 = b.add(s.base, s.d, "s1");
+  s.g.mark_output(b.add(s1, s.d, "s2"));  // d read a second time: it must stay
+  EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
+}
+
+TEST(FuseEmbeddingAddRules, LeavesAnOutputThatIsAGraphOutput) {
+  Small s;
+  Builder b(s.g, DType::f32);
+  s.g.mark_output(b.add(s.base, s.d, "sum"));
+  s.g.mark_output(s.d);
+  EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
+}
+
+// The fused node runs where the embedding_backward ran, before the base exists.
+TEST(FuseEmbeddingAddRules, LeavesAnAddWhoseOtherOperandIsMadeLater) {
+  Small s;
+  Builder b(s.g, DType::f32);
+  const Value later = b.add(s.base, s.base, "later");
+  s.g.mark_output(b.add(later, s.d, "sum"));
+  EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
+}
+
+// A fused node's output added to something else again keeps that add: the
+// node takes one base.
+TEST(FuseEmbeddingAddRules, TakesOneBaseOnly) {
+  Small s;
+  Builder b(s.g, DType::f32);
+  const Value other = b.input("other", Shape{9, 4}, DType::f32);
+  const Value s1 = b.add(s.base, s.d, "s1");
+  s.g.mark_output(b.add(other, s1, "s2"));
+  EmbeddingAddFused once = fuse_embedding_add(s.g);
+  ASSERT_EQ(once.adds_folded, 1);
+  EXPECT_EQ(fuse_embedding_add(once.graph).adds_folded, 0);
+}
+
+}  // namespace
+}  // namespace spillway::graph

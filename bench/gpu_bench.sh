@@ -12,8 +12,14 @@ batch=${3:-4}
 out=${OUT:-/tmp}/bench.jsonl
 N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
-build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps 6 --warmup 2 --json "$out"
-build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps 6 --warmup 2 --json "$out" --nondeterministic
+# Deterministic (the default), with cuDNN's atomic attention backward (as
+# PyTorch's flash backward), and with bf16 AdamW moments as well (PyTorch's
+# bf16 model keeps bf16 moments, weights and gradients; spillway still keeps
+# fp32 master weights and gradients). STEPS sets the timed steps (median).
+for mode in "" --nondeterministic "--nondeterministic --bf16-moments"; do
+  build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps "${STEPS:-6}" --warmup 2 \
+    --json "$out" $mode | grep median
+done
 if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
   PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" <<'PY' | tee -a "$out"
 import sys, json

@@ -128,7 +128,7 @@ int run_bench(const BenchArgs& a) {
                         {"bf16_moments", a.bf16_moments},
                         {"recompute", a.recompute},
                         {"cuda_graph", a.cuda_graph},
-                        {"fused_projections", !a.unfused_projections},
+                        {"fused_projections", engine->fused_projections()},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";

@@ -68,6 +68,10 @@ class Engine {
   // The last profiled step as a picture of what each stream did (SVG);
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
+  // Whether the step runs q|k|v and gate|up as single matmuls
+  // (EngineOptions::fused_projections is a request only the resident GPU
+  // engine honours).
+  virtual bool fused_projections() const { return false; }
   // The planner's prediction of one optimizer step, in seconds (0 where the
   // engine runs without a plan), for comparing with the measured step.
   virtual double predicted_step_seconds() const { return 0; }

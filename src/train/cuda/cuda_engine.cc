@@ -203,6 +203,7 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+  bool fused_projections() const override { return options_.fused_projections; }
 
   void set_profiling(bool on) override {
     profiling_ = on;

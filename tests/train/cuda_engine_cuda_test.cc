@@ -143,19 +143,23 @@ TEST(CudaEngine, ReplayedStepsEqualEagerOnesBitForBit) {
     o.cuda_graph = cuda_graph;
     auto w = model::LlamaWeights::random(config, 3, 0.05);
     AdamW opt(config);
+    o.micro_batches = 2;
     auto gpu = make_cuda_engine(w, opt, o);
-    const size_t n = static_cast<size_t>(o.batch * o.seq);
+    // Two micro-batches a step: the first writes the gradients and the
+    // second adds into them, each replayed from its own capture.
+    const size_t n = static_cast<size_t>(o.batch * o.seq * o.micro_batches);
     for (int step = 0; step < 4; ++step) {
       auto tokens = testing::random_tokens(2 * n, 30 + step, 1000);
       std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
-      losses.push_back(gpu->train_step(inputs, targets, 1, 1e-3).loss);
+      losses.push_back(gpu->train_step(inputs, targets, o.micro_batches, 1e-3).loss);
     }
     gpu->sync_to_host();
     return w;
   };
   std::vector<double> eager_losses, replay_losses;
   const auto eager = run(false, eager_losses);
-  const auto replayed = run(true, replay_losses);  // step 1 eager, step 2 captured, steps 3-4 replayed
+  // Step 1's first micro-batch eager, each mode captured on its next run, then replayed.
+  const auto replayed = run(true, replay_losses);
   EXPECT_EQ(eager_losses, replay_losses);
   for (size_t i = 0; i < eager.tensors().size(); ++i) {
     EXPECT_EQ(eager.tensors()[i].data, replayed.tensors()[i].data) << eager.tensors()[i].name;

@@ -11,23 +11,11 @@
 // for bit.
 #pragma once
 
-#include "graph/graph.h"
+#include "graph/fold_add.h"
 
 namespace spillway::graph {
 
-struct EmbeddingAddFused {
-  Graph graph;
-  int adds_folded = 0;
-};
-
-// A new graph in which every two-input add whose operand is the output of an
-// embedding_backward (without a base) that nothing else reads (same dtype and
-// shape, not a graph output, not accumulated, the other operand made before
-// the embedding_backward) is folded into that embedding_backward, which stays
-// where it was: no value lives longer than before. It writes the add's output
-// and takes the add's accumulate flag; an accumulated output stays
-// accumulated. Every value keeps its id; the old output is left without a
-// producer or reader (never allocated).
-EmbeddingAddFused fuse_embedding_add(const Graph& graph);
+// fold_adds (graph/fold_add.h) with this op as the producer.
+FusedGraph fuse_embedding_add(const Graph& graph);
 
 }  // namespace spillway::graph

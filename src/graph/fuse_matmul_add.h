@@ -7,21 +7,11 @@
 // A matmul with a third input adds it: out = op(a)·op(b) + addend.
 #pragma once
 
-#include "graph/graph.h"
+#include "graph/fold_add.h"
 
 namespace spillway::graph {
 
-struct FusedGraph {
-  Graph graph;
-  int adds_folded = 0;
-};
-
-// A new graph in which every add whose operand comes from a matmul that
-// nothing else reads (same dtype and shape, neither accumulating into caller
-// memory, the other operand made before the matmul) is folded into that
-// matmul, which stays where it was: no value lives longer than before. Every
-// value keeps its id; the folded matmuls' old outputs are left without a
-// producer or reader (never allocated).
+// fold_adds (graph/fold_add.h) with this op as the producer.
 FusedGraph fuse_matmul_add(const Graph& graph);
 
 }  // namespace spillway::graph

@@ -9,22 +9,11 @@
 // dx_addend).
 #pragma once
 
-#include "graph/graph.h"
+#include "graph/fold_add.h"
 
 namespace spillway::graph {
 
-struct NormAddFused {
-  Graph graph;
-  int adds_folded = 0;
-};
-
-// A new graph in which every add (not accumulating) whose operand is the dx
-// (output 0) of an rmsnorm_backward that nothing else reads (same dtype and
-// shape, not a graph output, the other operand made before the
-// rmsnorm_backward) is folded into that rmsnorm_backward, which stays where
-// it was and writes the add's output: no value lives longer than before.
-// Every value keeps its id; the old dx is left without a producer or reader
-// (never allocated).
-NormAddFused fuse_rmsnorm_add(const Graph& graph);
+// fold_adds (graph/fold_add.h) with this op as the producer.
+FusedGraph fuse_rmsnorm_add(const Graph& graph);
 
 }  // namespace spillway::graph

@@ -139,7 +139,7 @@ TEST_P(FuseEmbeddingAdd, FoldsTheTiedTablesGradientSumAndKeepsTheStep) {
   const auto [tied, output] = GetParam();
   auto s = build_step(tied, output);
   const Graph& g = s->graph;
-  EmbeddingAddFused f = fuse_embedding_add(g);
+  FusedGraph f = fuse_embedding_add(g);
   EXPECT_EQ(f.adds_folded, tied ? 1 : 0);
   EXPECT_EQ(count(f.graph, OpKind::add), count(g, OpKind::add) - f.adds_folded);
   EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - static_cast<size_t>(f.adds_folded));
@@ -248,7 +248,7 @@ TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
     Builder b(s.g, DType::f32);
     const Value sum = scatter_first ? b.add(s.d, s.base, "sum") : b.add(s.base, s.d, "sum");
     s.g.mark_accumulated(sum);
-    EmbeddingAddFused f = fuse_embedding_add(s.g);
+    FusedGraph f = fuse_embedding_add(s.g);
     ASSERT_EQ(f.adds_folded, 1);
     ASSERT_EQ(f.graph.nodes().size(), 1u);
     const Node& fused = f.graph.nodes()[0];
@@ -310,7 +310,7 @@ TEST(FuseEmbeddingAddRules, TakesOneBaseOnly) {
   const Value other = b.input("other", Shape{9, 4}, DType::f32);
   const Value s1 = b.add(s.base, s.d, "s1");
   s.g.mark_output(b.add(other, s1, "s2"));
-  EmbeddingAddFused once = fuse_embedding_add(s.g);
+  FusedGraph once = fuse_embedding_add(s.g);
   ASSERT_EQ(once.adds_folded, 1);
   EXPECT_EQ(fuse_embedding_add(once.graph).adds_folded, 0);
 }

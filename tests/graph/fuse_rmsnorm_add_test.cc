@@ -77,7 +77,7 @@ TEST_P(FuseRmsnormAdd, FoldsBothResidualSumsOfEveryLayerAndKeepsTheStep) {
   const auto c = tiny(GetParam());
   Step s;
   build(s, c);
-  NormAddFused f = fuse_rmsnorm_add(s.graph);
+  FusedGraph f = fuse_rmsnorm_add(s.graph);
   const int layers = static_cast<int>(c.num_hidden_layers);
   EXPECT_EQ(f.adds_folded, 2 * layers);
   EXPECT_EQ(count(f.graph, OpKind::add), count(s.graph, OpKind::add) - 2 * layers);
@@ -135,7 +135,7 @@ TEST_P(FuseRmsnormAdd, FoldsTheSameAddsAfterTheMatmulFusion) {
   Step s;
   build(s, c);
   FusedGraph m = fuse_matmul_add(s.graph);
-  NormAddFused f = fuse_rmsnorm_add(m.graph);
+  FusedGraph f = fuse_rmsnorm_add(m.graph);
   EXPECT_EQ(f.adds_folded, 2 * static_cast<int>(c.num_hidden_layers));
   EXPECT_EQ(count(f.graph, OpKind::add), count(s.graph, OpKind::add) - m.adds_folded - f.adds_folded);
   int epilogues = 0;
@@ -175,7 +175,7 @@ TEST(FuseRmsnormAddRules, FoldsWhenDweightAccumulates) {
   Value sum = b.add(skip, n.dx, "sum");
   g.mark_output(sum);
   g.mark_accumulated(n.dweight);  // about dweight only: dx can still take the add
-  NormAddFused f = fuse_rmsnorm_add(g);
+  FusedGraph f = fuse_rmsnorm_add(g);
   ASSERT_EQ(f.adds_folded, 1);
   const Node& fused = f.graph.nodes().back();
   EXPECT_EQ(fused.kind, OpKind::rmsnorm_backward);

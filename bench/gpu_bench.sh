@@ -18,7 +18,8 @@ export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/u
 # fp32 master weights and gradients). STEPS sets the timed steps (median).
 for mode in "" --nondeterministic "--nondeterministic --bf16-moments"; do
   build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps "${STEPS:-6}" --warmup 2 \
-    --json "$out" $mode | grep median
+    --json "$out" $mode | grep -E "median|step [0-9]+:" | tr '\n' ' ' | sed 's/  */ /g'
+  echo
 done
 if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
   PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" <<'PY' | tee -a "$out"

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -96,6 +97,9 @@ int run_bench(const BenchArgs& a) {
       std::printf("measured timeline of the last micro-batch: %s\n", a.timeline.c_str());
     }
   }
+  // The mean too: PyTorch's baseline (../shared/bench/torch_llama.py) reports
+  // the time of all its steps over their count.
+  const double mean_step_s = std::accumulate(times.begin(), times.end(), 0.0) / static_cast<double>(times.size());
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
@@ -120,6 +124,8 @@ int run_bench(const BenchArgs& a) {
                         {"grad_accum", a.grad_accum},
                         {"tokens_per_step", n},
                         {"step_s", step_s},
+                        {"mean_step_s", mean_step_s},
+                        {"mean_tok_s", static_cast<double>(n) / mean_step_s},
                         {"tok_s", tok_s},
                         {"tflops", flops / 1e12},
                         {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},

@@ -8,8 +8,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -20,34 +18,18 @@
 #include "graph/autodiff.h"
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
-#include "model/llama_graph.h"
+#include "testing/graph_checks.h"
 #include "testing/llama.h"
+#include "testing/llama_step.h"
 #include "testing/numeric.h"
 
 namespace spillway::graph {
 namespace {
 
-struct Step {
-  model::LlamaConfig config;
-  Graph graph;
-  model::LlamaGraph model;
-  Gradients grads;
-  GradientOutput output = GradientOutput::fresh;
-};
-
-constexpr int64_t kBatch = 2, kSeq = 8;
-
 // A vocabulary larger than a micro-batch's tokens, so that some rows of the
 // table get only lm_head's part of the gradient.
-std::unique_ptr<Step> build_step(bool tied, GradientOutput output) {
-  auto s = std::make_unique<Step>();
-  s->config = testing::llama_config(40, 16, 24, 2, 4, 2, tied);
-  s->output = output;
-  Builder b(s->graph, DType::f32);
-  s->model = model::build_llama(b, s->config, kBatch, kSeq);
-  s->graph.mark_output(s->model.loss);
-  s->grads = append_backward(b, s->model.loss, s->model.parameters, output);
-  return s;
+testing::LlamaStep<float> build_step(bool tied, GradientOutput output) {
+  return testing::build_llama_step<float>(testing::llama_config(40, 16, 24, 2, 4, 2, tied), 2, 8, output);
 }
 
 // The table the embedding node reads.
@@ -57,67 +39,6 @@ Value embedding_table(const Graph& g) {
   }
   ADD_FAILURE() << "no embedding node";
   return Value{};
-}
-
-// Random values with a -0 every 7th element.
-std::vector<float> with_negative_zeros(int64_t n, uint64_t seed) {
-  std::vector<float> v = testing::random_vector<float>(n, seed, -1.0, 1.0);
-  for (size_t i = 0; i < v.size(); i += 7) v[i] = -0.0f;
-  return v;
-}
-
-template <typename T>
-std::vector<char> bytes_of(std::span<const T> x) {
-  std::vector<char> out(x.size_bytes());
-  std::memcpy(out.data(), x.data(), x.size_bytes());
-  return out;
-}
-
-// The bytes of each micro-batch's loss, then of every parameter's gradient:
-// this step's (fresh), or the running sums in the caller's buffers, which
-// start out holding an earlier sum (accumulated).
-std::vector<std::vector<char>> run_step(const Graph& g, const Step& s, int micro_batches) {
-  const auto n = static_cast<size_t>(kBatch * kSeq);
-  const auto vocab = static_cast<int32_t>(s.config.vocab_size);
-  std::vector<int32_t> tokens(n), targets(n);
-  std::vector<std::vector<float>> params;
-  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-    params.push_back(testing::random_vector<float>(g.value(s.model.parameters[i]).shape.numel(), 60 + i, -0.5, 0.5));
-  }
-  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
-  exec::CpuExecutor e(g, *space);
-  e.bind(s.model.tokens, std::span<int32_t>(tokens));
-  e.bind(s.model.targets, std::span<int32_t>(targets));
-  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<float>(params[i]));
-  std::vector<std::vector<float>> sums;
-  if (s.output == GradientOutput::accumulated) {
-    for (size_t i = 0; i < params.size(); ++i) {
-      sums.push_back(with_negative_zeros(g.value(s.model.parameters[i]).shape.numel(), 80 + i));
-      e.bind(s.grads[s.model.parameters[i]], std::span<float>(sums.back()));
-    }
-  }
-  std::vector<std::vector<char>> result;
-  for (int m = 0; m < micro_batches; ++m) {
-    // In place: the executor holds the buffers' addresses.
-    const auto t = testing::random_tokens(n, 10 + 2 * static_cast<uint64_t>(m), vocab);
-    const auto u = testing::random_tokens(n, 11 + 2 * static_cast<uint64_t>(m), vocab);
-    std::copy(t.begin(), t.end(), tokens.begin());
-    std::copy(u.begin(), u.end(), targets.begin());
-    e.run();
-    EXPECT_EQ(space->peak(), e.liveness().peak_bytes);
-    result.push_back(bytes_of(e.read<float>(s.model.loss)));
-  }
-  for (size_t i = 0; i < params.size(); ++i) {
-    result.push_back(s.output == GradientOutput::accumulated ? bytes_of(std::span<const float>(sums[i]))
-                                                             : bytes_of(e.read<float>(s.grads[s.model.parameters[i]])));
-  }
-  return result;
-}
-
-int count(const Graph& g, OpKind kind) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.kind == kind;
-  return n;
 }
 
 const Node* only_embedding_backward(const Graph& g) {
@@ -137,15 +58,15 @@ class FuseEmbeddingAdd : public ::testing::TestWithParam<std::tuple<bool, Gradie
 
 TEST_P(FuseEmbeddingAdd, FoldsTheTiedTablesGradientSumAndKeepsTheStep) {
   const auto [tied, output] = GetParam();
-  auto s = build_step(tied, output);
-  const Graph& g = s->graph;
+  const auto s = build_step(tied, output);
+  const Graph& g = s.graph;
   FusedGraph f = fuse_embedding_add(g);
   EXPECT_EQ(f.adds_folded, tied ? 1 : 0);
-  EXPECT_EQ(count(f.graph, OpKind::add), count(g, OpKind::add) - f.adds_folded);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::add), testing::count_nodes(g, OpKind::add) - f.adds_folded);
   EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - static_cast<size_t>(f.adds_folded));
 
   const Value table = embedding_table(g);
-  const Value grad = s->grads[table];
+  const Value grad = s.grads[table];
   const Node* eb = only_embedding_backward(f.graph);
   ASSERT_NE(eb, nullptr);
   if (tied) {
@@ -164,43 +85,22 @@ TEST_P(FuseEmbeddingAdd, FoldsTheTiedTablesGradientSumAndKeepsTheStep) {
     EXPECT_EQ(eb->inputs.size(), 2u);
   }
 
-  // Every value keeps its id, name, shape, dtype and marking; the outputs stay.
-  ASSERT_EQ(f.graph.values().size(), g.values().size());
-  for (size_t v = 0; v < g.values().size(); ++v) {
-    const ValueInfo& a = g.values()[v];
-    const ValueInfo& b = f.graph.values()[v];
-    EXPECT_EQ(b.name, a.name);
-    EXPECT_EQ(b.shape, a.shape) << a.name;
-    EXPECT_EQ(b.dtype, a.dtype) << a.name;
-    EXPECT_EQ(b.accumulated, a.accumulated) << a.name;
-  }
-  EXPECT_EQ(f.graph.outputs(), g.outputs());
+  ASSERT_NO_FATAL_FAILURE(testing::expect_values_kept(g, f.graph));
 
   // Valid order; a value left without its producer (the old scatter) is read by nobody.
-  for (size_t i = 0; i < f.graph.nodes().size(); ++i) {
-    for (Value in : f.graph.nodes()[i].inputs) {
-      const ValueInfo& info = f.graph.value(in);
-      if (info.role != ValueRole::computed) continue;
-      ASSERT_GE(info.producer, 0) << info.name << " is read but no longer made";
-      EXPECT_LT(info.producer, static_cast<int32_t>(i)) << info.name;
-    }
-  }
-  int orphans = 0;
-  for (const ValueInfo& v : f.graph.values()) orphans += v.role == ValueRole::computed && v.producer < 0;
-  EXPECT_EQ(orphans, f.adds_folded);
+  ASSERT_NO_FATAL_FAILURE(testing::expect_producers_first(f.graph));
+  EXPECT_EQ(testing::orphans(f.graph), f.adds_folded);
 
   EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
 
-  const int micro_batches = output == GradientOutput::accumulated ? 2 : 1;
-  const auto want = run_step(g, *s, micro_batches);
-  const auto got = run_step(f.graph, *s, micro_batches);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    const std::string what = i < static_cast<size_t>(micro_batches)
-                                 ? "loss of micro-batch " + std::to_string(i)
-                                 : g.value(s->model.parameters[i - static_cast<size_t>(micro_batches)]).name;
-    EXPECT_EQ(got[i], want[i]) << what;
-  }
+  // Accumulated: two micro-batches into caller buffers that start out
+  // holding an earlier sum.
+  const testing::LlamaStepInputs inputs = {.token_seed = 10,
+                                           .target_seed = 11,
+                                           .parameter_seed = 60,
+                                           .micro_batches = output == GradientOutput::accumulated ? 2 : 1,
+                                           .accumulated_seed = 80};
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, inputs), testing::run_llama_step(g, s, inputs), s);
 }
 
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseEmbeddingAdd,
@@ -215,12 +115,12 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseEmbeddingAdd,
 // fusion): the tied table's gradient sum is folded after the other passes
 // have run, and folding again finds nothing.
 TEST(FuseEmbeddingAddInFuseStep, TheTiedTrainingStepFoldsItsGradientSum) {
-  auto s = build_step(true, GradientOutput::accumulated);
-  const Graph fused = fuse_step(s->graph);
+  const auto s = build_step(true, GradientOutput::accumulated);
+  const Graph fused = fuse_step(s.graph);
   const Node* eb = only_embedding_backward(fused);
   ASSERT_NE(eb, nullptr);
   ASSERT_EQ(eb->inputs.size(), 3u);
-  EXPECT_EQ(eb->outputs[0], s->grads[embedding_table(s->graph)]);
+  EXPECT_EQ(eb->outputs[0], s.grads[embedding_table(s.graph)]);
   EXPECT_TRUE(eb->attrs.accumulate);
   EXPECT_EQ(fuse_embedding_add(fused).adds_folded, 0);
 }
@@ -261,8 +161,8 @@ TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
     auto run = [&](const Graph& g) {
       std::vector<int32_t> ids = {0, 2, 4, 2, 7, 0};
       std::vector<float> dout = testing::random_vector<float>(24, 5);
-      std::vector<float> base = with_negative_zeros(36, 6);
-      std::vector<float> acc = with_negative_zeros(36, 7);
+      std::vector<float> base = testing::with_negative_zeros<float>(36, 6);
+      std::vector<float> acc = testing::with_negative_zeros<float>(36, 7);
       auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
       exec::CpuExecutor e(g, *space);
       e.bind(s.ids, std::span<int32_t>(ids));
@@ -271,7 +171,7 @@ TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
       e.bind(sum, std::span<float>(acc));
       e.run();
       e.run();
-      return bytes_of(std::span<const float>(acc));
+      return testing::bytes_of<float>(acc);
     };
     EXPECT_EQ(run(f.graph), run(s.g)) << (scatter_first ? "add(scatter, base)" : "add(base, scatter)");
   }

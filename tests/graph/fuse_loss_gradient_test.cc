@@ -8,7 +8,6 @@
 
 #include <cstring>
 #include <functional>
-#include <memory>
 #include <span>
 #include <string>
 #include <tuple>
@@ -20,73 +19,24 @@
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
 #include "graph/recompute.h"
-#include "model/llama_graph.h"
+#include "testing/graph_checks.h"
 #include "testing/llama.h"
+#include "testing/llama_step.h"
 #include "testing/numeric.h"
 
 namespace spillway::graph {
 namespace {
 
-struct Step {
-  model::LlamaConfig config;
-  Graph graph;
-  model::LlamaGraph model;
-  Gradients grads;
-};
-
-constexpr int64_t kBatch = 2, kSeq = 7;
-
-std::unique_ptr<Step> build_step(bool tied, GradientOutput output = GradientOutput::fresh) {
-  auto s = std::make_unique<Step>();
-  s->config = testing::llama_config(13, 16, 24, 2, 4, 2, tied);
-  Builder b(s->graph, DType::f32);
-  s->model = model::build_llama(b, s->config, kBatch, kSeq);
-  s->graph.mark_output(s->model.loss);
-  s->grads = append_backward(b, s->model.loss, s->model.parameters, output);
-  return s;
+testing::LlamaStep<float> build_step(bool tied, GradientOutput output = GradientOutput::fresh) {
+  return testing::build_llama_step<float>(testing::llama_config(13, 16, 24, 2, 4, 2, tied), 2, 7, output);
 }
 
-// The bytes of the loss and of every parameter's gradient after one step;
-// one target is -100, a row that does not count.
-std::vector<std::vector<char>> run_step(const Graph& g, const Step& s) {
-  std::vector<int32_t> tokens = testing::random_tokens(static_cast<size_t>(kBatch * kSeq), 1, static_cast<int32_t>(s.config.vocab_size));
-  std::vector<int32_t> targets = testing::random_tokens(static_cast<size_t>(kBatch * kSeq), 2, static_cast<int32_t>(s.config.vocab_size));
-  targets[3] = -100;
-  std::vector<std::vector<float>> params;
-  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-    params.push_back(testing::random_vector<float>(g.value(s.model.parameters[i]).shape.numel(), 40 + i, -0.5, 0.5));
-  }
-  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
-  exec::CpuExecutor e(g, *space);
-  e.bind(s.model.tokens, std::span<int32_t>(tokens));
-  e.bind(s.model.targets, std::span<int32_t>(targets));
-  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<float>(params[i]));
-  e.run();
-  EXPECT_EQ(space->peak(), e.liveness().peak_bytes);
-  auto bytes = [&](Value v) {
-    std::span<const float> x = e.read<float>(v);
-    std::vector<char> out(x.size_bytes());
-    std::memcpy(out.data(), x.data(), x.size_bytes());
-    return out;
-  };
-  std::vector<std::vector<char>> result{bytes(s.model.loss)};
-  for (Value p : s.model.parameters) result.push_back(bytes(s.grads[p]));
-  return result;
-}
+// One target is -100, a row that does not count.
+const testing::LlamaStepInputs kInputs = {
+    .token_seed = 1, .target_seed = 2, .parameter_seed = 40, .ignored_target = 3};
 
-void expect_same_step(const std::vector<std::vector<char>>& got, const std::vector<std::vector<char>>& want,
-                      const Step& s) {
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(got[0], want[0]) << "loss";
-  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-    EXPECT_EQ(got[i + 1], want[i + 1]) << s.graph.value(s.model.parameters[i]).name;
-  }
-}
-
-int count(const Graph& g, OpKind kind) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.kind == kind;
-  return n;
+void expect_same_step(const Graph& got, const Graph& want, const testing::LlamaStep<float>& s) {
+  testing::expect_same_bits(testing::run_llama_step(got, s, kInputs), testing::run_llama_step(want, s, kInputs), s);
 }
 
 // The index of the only cross_entropy node.
@@ -106,9 +56,9 @@ uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 class FuseLossGradient : public ::testing::TestWithParam<bool> {};
 
 TEST_P(FuseLossGradient, OneFusionGivesTheSameStepBitForBit) {
-  auto s = build_step(GetParam());
-  const Graph& g = s->graph;
-  ASSERT_EQ(count(g, OpKind::cross_entropy_backward), 1);
+  const auto s = build_step(GetParam());
+  const Graph& g = s.graph;
+  ASSERT_EQ(testing::count_nodes(g, OpKind::cross_entropy_backward), 1);
   Value dlogits;
   for (const Node& n : g.nodes()) {
     if (n.kind == OpKind::cross_entropy_backward) dlogits = n.outputs[0];
@@ -116,10 +66,10 @@ TEST_P(FuseLossGradient, OneFusionGivesTheSameStepBitForBit) {
 
   LossGradientFused f = fuse_loss_gradient(g);
   EXPECT_EQ(f.fused, 1);
-  EXPECT_EQ(count(f.graph, OpKind::cross_entropy_backward), 0);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::cross_entropy_backward), 0);
   // The backward node and the seed's fill are gone; every value keeps its id.
   EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - 2);
-  EXPECT_EQ(count(f.graph, OpKind::fill), count(g, OpKind::fill) - 1);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::fill), testing::count_nodes(g, OpKind::fill) - 1);
   EXPECT_EQ(f.graph.values().size(), g.values().size());
   EXPECT_EQ(f.graph.outputs(), g.outputs());
 
@@ -128,32 +78,23 @@ TEST_P(FuseLossGradient, OneFusionGivesTheSameStepBitForBit) {
   EXPECT_EQ(at, loss_node(g));
   const Node& loss = f.graph.nodes()[static_cast<size_t>(at)];
   ASSERT_EQ(loss.outputs.size(), 3u);
-  EXPECT_EQ(loss.outputs[0], s->model.loss);
+  EXPECT_EQ(loss.outputs[0], s.model.loss);
   EXPECT_EQ(loss.outputs[2], dlogits);
   EXPECT_EQ(loss.attrs.dloss, 1.0);
   EXPECT_FALSE(loss.backward);
 
   // Valid order; the one value left without a producer (the seed) is read by nobody.
-  int orphans = 0;
-  for (size_t i = 0; i < f.graph.nodes().size(); ++i) {
-    for (Value in : f.graph.nodes()[i].inputs) {
-      const ValueInfo& info = f.graph.value(in);
-      if (info.role != ValueRole::computed) continue;
-      ASSERT_GE(info.producer, 0) << info.name << " is read but no longer made";
-      EXPECT_LT(info.producer, static_cast<int32_t>(i)) << info.name;
-    }
-  }
-  for (const ValueInfo& v : f.graph.values()) orphans += v.role == ValueRole::computed && v.producer < 0;
-  EXPECT_EQ(orphans, 1);
+  ASSERT_NO_FATAL_FAILURE(testing::expect_producers_first(f.graph));
+  EXPECT_EQ(testing::orphans(f.graph), 1);
 
   // The logits die at the loss, and the peak does not grow.
   const Liveness before = analyze_liveness(g, allocator_cost);
   const Liveness after = analyze_liveness(f.graph, allocator_cost);
-  EXPECT_GT(before.of[static_cast<size_t>(s->model.logits.id)].last_use, at);
-  EXPECT_EQ(after.of[static_cast<size_t>(s->model.logits.id)].last_use, at);
+  EXPECT_GT(before.of[static_cast<size_t>(s.model.logits.id)].last_use, at);
+  EXPECT_EQ(after.of[static_cast<size_t>(s.model.logits.id)].last_use, at);
   EXPECT_LE(after.peak_bytes, before.peak_bytes);
 
-  expect_same_step(run_step(f.graph, *s), run_step(g, *s), *s);
+  expect_same_step(f.graph, g, s);
 }
 
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseLossGradient, ::testing::Bool());
@@ -162,9 +103,9 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseLossGradient, ::testing::Bool());
 // caller memory, every fusion): the loss is folded once, and folding again
 // finds nothing.
 TEST(FuseLossGradientInFuseStep, TheTrainingStepGetsExactlyOneFusion) {
-  auto s = build_step(false, GradientOutput::accumulated);
-  const Graph fused = fuse_step(s->graph);
-  EXPECT_EQ(count(fused, OpKind::cross_entropy_backward), 0);
+  const auto s = build_step(false, GradientOutput::accumulated);
+  const Graph fused = fuse_step(s.graph);
+  EXPECT_EQ(testing::count_nodes(fused, OpKind::cross_entropy_backward), 0);
   EXPECT_EQ(fused.nodes()[static_cast<size_t>(loss_node(fused))].outputs.size(), 3u);
   EXPECT_EQ(fuse_loss_gradient(fused).fused, 0);
 }
@@ -177,16 +118,16 @@ class FuseLossGradientRecompute : public ::testing::TestWithParam<std::tuple<boo
 
 TEST_P(FuseLossGradientRecompute, KeepsTheLossGradientAndTheResults) {
   auto [tied, policy] = GetParam();
-  auto s = build_step(tied);
-  const Graph fused = fuse_loss_gradient(s->graph).graph;
+  const auto s = build_step(tied);
+  const Graph fused = fuse_loss_gradient(s.graph).graph;
   const Recomputed r = recompute(fused, policy);
   const int32_t at = loss_node(r.graph);
   for (const Node& n : r.graph.nodes()) {
     EXPECT_FALSE(n.recompute && n.kind == OpKind::cross_entropy) << n.name;
   }
-  const Value logits = s->model.logits;
+  const Value logits = s.model.logits;
   EXPECT_EQ(analyze_liveness(r.graph, allocator_cost).of[static_cast<size_t>(logits.id)].last_use, at);
-  expect_same_step(run_step(r.graph, *s), run_step(fused, *s), *s);
+  expect_same_step(r.graph, fused, s);
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, FuseLossGradientRecompute,
@@ -234,7 +175,7 @@ TEST(FuseLossGradientRules, KeepsASeedReadElsewhereAndTakesItsValue) {
   l.g.mark_output(twice);
   LossGradientFused f = fuse_loss_gradient(l.g);
   ASSERT_EQ(f.fused, 1);
-  EXPECT_EQ(count(f.graph, OpKind::fill), 1);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::fill), 1);
   EXPECT_EQ(f.graph.nodes()[static_cast<size_t>(loss_node(f.graph))].attrs.dloss, 0.3);
 
   auto run = [&](const Graph& g) {

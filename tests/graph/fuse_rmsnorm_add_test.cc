@@ -6,62 +6,26 @@
 
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <string>
 
-#include "device/cpu/cpu_device.h"
-#include "exec/executor.h"
-#include "graph/autodiff.h"
+#include "device/memory_space.h"
+#include "graph/builder.h"
 #include "graph/fuse_matmul_add.h"
 #include "graph/liveness.h"
-#include "model/llama_graph.h"
+#include "testing/graph_checks.h"
 #include "testing/llama.h"
-#include "testing/numeric.h"
+#include "testing/llama_step.h"
 
 namespace spillway::graph {
 namespace {
 
 model::LlamaConfig tiny(bool tied) { return testing::llama_config(13, 16, 24, 3, 4, 2, tied); }
 
-struct Step {
-  Graph graph;
-  model::LlamaGraph model;
-  Gradients grads;
-};
-
-void build(Step& s, const model::LlamaConfig& c) {
-  Builder b(s.graph, DType::f64);
-  s.model = model::build_llama(b, c, 2, 8);
-  s.graph.mark_output(s.model.loss);
-  s.grads = append_backward(b, s.model.loss, s.model.parameters);
-}
-
-// Loss, then every parameter's gradient, flattened.
-std::vector<double> run(const Graph& g, const Step& s, const model::LlamaConfig& c) {
-  const std::vector<int32_t> tokens = testing::random_tokens(16, 3, static_cast<int32_t>(c.vocab_size));
-  const std::vector<int32_t> targets = testing::random_tokens(16, 4, static_cast<int32_t>(c.vocab_size));
-  std::vector<std::vector<double>> params;
-  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-    params.push_back(testing::random_vector<double>(g.value(s.model.parameters[i]).shape.numel(), 70 + i, -0.5, 0.5));
-  }
-  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
-  exec::CpuExecutor e(g, *space);
-  std::vector<int32_t> tok = tokens, tgt = targets;
-  e.bind(s.model.tokens, std::span<int32_t>(tok));
-  e.bind(s.model.targets, std::span<int32_t>(tgt));
-  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<double>(params[i]));
-  e.run();
-  std::vector<double> out{e.read<double>(s.model.loss)[0]};
-  for (Value p : s.model.parameters) {
-    for (double x : e.read<double>(s.grads[p])) out.push_back(x);
-  }
-  return out;
-}
-
-int count(const Graph& g, OpKind kind) {
-  int n = 0;
-  for (const Node& node : g.nodes()) n += node.kind == kind;
-  return n;
+// The same loss and gradients up to the rounding of the intermediates the
+// fusion drops.
+void expect_same_step(const Graph& got, const Graph& want, const testing::LlamaStep<double>& s) {
+  const testing::LlamaStepInputs inputs = {.token_seed = 3, .target_seed = 4, .parameter_seed = 70};
+  testing::expect_close(testing::run_llama_step(got, s, inputs), testing::run_llama_step(want, s, inputs), s, 1e-12);
 }
 
 // The layer norms' backward nodes, "model.layers.<i>.*", as against the
@@ -75,12 +39,11 @@ class FuseRmsnormAdd : public ::testing::TestWithParam<bool> {};
 // The final norm's input feeds nothing else, so its dx has no add.
 TEST_P(FuseRmsnormAdd, FoldsBothResidualSumsOfEveryLayerAndKeepsTheStep) {
   const auto c = tiny(GetParam());
-  Step s;
-  build(s, c);
+  const auto s = testing::build_llama_step<double>(c, 2, 8);
   FusedGraph f = fuse_rmsnorm_add(s.graph);
   const int layers = static_cast<int>(c.num_hidden_layers);
   EXPECT_EQ(f.adds_folded, 2 * layers);
-  EXPECT_EQ(count(f.graph, OpKind::add), count(s.graph, OpKind::add) - 2 * layers);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::add), testing::count_nodes(s.graph, OpKind::add) - 2 * layers);
   EXPECT_EQ(f.graph.nodes().size(), s.graph.nodes().size() - static_cast<size_t>(f.adds_folded));
   int layer_norms = 0;
   for (const Node& n : f.graph.nodes()) {
@@ -94,35 +57,13 @@ TEST_P(FuseRmsnormAdd, FoldsBothResidualSumsOfEveryLayerAndKeepsTheStep) {
   }
   EXPECT_EQ(layer_norms, 2 * layers);
 
-  // Every value keeps its id, name, shape and dtype; the outputs stay.
-  ASSERT_EQ(f.graph.values().size(), s.graph.values().size());
-  for (size_t v = 0; v < s.graph.values().size(); ++v) {
-    const ValueInfo& a = s.graph.values()[v];
-    const ValueInfo& b = f.graph.values()[v];
-    EXPECT_EQ(b.name, a.name);
-    EXPECT_EQ(b.shape, a.shape) << a.name;
-    EXPECT_EQ(b.dtype, a.dtype) << a.name;
-    EXPECT_EQ(b.accumulated, a.accumulated) << a.name;
-  }
-  EXPECT_EQ(f.graph.outputs(), s.graph.outputs());
+  ASSERT_NO_FATAL_FAILURE(testing::expect_values_kept(s.graph, f.graph));
 
   // Valid order; a value left without its producer (an old dx) is read by nobody.
-  for (size_t i = 0; i < f.graph.nodes().size(); ++i) {
-    for (Value in : f.graph.nodes()[i].inputs) {
-      const ValueInfo& info = f.graph.value(in);
-      if (info.role != ValueRole::computed) continue;
-      ASSERT_GE(info.producer, 0) << info.name << " is read but no longer made";
-      EXPECT_LT(info.producer, static_cast<int32_t>(i)) << info.name;
-    }
-  }
-  int orphans = 0;
-  for (const ValueInfo& v : f.graph.values()) orphans += v.role == ValueRole::computed && v.producer < 0;
-  EXPECT_EQ(orphans, f.adds_folded);
+  ASSERT_NO_FATAL_FAILURE(testing::expect_producers_first(f.graph));
+  EXPECT_EQ(testing::orphans(f.graph), f.adds_folded);
 
-  const std::vector<double> want = run(s.graph, s, c);
-  const std::vector<double> got = run(f.graph, s, c);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
+  expect_same_step(f.graph, s.graph, s);
 
   auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
   EXPECT_LE(analyze_liveness(f.graph, cost).peak_bytes, analyze_liveness(s.graph, cost).peak_bytes);
@@ -132,20 +73,17 @@ TEST_P(FuseRmsnormAdd, FoldsBothResidualSumsOfEveryLayerAndKeepsTheStep) {
 // layer fold, and the matmuls keep every add they had taken.
 TEST_P(FuseRmsnormAdd, FoldsTheSameAddsAfterTheMatmulFusion) {
   const auto c = tiny(GetParam());
-  Step s;
-  build(s, c);
+  const auto s = testing::build_llama_step<double>(c, 2, 8);
   FusedGraph m = fuse_matmul_add(s.graph);
   FusedGraph f = fuse_rmsnorm_add(m.graph);
   EXPECT_EQ(f.adds_folded, 2 * static_cast<int>(c.num_hidden_layers));
-  EXPECT_EQ(count(f.graph, OpKind::add), count(s.graph, OpKind::add) - m.adds_folded - f.adds_folded);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::add),
+            testing::count_nodes(s.graph, OpKind::add) - m.adds_folded - f.adds_folded);
   int epilogues = 0;
   for (const Node& n : f.graph.nodes()) epilogues += n.kind == OpKind::matmul && n.inputs.size() == 3;
   EXPECT_EQ(epilogues, m.adds_folded);
 
-  const std::vector<double> want = run(s.graph, s, c);
-  const std::vector<double> got = run(f.graph, s, c);
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-12 * (1 + std::abs(want[i]))) << i;
+  expect_same_step(f.graph, s.graph, s);
 }
 
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, FuseRmsnormAdd, ::testing::Bool());

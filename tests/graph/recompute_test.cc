@@ -6,19 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
-#include <memory>
 #include <set>
 #include <string>
 
 #include "base/status.h"
-#include "device/cpu/cpu_device.h"
-#include "exec/executor.h"
-#include "graph/autodiff.h"
+#include "device/memory_space.h"
 #include "graph/liveness.h"
-#include "model/llama_graph.h"
-#include "testing/numeric.h"
 #include "testing/llama.h"
+#include "testing/llama_step.h"
 
 namespace spillway::graph {
 namespace {
@@ -30,26 +25,6 @@ model::LlamaConfig tiny_config(bool tied) {
 // Activations dominate: long sequence, small vocabulary and model.
 model::LlamaConfig activation_heavy_config() {
   return testing::llama_config(16, 32, 64, 4, 4, 2);
-}
-
-struct Step {
-  model::LlamaConfig config;
-  int64_t batch = 0, seq = 0;
-  Graph graph;
-  model::LlamaGraph model;
-  Gradients grads;
-};
-
-std::unique_ptr<Step> build_step(const model::LlamaConfig& config, int64_t batch, int64_t seq) {
-  auto s = std::make_unique<Step>();
-  s->config = config;
-  s->batch = batch;
-  s->seq = seq;
-  Builder b(s->graph, DType::f32);
-  s->model = model::build_llama(b, config, batch, seq);
-  s->graph.mark_output(s->model.loss);
-  s->grads = append_backward(b, s->model.loss, s->model.parameters);
-  return s;
 }
 
 enum class Rule { none, layers, selective, drop_everything };
@@ -77,39 +52,6 @@ Recomputed transform(const Graph& g, Rule r) {
 }
 
 uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
-
-// The bytes of the loss and of every parameter's gradient after one step.
-std::vector<std::vector<char>> run_step(const Graph& g, const Step& s) {
-  auto u = testing::random_vector(s.batch * s.seq * 2, 7, 0, static_cast<double>(s.config.vocab_size));
-  std::vector<int32_t> tokens, targets;
-  for (int64_t i = 0; i < s.batch * s.seq; ++i) {
-    tokens.push_back(static_cast<int32_t>(u[static_cast<size_t>(i)]));
-    targets.push_back(static_cast<int32_t>(u[static_cast<size_t>(s.batch * s.seq + i)]));
-  }
-  targets[1] = -100;
-  std::vector<std::vector<float>> params;
-  for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-    params.push_back(testing::random_vector<float>(g.value(s.model.parameters[i]).shape.numel(), 100 + i, -0.5, 0.5));
-  }
-
-  auto space = make_host_heap_space("test:device", MemorySpace::kUnlimited);
-  exec::CpuExecutor e(g, *space);
-  e.bind(s.model.tokens, std::span<int32_t>(tokens));
-  e.bind(s.model.targets, std::span<int32_t>(targets));
-  for (size_t i = 0; i < params.size(); ++i) e.bind(s.model.parameters[i], std::span<float>(params[i]));
-  e.run();
-  EXPECT_EQ(space->peak(), e.liveness().peak_bytes);
-
-  auto bytes = [&](Value v) {
-    std::span<const float> x = e.read<float>(v);
-    std::vector<char> out(x.size_bytes());
-    std::memcpy(out.data(), x.data(), x.size_bytes());
-    return out;
-  };
-  std::vector<std::vector<char>> result{bytes(s.model.loss)};
-  for (Value p : s.model.parameters) result.push_back(bytes(s.grads[p]));
-  return result;
-}
 
 bool produced_by_forward(const Graph& g, Value v) {
   const ValueInfo& info = g.value(v);
@@ -177,29 +119,27 @@ class Recompute : public ::testing::TestWithParam<std::tuple<bool, Rule>> {};
 
 TEST_P(Recompute, LossAndEveryGradientAreBitwiseIdentical) {
   auto [tied, rule] = GetParam();
-  auto s = build_step(tiny_config(tied), 2, 7);
-  Recomputed r = transform(s->graph, rule);
+  const auto s = testing::build_llama_step<float>(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s.graph, rule);
   if (rule == Rule::none) {
     EXPECT_EQ(r.stats.nodes_cloned, 0);
-    EXPECT_EQ(r.graph.nodes().size(), s->graph.nodes().size());
+    EXPECT_EQ(r.graph.nodes().size(), s.graph.nodes().size());
   } else {
     EXPECT_GT(r.stats.nodes_cloned, 0);
   }
-  auto want = run_step(s->graph, *s);
-  auto got = run_step(r.graph, *s);
-  ASSERT_EQ(got.size(), want.size());
-  EXPECT_EQ(got[0], want[0]) << "loss";
-  for (size_t i = 0; i < s->model.parameters.size(); ++i) {
-    EXPECT_EQ(got[i + 1], want[i + 1]) << s->graph.value(s->model.parameters[i]).name;
-  }
+  // One target is -100, a row that does not count.
+  const testing::LlamaStepInputs inputs = {
+      .token_seed = 7, .target_seed = 8, .parameter_seed = 100, .ignored_target = 1};
+  testing::expect_same_bits(testing::run_llama_step(r.graph, s, inputs), testing::run_llama_step(s.graph, s, inputs),
+                            s);
 }
 
 TEST_P(Recompute, GraphStaysValidAndBackwardReadsOnlyWhatIsKept) {
   auto [tied, rule] = GetParam();
-  auto s = build_step(tiny_config(tied), 2, 7);
-  Recomputed r = transform(s->graph, rule);
+  const auto s = testing::build_llama_step<float>(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s.graph, rule);
   const Graph& g = r.graph;
-  expect_valid(s->graph, g);
+  expect_valid(s.graph, g);
 
   std::set<std::string> clone_names;
   int clones = 0;
@@ -211,14 +151,14 @@ TEST_P(Recompute, GraphStaysValidAndBackwardReadsOnlyWhatIsKept) {
       // Each forward node is cloned at most once: later readers share the clone.
       EXPECT_TRUE(clone_names.insert(n.name).second) << n.name << " cloned twice";
       for (Value out : n.outputs) {
-        EXPECT_GE(out.id, static_cast<int32_t>(s->graph.values().size())) << "a clone overwrote an original value";
+        EXPECT_GE(out.id, static_cast<int32_t>(s.graph.values().size())) << "a clone overwrote an original value";
         EXPECT_TRUE(g.value(out).name.ends_with(" (recompute)")) << g.value(out).name;
       }
     }
     if (!n.backward) continue;
     for (Value in : n.inputs) {
       if (!produced_by_forward(g, in)) continue;  // an input, a parameter, a backward value or a clone
-      EXPECT_TRUE(allowed_forward_read(g, in, rule, s->config.num_hidden_layers))
+      EXPECT_TRUE(allowed_forward_read(g, in, rule, s.config.num_hidden_layers))
           << n.name << " reads the dropped forward value " << g.value(in).name;
     }
   }
@@ -231,26 +171,26 @@ TEST_P(Recompute, GraphStaysValidAndBackwardReadsOnlyWhatIsKept) {
 
 TEST_P(Recompute, DroppedOriginalsDieInTheForwardPass) {
   auto [tied, rule] = GetParam();
-  auto s = build_step(tiny_config(tied), 2, 7);
-  Recomputed r = transform(s->graph, rule);
-  Liveness before = analyze_liveness(s->graph, allocator_cost);
+  const auto s = testing::build_llama_step<float>(tiny_config(tied), 2, 7);
+  Recomputed r = transform(s.graph, rule);
+  Liveness before = analyze_liveness(s.graph, allocator_cost);
   Liveness after = analyze_liveness(r.graph, allocator_cost);
   int32_t first_backward = 0;
   while (!r.graph.nodes()[static_cast<size_t>(first_backward)].backward) ++first_backward;
   int died = 0;
-  for (size_t v = 0; v < s->graph.values().size(); ++v) {
+  for (size_t v = 0; v < s.graph.values().size(); ++v) {
     Value val{static_cast<int32_t>(v)};
     const int32_t last = before.of[v].last_use;
-    if (!produced_by_forward(s->graph, val) || last == Liveness::kEndOfStep ||
-        !s->graph.nodes()[static_cast<size_t>(last)].backward) {
+    if (!produced_by_forward(s.graph, val) || last == Liveness::kEndOfStep ||
+        !s.graph.nodes()[static_cast<size_t>(last)].backward) {
       continue;  // not alive in the backward pass to begin with
     }
-    const std::string& name = s->graph.value(val).name;
+    const std::string& name = s.graph.value(val).name;
     if (r.graph.find(name + " (recompute)").valid()) {
       ++died;
       EXPECT_LT(after.of[v].last_use, first_backward) << name << " is recomputed yet still alive in the backward";
     } else {
-      EXPECT_TRUE(allowed_forward_read(s->graph, val, rule, s->config.num_hidden_layers))
+      EXPECT_TRUE(allowed_forward_read(s.graph, val, rule, s.config.num_hidden_layers))
           << name << " is neither kept nor recomputed";
     }
   }
@@ -271,10 +211,10 @@ INSTANTIATE_TEST_SUITE_P(TiedAndUntied, Recompute,
                          });
 
 TEST(Recompute, LayersLowersThePeakAndSelectiveLiesBetween) {
-  auto s = build_step(activation_heavy_config(), 2, 64);
-  uint64_t original = analyze_liveness(s->graph, allocator_cost).peak_bytes;
-  uint64_t layers = analyze_liveness(recompute(s->graph, RecomputePolicy::layers).graph, allocator_cost).peak_bytes;
-  uint64_t selective = analyze_liveness(recompute(s->graph, RecomputePolicy::selective).graph, allocator_cost).peak_bytes;
+  const auto s = testing::build_llama_step<float>(activation_heavy_config(), 2, 64);
+  uint64_t original = analyze_liveness(s.graph, allocator_cost).peak_bytes;
+  uint64_t layers = analyze_liveness(recompute(s.graph, RecomputePolicy::layers).graph, allocator_cost).peak_bytes;
+  uint64_t selective = analyze_liveness(recompute(s.graph, RecomputePolicy::selective).graph, allocator_cost).peak_bytes;
   std::printf("liveness peak: original %llu, selective %llu, layers %llu bytes\n",
               static_cast<unsigned long long>(original), static_cast<unsigned long long>(selective),
               static_cast<unsigned long long>(layers));

@@ -20,6 +20,16 @@ std::vector<T> random_vector(int64_t n, uint64_t seed, double lo = -1.0, double 
   return v;
 }
 
+// As random_vector in [-1, 1), with a -0 every 7th element: -0 + 0 is +0,
+// so a kernel that copies such an element where an add would sum it with a
+// zero changes its bits.
+template <typename T>
+std::vector<T> with_negative_zeros(int64_t n, uint64_t seed) {
+  std::vector<T> v = random_vector<T>(n, seed, -1.0, 1.0);
+  for (size_t i = 0; i < v.size(); i += 7) v[i] = T(-0.0);
+  return v;
+}
+
 template <typename T>
 std::vector<T> cast_vector(const std::vector<double>& v) {
   return std::vector<T>(v.begin(), v.end());

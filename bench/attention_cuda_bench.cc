@@ -5,9 +5,11 @@
 // 2*b*h*s^2*d/2 each, backward 2.5 times the forward. Reference on an H100
 // (PyTorch, same counting, head_dim 128, seq 4k-16k): cuDNN 521-557 TFLOP/s
 // forward+backward, FlashAttention-2 277-325.
+#include <benchmark/benchmark.h>
+
+// Without CUDA this is an empty benchmark binary.
 #ifdef SPILLWAY_HAS_CUDA
 
-#include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>

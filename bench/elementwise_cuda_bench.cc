@@ -4,9 +4,11 @@
 // parameters), in GB/s counting the bytes each kernel must read and write,
 // against a device-to-device cudaMemcpy measured in the same run. Each
 // iteration is one call timed with CUDA events; a table closes the run.
+#include <benchmark/benchmark.h>
+
+// Without CUDA this is an empty benchmark binary.
 #ifdef SPILLWAY_HAS_CUDA
 
-#include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -9,9 +9,11 @@
 // Each shape runs with the heuristic's first choice, and (beta = 0 shapes)
 // with the fastest of its first 8 candidates timed once. Times are cudaEvent
 // intervals around batches of back-to-back products, after 3 warm-up runs.
+#include <benchmark/benchmark.h>
+
+// Without CUDA this is an empty benchmark binary.
 #ifdef SPILLWAY_HAS_CUDA
 
-#include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -43,7 +43,7 @@ struct BenchArgs {
   bool bf16_moments = false;
   std::string recompute = "none";
   bool cuda_graph = false;
-  bool unfused_projections = false;
+  std::string projections = "auto";
 };
 
 int run_bench(const BenchArgs& a) {
@@ -63,7 +63,7 @@ int run_bench(const BenchArgs& a) {
   eo.bf16_moments = a.bf16_moments;
   eo.recompute = a.recompute;
   eo.cuda_graph = a.cuda_graph;
-  eo.fused_projections = !a.unfused_projections;
+  eo.projections = a.projections;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -161,8 +161,10 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
   cmd->add_flag("--cuda-graph", a->cuda_graph, "all-on-device GPU engine: capture the step once, then replay it");
-  cmd->add_flag("--unfused-projections", a->unfused_projections,
-                "all-on-device GPU engine: q, k and v as three matmuls, as the checkpoint stores them (for comparison)");
+  cmd->add_option("--projections", a->projections,
+                  "GPU: q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or "
+                  "auto (fused all on the device, separate when planned)")
+      ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");

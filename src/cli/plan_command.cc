@@ -25,6 +25,7 @@ struct PlanArgs {
   std::string batch = "1";
   int64_t grad_accum = 1;
   bool bf16_moments = false;
+  std::string projections = "separate";
   std::string recompute = "none";
   std::string device_mem = "80GiB";
   std::string host_mem = "125GiB";
@@ -82,6 +83,9 @@ int run_plan(const PlanArgs& a) {
   req.device_reserved = 2ull << 30;
   req.rates = plan::h100_rates();
   req.bf16_moments = a.bf16_moments;
+  SPW_CHECK(a.projections == "fused" || a.projections == "separate", "--projections", "unknown value '",
+            a.projections, "' (fused or separate)");
+  req.fused_projections = a.projections == "fused";
   Chosen chosen;
   if (a.batch == "auto") {
     // The optimizer step keeps its --grad-accum sequences; they are split
@@ -170,6 +174,9 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--recompute", a->recompute, "none, layers, selective, or auto (the fastest predicted): forward values remade in the backward pass")
       ->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments, "AdamW moments in bf16 (half the host memory and optimizer traffic)");
+  cmd->add_option("--projections", a->projections,
+                  "q|k|v and gate|up as one matmul each (fused) or as the checkpoint stores them (separate)")
+      ->capture_default_str();
   cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");
   return [a] { return run_plan(*a); };
 }

@@ -92,7 +92,7 @@ std::unique_ptr<TrainingPlan> training_graph(const TrainingPlanRequest& r) {
   SPW_CHECK(r.micro_batches >= 1, "--grad-accum", "needs at least one micro-batch");
   auto p = std::make_unique<TrainingPlan>();
   graph::Builder b(p->graph, DType::bf16);
-  p->model = model::build_llama(b, r.config, r.batch, r.seq);
+  p->model = model::build_llama(b, r.config, r.batch, r.seq, {.fused_projections = r.fused_projections});
   p->graph.mark_output(p->model.loss);
   p->grads = graph::append_backward(b, p->model.loss, p->model.parameters, graph::GradientOutput::accumulated);
   p->graph = graph::fuse_step(p->graph);  // before recomputation: see graph/fuse_step.h

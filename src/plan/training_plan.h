@@ -39,6 +39,9 @@ struct TrainingPlanRequest {
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
   bool stream_weights = false;   // only the layout with weights and gradients at home (tests, and to compare)
   bool bf16_moments = false;     // AdamW moments in bf16 (2 + 2 bytes per parameter instead of 4 + 4)
+  // q|k|v and gate|up as single matmuls over stacked weights
+  // (model::LlamaGraphOptions); the plan's parameters are then the stacks.
+  bool fused_projections = false;
   // Forward values dropped after the forward pass and remade in the backward
   // pass (graph/recompute.h): less memory and traffic for more compute.
   graph::RecomputePolicy recompute = graph::RecomputePolicy::none;

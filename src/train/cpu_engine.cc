@@ -184,6 +184,8 @@ std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& opt
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   SPW_CHECK(options.device == "auto" || options.device == "cpu" || options.device == "cuda", "--device",
             "unknown device '", options.device, "' (auto, cpu or cuda)");
+  SPW_CHECK(options.projections == "auto" || options.projections == "fused" || options.projections == "separate",
+            "--projections", "unknown value '", options.projections, "' (auto, fused or separate)");
   SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
                 options.offload == "stream",
             "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");

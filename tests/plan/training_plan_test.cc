@@ -93,6 +93,28 @@ TEST(TrainingPlan, VocabularySizedGradientSumsCanStayAlone) {
   EXPECT_GT(mixed, 0) << "no budget kept the vocabulary-sized sums alone";
 }
 
+// Stacked projections plan one parameter (one residency, one block) per
+// stack; the state the plan accounts for is the same, element for element.
+TEST(TrainingPlan, StackedProjectionsArePlannedAsOneParameterEach) {
+  for (uint64_t budget : {uint64_t{1} << 30, plan_training(request(1ull << 30))->resident_bytes - 1}) {
+    TrainingPlanRequest r = request(budget);
+    const auto separate = plan_training(r);
+    r.fused_projections = true;
+    const auto stacked = plan_training(r);
+    const int64_t layers = r.config.num_hidden_layers;
+    EXPECT_EQ(stacked->model.parameters.size(), separate->model.parameters.size() - 3 * static_cast<size_t>(layers));
+    EXPECT_EQ(stacked->grad_resident.size(), stacked->model.parameters.size());
+    EXPECT_EQ(stacked->parameters, separate->parameters);
+    EXPECT_EQ(stacked->host_state_bytes - stacked->grad_elements_at_home * 4,
+              separate->host_state_bytes - separate->grad_elements_at_home * 4);
+    uint64_t home = 0;
+    for (size_t i = 0; i < stacked->grad_resident.size(); ++i) {
+      if (!stacked->grad_resident[i]) home += static_cast<uint64_t>(stacked->graph.value(stacked->model.parameters[i]).shape.numel());
+    }
+    EXPECT_EQ(home, stacked->grad_elements_at_home);
+  }
+}
+
 TEST(TrainingPlan, Bf16MomentsHalveTheMomentsAtHomeAndTheOptimizerTraffic) {
   TrainingPlanRequest r = request(1ull << 30);
   const auto fp32 = plan_training(r);

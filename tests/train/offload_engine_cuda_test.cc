@@ -93,10 +93,9 @@ EngineOptions options(std::string offload) {
   o.grad_clip = 1.0;
   o.offload = std::move(offload);
   o.host_memory = 1ull << 30;
-  // The planned engine runs the checkpoint's separate q, k, v (and gate, up)
-  // matmuls; the resident engine it is compared with must too, since a
-  // stacked GEMM rounds differently.
-  o.fused_projections = false;
+  // The checkpoint's separate q, k, v (and gate, up) matmuls; the tests of
+  // stacked projections say so.
+  o.projections = "separate";
   return o;
 }
 
@@ -114,6 +113,31 @@ TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForB
   EXPECT_TRUE(same_bits(a.weights, b.weights));
   EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
   EXPECT_TRUE(same_bits(a.optimizer.v, b.optimizer.v));
+}
+
+// Stacked q|k|v and gate|up: the planned engine lays each stack's tensors
+// back to back on the device and at home, and takes the norm one part per
+// tensor, so it still trains as the resident engine does.
+TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions resident = options("off"), planned = options("on");
+  resident.projections = planned.projections = "fused";
+  resident.micro_batches = planned.micro_batches = 2;
+  TrainedRun a = train(resident, 2);
+  TrainedRun b = train(planned, 2);
+  EXPECT_EQ(a.losses, b.losses);
+  EXPECT_EQ(a.norms, b.norms);
+  EXPECT_TRUE(same_bits(a.weights, b.weights));
+  EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
+  // Weights streamed and the sums at home: the stacks move as one block.
+  EngineOptions tight = options("stream");
+  tight.projections = "fused";
+  tight.device_memory = 150ull << 20;
+  tight.micro_batches = 2;
+  TrainedRun c = train(tight, 2);
+  EXPECT_NE(c.description.find("weights streamed from the host, gradient sums at home"), std::string::npos)
+      << c.description;
+  expect_same_training(a, c);
 }
 
 TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {

@@ -203,7 +203,7 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
-  bool fused_projections() const override { return options_.fused_projections; }
+  bool fused_projections() const override { return options_.projections != "separate"; }
 
   void set_profiling(bool on) override {
     profiling_ = on;
@@ -252,7 +252,7 @@ class CudaEngine final : public Engine {
     SPW_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  model::LlamaGraphOptions graph_options() const { return {.fused_projections = options_.fused_projections}; }
+  model::LlamaGraphOptions graph_options() const { return {.fused_projections = fused_projections()}; }
 
   // Each tensor's offset (in elements) in the working-copy and gradient
   // allocations, then their total: the parts of a stacked graph parameter

@@ -126,6 +126,7 @@ class CudaOffloadEngine final : public Engine {
     req.stream_weights = o.offload == "stream";
     req.bf16_moments = o.bf16_moments;
     req.recompute = graph::parse_recompute_policy(o.recompute);
+    req.fused_projections = o.projections == "fused";
     plan_ = plan::training_graph(req);
     runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
     build_eval_graph();
@@ -163,7 +164,7 @@ class CudaOffloadEngine final : public Engine {
                                                             compute_, h2d_, d2h_);
     bind(*executor_, plan_->model, /*with_grads=*/true);
     param_of_grad_.assign(plan_->graph.values().size(), -1);
-    for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t i = 0; i < plan_->model.parameters.size(); ++i) {
       param_of_grad_[static_cast<size_t>(plan_->grads[plan_->model.parameters[i]].id)] = static_cast<int>(i);
     }
     plan_eval();
@@ -238,6 +239,7 @@ class CudaOffloadEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+  bool fused_projections() const override { return options_.projections == "fused"; }
 
   void set_profiling(bool on) override {
     profiling_ = on;
@@ -277,7 +279,8 @@ class CudaOffloadEngine final : public Engine {
 
   void build_eval_graph() {
     graph::Builder b(eval_.graph, DType::bf16);
-    eval_.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq);
+    eval_.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq,
+                                     {.fused_projections = fused_projections()});
     eval_.graph.mark_output(eval_.model.loss);
     eval_.graph = graph::fuse_step(eval_.graph);
   }
@@ -288,12 +291,28 @@ class CudaOffloadEngine final : public Engine {
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
     auto& tensors = weights_.tensors();
+    // The tensors a graph parameter stacks lie back to back in each array
+    // (working copies, gradient sums, bf16 moments), so that parameter is
+    // one matrix; each stack starts 256 bytes aligned.
+    const auto& parts = plan_->model.parameter_parts;
+    std::vector<bool> grad_on_device(tensors.size());
+    std::vector<uint64_t> working_at(tensors.size()), grad_at(tensors.size());
     uint64_t working_bytes = 0, host_grad_bytes = 0;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      const auto n = static_cast<uint64_t>(tensors[i].shape.numel());
-      (plan_->grad_resident[i] ? device_grad_bytes_ : host_grad_bytes) += align_up(n * 4, 256);
-      working_bytes += align_up(n * 2, 256);
+    for (size_t j = 0; j < parts.size(); ++j) {
+      uint64_t& grad_bytes = plan_->grad_resident[j] ? device_grad_bytes_ : host_grad_bytes;
+      working_bytes = align_up(working_bytes, 256);
+      grad_bytes = align_up(grad_bytes, 256);
+      for (int t : parts[j]) {
+        const auto i = static_cast<size_t>(t);
+        const auto n = static_cast<uint64_t>(tensors[i].shape.numel());
+        grad_on_device[i] = plan_->grad_resident[j];
+        working_at[i] = working_bytes;
+        grad_at[i] = grad_bytes;
+        working_bytes += n * 2;
+        grad_bytes += n * 4;
+      }
     }
+    working_bytes = align_up(working_bytes, 256);
     char* working = nullptr;
     if (plan_->weights_resident) {
       working = static_cast<char*>(mem.allocate(working_bytes, "weights (bf16)"));
@@ -310,9 +329,9 @@ class CudaOffloadEngine final : public Engine {
     if (options_.bf16_moments) {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
     }
-    uint64_t wo = 0, device_go = 0, host_go = 0;
     PinnedRanges& pins = pinned_;
     for (size_t i = 0; i < tensors.size(); ++i) {
+      const uint64_t wo = working_at[i];
       Param p;
       p.n = tensors[i].shape.numel();
       p.master = tensors[i].data.data();
@@ -335,11 +354,8 @@ class CudaOffloadEngine final : public Engine {
           v16[j] = have_fp32_moments ? to_bf16(v32[j]) : bf16{};
         }
       }
-      wo += align_up(static_cast<uint64_t>(p.n) * 2, 256);
-      p.grad_on_device = plan_->grad_resident[i];
-      uint64_t& go = p.grad_on_device ? device_go : host_go;
-      p.grad = reinterpret_cast<float*>((p.grad_on_device ? grads_ : host_grads_) + go);
-      go += align_up(static_cast<uint64_t>(p.n) * 4, 256);
+      p.grad_on_device = grad_on_device[i];
+      p.grad = reinterpret_cast<float*>((p.grad_on_device ? grads_ : host_grads_) + grad_at[i]);
       pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
         for (char* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
@@ -431,11 +447,16 @@ class CudaOffloadEngine final : public Engine {
       return;
     }
     executor_->set_before_store([this](graph::Value v, const void* sum, cudaStream_t s) {
-      const int i = param_of_grad_[static_cast<size_t>(v.id)];
-      SPW_CHECK(i >= 0, plan_->graph.value(v).name, "is accumulated but is no parameter's gradient");
-      ops::sum_of_squares_cuda(static_cast<const float*>(sum), params_[static_cast<size_t>(i)].n, norm_parts_ + i,
-                               false, norm_workspace_, s);
-      ++norm_parts_taken_;
+      const int j = param_of_grad_[static_cast<size_t>(v.id)];
+      SPW_CHECK(j >= 0, plan_->graph.value(v).name, "is accumulated but is no parameter's gradient");
+      // A stacked sum holds its tensors back to back: one part each.
+      const auto* at = static_cast<const float*>(sum);
+      for (int t : plan_->model.parameter_parts[static_cast<size_t>(j)]) {
+        const int64_t n = params_[static_cast<size_t>(t)].n;
+        ops::sum_of_squares_cuda(at, n, norm_parts_ + t, false, norm_workspace_, s);
+        at += n;
+        ++norm_parts_taken_;
+      }
     });
   }
 
@@ -464,9 +485,11 @@ class CudaOffloadEngine final : public Engine {
   void bind(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, bool with_grads) {
     e.bind(m.tokens, tokens_);
     e.bind(m.targets, targets_);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      e.bind(m.parameters[i], params_[i].working);
-      if (with_grads) e.bind(plan_->grads[m.parameters[i]], params_[i].grad);
+    // A stacked parameter starts where its first tensor does.
+    for (size_t i = 0; i < m.parameters.size(); ++i) {
+      const Param& first = params_[static_cast<size_t>(m.parameter_parts[i].front())];
+      e.bind(m.parameters[i], first.working);
+      if (with_grads) e.bind(plan_->grads[m.parameters[i]], first.grad);
     }
   }
 

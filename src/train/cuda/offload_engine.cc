@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -178,6 +179,7 @@ class CudaOffloadEngine final : public Engine {
       for (cudaEvent_t e : {slot.loaded, slot.updated, slot.free}) SPW_CUDA_WARN(cudaEventDestroy(e));
     }
     if (host_working_) SPW_CUDA_WARN(cudaFreeHost(host_working_));
+    if (host_ids_) SPW_CUDA_WARN(cudaFreeHost(host_ids_));
     if (host_moments_) SPW_CUDA_WARN(cudaFreeHost(host_moments_));
     if (host_grads_) SPW_CUDA_WARN(cudaFreeHost(host_grads_));
   }
@@ -290,6 +292,7 @@ class CudaOffloadEngine final : public Engine {
     const uint64_t tokens = static_cast<uint64_t>(options_.batch * options_.seq);
     tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
+    SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), 2 * tokens * 4, cudaHostAllocDefault));
     auto& tensors = weights_.tensors();
     // The tensors a graph parameter stacks lie back to back in each array
     // (working copies, gradient sums, bf16 moments), so that parameter is
@@ -514,8 +517,19 @@ class CudaOffloadEngine final : public Engine {
   double run(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, std::span<const int32_t> inputs,
              std::span<const int32_t> targets) {
     check_token_ids(inputs, targets, weights_.config().vocab_size);
-    SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, compute_));
-    SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, compute_));
+    const auto n = static_cast<size_t>(options_.batch * options_.seq);
+    SPW_CHECK(inputs.size() == n && targets.size() == n, "eval", "got ", inputs.size(), " tokens and ",
+              targets.size(), " targets for a batch of ", n);
+    // Through the engine's own pinned buffer: the caller's ids may share a
+    // page with the weights pinned in place (PinnedRanges rounds to pages),
+    // and CUDA refuses a copy from memory that is only partly registered
+    // ("invalid argument"), which is what a heap layout can make of them.
+    // The previous micro-batch's copies are done: run() ends synchronized.
+    std::memcpy(host_ids_, inputs.data(), inputs.size_bytes());
+    std::memcpy(host_ids_ + inputs.size(), targets.data(), targets.size_bytes());
+    SPW_CUDA(cudaMemcpyAsync(tokens_, host_ids_, inputs.size_bytes(), cudaMemcpyHostToDevice, compute_));
+    SPW_CUDA(cudaMemcpyAsync(targets_, host_ids_ + inputs.size(), targets.size_bytes(), cudaMemcpyHostToDevice,
+                             compute_));
     e.run();
     SPW_CUDA(cudaStreamSynchronize(compute_));
     float loss = 0;
@@ -552,6 +566,7 @@ class CudaOffloadEngine final : public Engine {
   std::vector<Param> params_;
   PinnedRanges pinned_;
   char* host_working_ = nullptr;
+  int32_t* host_ids_ = nullptr;  // pinned staging for a micro-batch's tokens, then its targets
   char* host_moments_ = nullptr;  // bf16 m and v, one pinned allocation
   char* host_grads_ = nullptr;    // gradient sums when they do not fit the device
   char* grads_ = nullptr;

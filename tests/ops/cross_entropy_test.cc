@@ -18,6 +18,7 @@
 namespace spillway::ops {
 namespace {
 
+using spillway::testing::bytes_of;
 using spillway::testing::cast_vector;
 using spillway::testing::numeric_gradient;
 using spillway::testing::random_vector;
@@ -158,13 +159,6 @@ TEST(CrossEntropy, RejectsTargetPastVocabulary) {
       EXPECT_NE(message.find("target 7"), std::string::npos) << message;
     }
   }
-}
-
-template <typename T>
-std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  std::memcpy(out.data(), v.data(), out.size());
-  return out;
 }
 
 // The fused pass against forward then backward, whose dloss is the constant

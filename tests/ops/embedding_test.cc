@@ -17,6 +17,7 @@
 namespace spillway::ops {
 namespace {
 
+using spillway::testing::bytes_of;
 using spillway::testing::cast_vector;
 using spillway::testing::dot;
 using spillway::testing::numeric_gradient;
@@ -134,13 +135,6 @@ template <typename T>
 std::vector<T> with_negative_zeros(std::vector<double> v) {
   for (size_t i = 0; i < v.size(); i += 5) v[i] = -0.0;
   return cast_vector<T>(v);
-}
-
-template <typename T>
-std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
-  std::vector<uint8_t> out(v.size() * sizeof(T));
-  std::memcpy(out.data(), v.data(), out.size());
-  return out;
 }
 
 // A backward with a base is, bit for bit, the backward without one followed

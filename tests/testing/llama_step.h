@@ -124,13 +124,6 @@ LlamaStepResult<T> run_llama_step(const graph::Graph& g, const LlamaStep<T>& s, 
   return result;
 }
 
-template <typename T>
-std::vector<char> bytes_of(std::span<const T> x) {
-  std::vector<char> out(x.size_bytes());
-  std::memcpy(out.data(), x.data(), x.size_bytes());
-  return out;
-}
-
 // Calls compare(got's, want's, name) on each loss, then on each gradient.
 template <typename T, typename Compare>
 void compare_results(const LlamaStepResult<T>& got, const LlamaStepResult<T>& want, const LlamaStep<T>& s,

@@ -4,8 +4,10 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace spillway::testing {
@@ -74,6 +76,19 @@ double dot(const std::vector<T>& a, const std::vector<double>& b) {
   double s = 0;
   for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
+}
+
+// The bytes of x, so that EXPECT_EQ compares bits (-0 against +0, NaN
+// payloads) where == on values would not.
+template <typename T>
+std::vector<char> bytes_of(std::span<const T> x) {
+  std::vector<char> out(x.size_bytes());
+  std::memcpy(out.data(), x.data(), x.size_bytes());
+  return out;
+}
+template <typename T>
+std::vector<char> bytes_of(const std::vector<T>& x) {
+  return bytes_of(std::span<const T>(x));
 }
 
 }  // namespace spillway::testing

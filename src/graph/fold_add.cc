@@ -44,13 +44,7 @@ FusedGraph fold_adds(const Graph& g, const AddFold& rule) {
     }
   }
 
-  FusedGraph f;
-  f.adds_folded = folded;
-  for (const ValueInfo& v : values) {
-    ValueInfo copy = v;
-    copy.producer = -1;
-    f.graph.add_value(std::move(copy));
-  }
+  FusedGraph f{values_of(g), folded};
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (folded_add[i]) continue;
     Node n = nodes[i];
@@ -63,7 +57,6 @@ FusedGraph fold_adds(const Graph& g, const AddFold& rule) {
     }
     f.graph.add_node(std::move(n));
   }
-  for (Value out : g.outputs()) f.graph.mark_output(out);
   return f;
 }
 

@@ -47,11 +47,7 @@ LossGradientFused fuse_loss_gradient(const Graph& g) {
 
   LossGradientFused out;
   out.fused = fused;
-  for (const ValueInfo& v : values) {
-    ValueInfo copy = v;
-    copy.producer = -1;
-    out.graph.add_value(std::move(copy));
-  }
+  out.graph = values_of(g);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (gone[i]) continue;
     Node n = nodes[i];
@@ -62,7 +58,6 @@ LossGradientFused fuse_loss_gradient(const Graph& g) {
     }
     out.graph.add_node(std::move(n));
   }
-  for (Value v : g.outputs()) out.graph.mark_output(v);
   return out;
 }
 

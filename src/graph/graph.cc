@@ -132,4 +132,15 @@ AttentionDims attention_dims(const Graph& g, const Node& n) {
   return AttentionDims{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row};
 }
 
+Graph values_of(const Graph& g) {
+  Graph out;
+  for (const ValueInfo& v : g.values()) {
+    ValueInfo copy = v;
+    copy.producer = -1;
+    out.add_value(std::move(copy));
+  }
+  for (Value v : g.outputs()) out.mark_output(v);
+  return out;
+}
+
 }  // namespace spillway::graph

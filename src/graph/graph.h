@@ -107,6 +107,11 @@ struct AttentionDims {
 class Graph;
 AttentionDims attention_dims(const Graph& g, const Node& n);
 
+// A graph with g's values (the same ids, producers cleared) and outputs but
+// no nodes: a transform re-adds the nodes it keeps, which sets each value's
+// producer again.
+Graph values_of(const Graph& g);
+
 class Graph {
  public:
   Value add_value(ValueInfo info);

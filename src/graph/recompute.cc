@@ -66,11 +66,7 @@ class Transform {
   Transform(const Graph& g, const KeepRule& keep) : g_(g), keep_(keep), fate_(g.values().size()), clone_(g.values().size()) {}
 
   Recomputed run() {
-    for (const ValueInfo& info : g_.values()) {
-      ValueInfo copy = info;
-      copy.producer = -1;  // set again by add_node, at the node's new index
-      out_.graph.add_value(std::move(copy));
-    }
+    out_.graph = values_of(g_);
     for (const Node& node : g_.nodes()) {
       Node copy = node;
       if (node.backward) {
@@ -78,7 +74,6 @@ class Transform {
       }
       out_.graph.add_node(std::move(copy));
     }
-    for (Value v : g_.outputs()) out_.graph.mark_output(v);
     for (size_t v = 0; v < fate_.size(); ++v) {
       if (fate_[v] != Fate::dropped) continue;
       out_.stats.values_dropped += 1;

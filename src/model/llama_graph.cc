@@ -88,4 +88,20 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   return m;
 }
 
+std::vector<uint64_t> stacked_offsets(const std::vector<std::vector<int>>& stacks,
+                                      const std::vector<int64_t>& numel, uint64_t align) {
+  auto aligned = [&](uint64_t at) { return (at + align - 1) / align * align; };
+  std::vector<uint64_t> offsets(numel.size() + 1, 0);
+  uint64_t at = 0;
+  for (const auto& stack : stacks) {
+    at = aligned(at);
+    for (int t : stack) {
+      offsets[static_cast<size_t>(t)] = at;
+      at += static_cast<uint64_t>(numel[static_cast<size_t>(t)]);
+    }
+  }
+  offsets.back() = aligned(at);
+  return offsets;
+}
+
 }  // namespace spillway::model

@@ -33,4 +33,12 @@ struct LlamaGraph {
 LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& config, int64_t batch, int64_t seq,
                        const LlamaGraphOptions& options = {});
 
+// Where each checkpoint tensor lies (in elements) in one array holding the
+// tensors of `stacks` (LlamaGraph::parameter_parts, or some of them) with
+// each stack's tensors back to back, so that its parameter is one matrix,
+// and each stack starting on a multiple of `align` elements. Index by tensor
+// (tensors in no listed stack get 0); the last entry is the array's length.
+std::vector<uint64_t> stacked_offsets(const std::vector<std::vector<int>>& stacks,
+                                      const std::vector<int64_t>& numel, uint64_t align);
+
 }  // namespace spillway::model

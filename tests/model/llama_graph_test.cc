@@ -176,5 +176,17 @@ TEST_P(LlamaGradient, FusedProjectionsTrainLikeTheCheckpointsProjections) {
   }
 }
 
+// The engines' arrays for stacked parameters: a stack's tensors back to
+// back, each stack on an aligned start; a subset of stacks (the gradient
+// sums that stay on the device, say) is laid out on its own.
+TEST(StackedOffsets, StacksLieBackToBackFromAlignedStarts) {
+  const std::vector<int64_t> numel = {5, 3, 2, 2, 7};
+  const std::vector<std::vector<int>> stacks = {{0}, {1, 2, 3}, {4}};
+  EXPECT_EQ(stacked_offsets(stacks, numel, 4), (std::vector<uint64_t>{0, 8, 11, 13, 16, 24}));
+  EXPECT_EQ(stacked_offsets(stacks, numel, 1), (std::vector<uint64_t>{0, 5, 8, 10, 12, 19}));
+  EXPECT_EQ(stacked_offsets({{1, 2, 3}}, numel, 4), (std::vector<uint64_t>{0, 0, 3, 5, 0, 8}));
+  EXPECT_EQ(stacked_offsets({}, numel, 4).back(), 0u);
+}
+
 }  // namespace
 }  // namespace spillway::model

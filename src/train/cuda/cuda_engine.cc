@@ -89,7 +89,9 @@ class CudaEngine final : public Engine {
     // back to back, so its matmul reads (and its gradient's matmul writes)
     // them as one matrix; each stack 256-byte aligned (cuBLASLt's plans
     // assume it).
-    const std::vector<uint64_t> offsets = stacked_offsets();
+    std::vector<int64_t> numel;
+    for (const Param& p : params_) numel.push_back(p.n);
+    const std::vector<uint64_t> offsets = model::stacked_offsets(parts_, numel, kStackAlign);
     const uint64_t elements = offsets.back();
     working_ = static_cast<bf16*>(mem.allocate(elements * 2, "weights (bf16)"));
     grad_bytes_ = elements * 4;
@@ -203,7 +205,7 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
-  bool fused_projections() const override { return options_.projections != "separate"; }
+  bool fused_projections() const override { return train::fused_projections(options_, /*planned_engine=*/false); }
 
   void set_profiling(bool on) override {
     profiling_ = on;
@@ -253,24 +255,6 @@ class CudaEngine final : public Engine {
   }
 
   model::LlamaGraphOptions graph_options() const { return {.fused_projections = fused_projections()}; }
-
-  // Each tensor's offset (in elements) in the working-copy and gradient
-  // allocations, then their total: the parts of a stacked graph parameter
-  // back to back, each stack starting 256 bytes aligned for fp32 (so also
-  // for bf16).
-  std::vector<uint64_t> stacked_offsets() const {
-    std::vector<uint64_t> offsets(params_.size() + 1, 0);
-    uint64_t at = 0;
-    for (const auto& parts : parts_) {
-      at = align_up(at, 64);
-      for (int t : parts) {
-        offsets[static_cast<size_t>(t)] = at;
-        at += static_cast<uint64_t>(params_[static_cast<size_t>(t)].n);
-      }
-    }
-    offsets.back() = align_up(at, 64);
-    return offsets;
-  }
 
   void build(CudaStep& s, bool with_backward) {
     graph::Builder b(s.graph, DType::bf16);

@@ -13,6 +13,10 @@ std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t 
   return make_cuda_device(0, options.device_memory ? options.device_memory : MemorySpace::kUnlimited, pinned_bytes);
 }
 
+bool fused_projections(const EngineOptions& options, bool planned_engine) {
+  return options.projections == "fused" || (options.projections == "auto" && !planned_engine);
+}
+
 std::string cuda_engine_name(int ordinal) {
   cudaDeviceProp prop{};
   SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal));

@@ -17,6 +17,15 @@ namespace spillway::train {
 // is visible.
 std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t pinned_bytes);
 
+// Elements each stack of a stacked parameter's tensors starts on in the
+// engines' weight, gradient and moment arrays (model::stacked_offsets): 256
+// bytes in bf16, cuBLASLt's plans assume that much, and 512 in fp32.
+inline constexpr uint64_t kStackAlign = 128;
+
+// Whether the step stacks q|k|v and gate|up (EngineOptions::projections);
+// `auto` differs by engine, as engine.h says why.
+bool fused_projections(const EngineOptions& options, bool planned_engine);
+
 // "cuda:0 NVIDIA H100 80GB HBM3".
 std::string cuda_engine_name(int ordinal);
 

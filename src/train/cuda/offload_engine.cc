@@ -127,7 +127,7 @@ class CudaOffloadEngine final : public Engine {
     req.stream_weights = o.offload == "stream";
     req.bf16_moments = o.bf16_moments;
     req.recompute = graph::parse_recompute_policy(o.recompute);
-    req.fused_projections = o.projections == "fused";
+    req.fused_projections = train::fused_projections(o, /*planned_engine=*/true);
     plan_ = plan::training_graph(req);
     runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
     build_eval_graph();
@@ -241,7 +241,7 @@ class CudaOffloadEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
-  bool fused_projections() const override { return options_.projections == "fused"; }
+  bool fused_projections() const override { return train::fused_projections(options_, /*planned_engine=*/true); }
 
   void set_profiling(bool on) override {
     profiling_ = on;
@@ -295,27 +295,22 @@ class CudaOffloadEngine final : public Engine {
     SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_ids_), 2 * tokens * 4, cudaHostAllocDefault));
     auto& tensors = weights_.tensors();
     // The tensors a graph parameter stacks lie back to back in each array
-    // (working copies, gradient sums, bf16 moments), so that parameter is
-    // one matrix; each stack starts 256 bytes aligned.
+    // (working copies and bf16 moments; gradient sums on the device, and at
+    // home), so that parameter is one matrix.
     const auto& parts = plan_->model.parameter_parts;
+    std::vector<int64_t> numel;
+    for (const auto& t : tensors) numel.push_back(t.shape.numel());
+    std::vector<std::vector<int>> device_stacks, home_stacks;
     std::vector<bool> grad_on_device(tensors.size());
-    std::vector<uint64_t> working_at(tensors.size()), grad_at(tensors.size());
-    uint64_t working_bytes = 0, host_grad_bytes = 0;
     for (size_t j = 0; j < parts.size(); ++j) {
-      uint64_t& grad_bytes = plan_->grad_resident[j] ? device_grad_bytes_ : host_grad_bytes;
-      working_bytes = align_up(working_bytes, 256);
-      grad_bytes = align_up(grad_bytes, 256);
-      for (int t : parts[j]) {
-        const auto i = static_cast<size_t>(t);
-        const auto n = static_cast<uint64_t>(tensors[i].shape.numel());
-        grad_on_device[i] = plan_->grad_resident[j];
-        working_at[i] = working_bytes;
-        grad_at[i] = grad_bytes;
-        working_bytes += n * 2;
-        grad_bytes += n * 4;
-      }
+      (plan_->grad_resident[j] ? device_stacks : home_stacks).push_back(parts[j]);
+      for (int t : parts[j]) grad_on_device[static_cast<size_t>(t)] = plan_->grad_resident[j];
     }
-    working_bytes = align_up(working_bytes, 256);
+    const std::vector<uint64_t> working_at = model::stacked_offsets(parts, numel, kStackAlign);
+    const std::vector<uint64_t> device_grad_at = model::stacked_offsets(device_stacks, numel, kStackAlign);
+    const std::vector<uint64_t> home_grad_at = model::stacked_offsets(home_stacks, numel, kStackAlign);
+    const uint64_t working_bytes = working_at.back() * 2, host_grad_bytes = home_grad_at.back() * 4;
+    device_grad_bytes_ = device_grad_at.back() * 4;
     char* working = nullptr;
     if (plan_->weights_resident) {
       working = static_cast<char*>(mem.allocate(working_bytes, "weights (bf16)"));
@@ -334,7 +329,7 @@ class CudaOffloadEngine final : public Engine {
     }
     PinnedRanges& pins = pinned_;
     for (size_t i = 0; i < tensors.size(); ++i) {
-      const uint64_t wo = working_at[i];
+      const uint64_t wo = working_at[i] * 2;
       Param p;
       p.n = tensors[i].shape.numel();
       p.master = tensors[i].data.data();
@@ -358,7 +353,8 @@ class CudaOffloadEngine final : public Engine {
         }
       }
       p.grad_on_device = grad_on_device[i];
-      p.grad = reinterpret_cast<float*>((p.grad_on_device ? grads_ : host_grads_) + grad_at[i]);
+      p.grad = p.grad_on_device ? reinterpret_cast<float*>(grads_) + device_grad_at[i]
+                                : reinterpret_cast<float*>(host_grads_) + home_grad_at[i];
       pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
         for (char* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);

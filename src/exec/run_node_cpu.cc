@@ -55,8 +55,8 @@ struct UnpackedQkv {
   std::vector<T> q, k, v;
   explicit UnpackedQkv(const ops::AttentionShape& s)
       : rows(s.batch * s.seq),
-        q_cols(s.q_heads * s.head_dim),
-        kv_cols(s.kv_heads * s.head_dim),
+        q_cols(s.q_width()),
+        kv_cols(s.kv_width()),
         q(static_cast<size_t>(rows * q_cols)),
         k(static_cast<size_t>(rows * kv_cols)),
         v(static_cast<size_t>(rows * kv_cols)) {}

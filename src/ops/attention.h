@@ -35,6 +35,11 @@ struct AttentionShape {
   // cuDNN reads this layout; the own kernels and the CPU reference refuse it
   // (their callers unpack).
   bool packed_qkv = false;
+
+  int64_t q_width() const { return q_heads * head_dim; }
+  int64_t kv_width() const { return kv_heads * head_dim; }
+  // A packed q|k|v row: q's columns, then k's, then v's.
+  int64_t packed_width() const { return q_width() + 2 * kv_width(); }
 };
 
 template <typename T>

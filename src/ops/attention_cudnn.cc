@@ -56,7 +56,7 @@ bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
 fe::graph::Tensor_attributes& lay_out_activation(fe::graph::Tensor_attributes& t, const char* name,
                                                  Uid uid, const AttentionShape& s, int64_t heads) {
   const bool packed = s.packed_qkv && uid != kOut && uid != kDout;
-  const int64_t row = packed ? (s.q_heads + 2 * s.kv_heads) * s.head_dim : heads * s.head_dim;
+  const int64_t row = packed ? s.packed_width() : heads * s.head_dim;
   return t.set_name(name)
       .set_uid(uid)
       .set_dim({s.batch, heads, s.seq, s.head_dim})

@@ -36,8 +36,7 @@ ops::AttentionPass pass_of(const Node& n) {
 // The column blocks of a packed q|k|v (see ops::AttentionShape::packed_qkv).
 struct QkvBlocks {
   int64_t rows, q_cols, kv_cols;
-  explicit QkvBlocks(const ops::AttentionShape& s)
-      : rows(s.batch * s.seq), q_cols(s.q_heads * s.head_dim), kv_cols(s.kv_heads * s.head_dim) {}
+  explicit QkvBlocks(const ops::AttentionShape& s) : rows(s.batch * s.seq), q_cols(s.q_width()), kv_cols(s.kv_width()) {}
   int64_t width() const { return q_cols + 2 * kv_cols; }
   uint64_t dense_bytes() const { return static_cast<uint64_t>(rows * width()) * sizeof(bf16); }
   bf16* q(void* packed) const { return static_cast<bf16*>(packed); }

@@ -28,7 +28,9 @@ struct TrainedRun {
   uint64_t peak = 0;
 };
 
-TrainedRun train(EngineOptions o, int64_t micro_batches) {
+// Three steps of o.micro_batches micro-batches each, then an evaluation.
+TrainedRun train(EngineOptions o) {
+  const int64_t micro_batches = o.micro_batches;
   const auto config = small();
   TrainedRun r;
   r.weights = model::LlamaWeights::random(config, 5, 0.05);
@@ -85,8 +87,9 @@ void expect_same_training(const TrainedRun& a, const TrainedRun& b) {
   EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
 }
 
-EngineOptions options(std::string offload) {
+EngineOptions options(std::string offload, int64_t micro_batches = 1) {
   EngineOptions o;
+  o.micro_batches = micro_batches;
   o.device = "cuda";
   o.batch = 2;
   o.seq = 128;
@@ -101,10 +104,9 @@ EngineOptions options(std::string offload) {
 
 TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off"), planned = options("on");
-  resident.micro_batches = planned.micro_batches = 2;
-  TrainedRun a = train(resident, 2);
-  TrainedRun b = train(planned, 2);
+  EngineOptions resident = options("off", 2), planned = options("on", 2);
+  TrainedRun a = train(resident);
+  TrainedRun b = train(planned);
   EXPECT_NE(b.description.find("planned: weights and gradients on the device"), std::string::npos) << b.description;
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.norms, b.norms);
@@ -120,21 +122,19 @@ TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForB
 // tensor, so it still trains as the resident engine does.
 TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off"), planned = options("on");
+  EngineOptions resident = options("off", 2), planned = options("on", 2);
   resident.projections = planned.projections = "fused";
-  resident.micro_batches = planned.micro_batches = 2;
-  TrainedRun a = train(resident, 2);
-  TrainedRun b = train(planned, 2);
+  TrainedRun a = train(resident);
+  TrainedRun b = train(planned);
   EXPECT_EQ(a.losses, b.losses);
   EXPECT_EQ(a.norms, b.norms);
   EXPECT_TRUE(same_bits(a.weights, b.weights));
   EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
   // Weights streamed and the sums at home: the stacks move as one block.
-  EngineOptions tight = options("stream");
+  EngineOptions tight = options("stream", 2);
   tight.projections = "fused";
   tight.device_memory = 150ull << 20;
-  tight.micro_batches = 2;
-  TrainedRun c = train(tight, 2);
+  TrainedRun c = train(tight);
   EXPECT_NE(c.description.find("weights streamed from the host, gradient sums at home"), std::string::npos)
       << c.description;
   expect_same_training(a, c);
@@ -143,13 +143,13 @@ TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
 TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   EngineOptions resident = options("off");
-  TrainedRun a = train(resident, 1);
+  TrainedRun a = train(resident);
   // Weights and gradients at home; room for the kernel workspaces (two
   // 64 MiB cuBLASLt workspaces, the optimizer's staging) and a few
   // activations at a time.
   EngineOptions tight = options("stream");
   tight.device_memory = 150ull << 20;
-  TrainedRun b = train(tight, 1);
+  TrainedRun b = train(tight);
   EXPECT_NE(b.description.find("weights streamed from the host, gradient sums at home"), std::string::npos)
       << b.description;
   EXPECT_EQ(b.description.find("; 0 activations offloaded"), std::string::npos) << b.description;
@@ -162,8 +162,8 @@ TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   EngineOptions fp32 = options("on"), bf16 = options("on");
   bf16.bf16_moments = true;
-  TrainedRun a = train(fp32, 1);
-  TrainedRun b = train(bf16, 1);
+  TrainedRun a = train(fp32);
+  TrainedRun b = train(bf16);
   EXPECT_NE(b.description.find("bf16 AdamW moments"), std::string::npos) << b.description;
   EXPECT_EQ(a.losses[0], b.losses[0]);  // the first step's loss comes before any update
   for (size_t i = 1; i < a.losses.size(); ++i) EXPECT_NEAR(b.losses[i], a.losses[i], 1e-3 * a.losses[i]) << i;
@@ -179,11 +179,10 @@ TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
 // device, the same bits, and the caller's fp32 moments filled by sync_to_host.
 TEST(CudaOffloadEngine, Bf16MomentsInTheResidentEngineMatchThePlannedEngineBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off"), planned = options("on");
+  EngineOptions resident = options("off", 2), planned = options("on", 2);
   resident.bf16_moments = planned.bf16_moments = true;
-  resident.micro_batches = planned.micro_batches = 2;
-  TrainedRun a = train(resident, 2);
-  TrainedRun b = train(planned, 2);
+  TrainedRun a = train(resident);
+  TrainedRun b = train(planned);
   EXPECT_EQ(a.description.find("planned"), std::string::npos) << a.description;
   EXPECT_NE(a.description.find("bf16 AdamW moments"), std::string::npos) << a.description;
   EXPECT_EQ(a.losses, b.losses);
@@ -196,13 +195,12 @@ TEST(CudaOffloadEngine, Bf16MomentsInTheResidentEngineMatchThePlannedEngineBitFo
 
 TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions kept = options("on");
-  kept.micro_batches = 2;
-  TrainedRun a = train(kept, 2);
+  EngineOptions kept = options("on", 2);
+  TrainedRun a = train(kept);
   for (const char* policy : {"selective", "layers"}) {
     EngineOptions remade = kept;
     remade.recompute = policy;
-    TrainedRun b = train(remade, 2);
+    TrainedRun b = train(remade);
     EXPECT_NE(b.description.find(std::string("recomputation: ") + policy), std::string::npos) << b.description;
     EXPECT_EQ(a.losses, b.losses) << policy;
     EXPECT_EQ(a.norms, b.norms) << policy;
@@ -212,13 +210,11 @@ TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
 
 TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off");
-  resident.micro_batches = 2;
-  TrainedRun a = train(resident, 2);
-  EngineOptions tight = options("stream");
+  EngineOptions resident = options("off", 2);
+  TrainedRun a = train(resident);
+  EngineOptions tight = options("stream", 2);
   tight.device_memory = 150ull << 20;
-  tight.micro_batches = 2;
-  TrainedRun b = train(tight, 2);
+  TrainedRun b = train(tight);
   EXPECT_NE(b.description.find("gradient sums at home"), std::string::npos) << b.description;
   expect_same_training(a, b);
 }
@@ -227,11 +223,9 @@ TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
 // norm takes each tensor's part where its sum lies, in parameter order.
 TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off");
-  resident.micro_batches = 2;
-  TrainedRun a = train(resident, 2);
-  EngineOptions split = options("on");
-  split.micro_batches = 2;
+  EngineOptions resident = options("off", 2);
+  TrainedRun a = train(resident);
+  EngineOptions split = options("on", 2);
   bool found = false;
   for (uint64_t mib = 400; mib >= 60 && !found; mib -= 5) {
     split.device_memory = mib << 20;
@@ -244,7 +238,7 @@ TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
     }
   }
   ASSERT_TRUE(found) << "no budget kept only the vocabulary-sized gradient sums on the device";
-  TrainedRun b = train(split, 2);
+  TrainedRun b = train(split);
   expect_same_training(a, b);
 }
 

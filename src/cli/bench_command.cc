@@ -44,6 +44,7 @@ struct BenchArgs {
   std::string recompute = "none";
   bool cuda_graph = false;
   std::string projections = "auto";
+  int matmul_candidates = train::EngineOptions{}.matmul_candidates;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -64,6 +65,8 @@ int run_bench(const BenchArgs& a) {
   eo.recompute = a.recompute;
   eo.cuda_graph = a.cuda_graph;
   eo.projections = a.projections;
+  SPW_CHECK(a.matmul_candidates >= 1, "--matmul-candidates", "need at least 1, got ", a.matmul_candidates);
+  eo.matmul_candidates = a.matmul_candidates;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -135,6 +138,7 @@ int run_bench(const BenchArgs& a) {
                         {"recompute", a.recompute},
                         {"cuda_graph", a.cuda_graph},
                         {"fused_projections", engine->fused_projections()},
+                        {"matmul_candidates", a.matmul_candidates},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
@@ -164,6 +168,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--projections", a->projections,
                   "GPU: q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or "
                   "auto (fused all on the device, separate when planned)")
+      ->capture_default_str();
+  cmd->add_option("--matmul-candidates", a->matmul_candidates,
+                  "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)")
       ->capture_default_str();
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,

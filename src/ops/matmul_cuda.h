@@ -59,6 +59,7 @@ struct MatmulPlan {
   cublasLtMatmulAlgo_t algo{};
   uint64_t workspace_bytes = 0;  // what the algorithm needs, at most the workspace
   int candidates = 0;            // heuristic results considered (timed when more than 1)
+  int pinned = -1;               // the candidate CublasLtMatmul::pin_candidate chose, if any
 
   // "algo 66 tile 24 stages 35 cluster 5 splitK 1 reduction 0 ws 4 B
   // (heuristic's first)", for benchmarks and logs.
@@ -71,12 +72,17 @@ class CublasLtMatmul {
 
   // Allocates the workspace once, here, on the current device.
   // timed_candidates = 1 takes the heuristic's first choice. More makes the
-  // first call of each shape with beta = 0 time that many of the heuristic's
+  // first call of each shape time up to that many of the heuristic's
   // candidates on the caller's buffers (synchronizing the stream) and keep the
-  // fastest: faster on some shapes, but the choice can differ between
-  // processes, and so can the bits of the results. Shapes first met with
-  // beta != 0 always take the heuristic's choice, since timing would
-  // overwrite the C they accumulate into.
+  // fastest. Only bf16 tensor-core algorithms that sum every element over
+  // the whole of k in one pass, as the first does, take part (no split-k, no
+  // reduction scheme), so the choice, which can differ between processes,
+  // does not change the bits (tests/ops/matmul_cuda_test checks every
+  // candidate on the training step's shapes); fp32 products keep the
+  // heuristic's first. The heuristic's first is slow on some step shapes:
+  // 640 against 700 TFLOP/s. Shapes first met accumulating in place
+  // (beta != 0 without a separate addend) take the heuristic's choice, since
+  // timing would overwrite the C they add into.
   explicit CublasLtMatmul(uint64_t workspace_bytes = kDefaultWorkspaceBytes,
                           int timed_candidates = 1);
   // Uses the caller's workspace: device memory on the current device,
@@ -106,12 +112,17 @@ class CublasLtMatmul {
   const MatmulPlan* find_plan(const MatmulKey& key) const;
   size_t plan_count() const { return plans_.size(); }
 
+  // Tests: plans made from now on take the index-th candidate (the last when
+  // there are fewer) instead of timing them.
+  void pin_candidate(int index) { pinned_candidate_ = index; }
+
   int device() const { return device_; }
   uint64_t workspace_bytes() const { return workspace_bytes_; }
 
  private:
+  // Timing candidates runs D = A*B + beta*C with C read from c_in (or c).
   const MatmulPlan& plan_for(const MatmulKey& key, const void* a, const void* b, void* c,
-                             cudaStream_t stream);
+                             const void* c_in, float beta, cudaStream_t stream);
   // run() for k > 0, with `workspace` (a 256-byte aligned part of this
   // object's) given to cuBLASLt.
   void multiply(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -124,6 +135,7 @@ class CublasLtMatmul {
 
   int device_ = 0;
   int timed_candidates_ = 1;
+  int pinned_candidate_ = -1;
   cublasLtHandle_t handle_ = nullptr;
   void* workspace_ = nullptr;
   uint64_t workspace_bytes_ = 0;

@@ -42,6 +42,10 @@ struct EngineOptions {
   std::string recompute = "none";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
   bool cuda_graph = false;           // all-on-device GPU engine: capture the step once and replay it
+  // GPU: how many of cuBLASLt's candidates each matmul shape times on its
+  // first run, keeping the fastest (1: the heuristic's first). The choice
+  // does not change the bits (ops/matmul_cuda.h).
+  int matmul_candidates = 8;
   // GPU: q|k|v and gate|up as one matmul each over stacked weights
   // (model/llama_graph.h): fused, separate, or auto: fused in the
   // all-on-device engine; separate in the planned one, whose placement of

@@ -9,7 +9,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -370,7 +373,10 @@ TEST_F(MatmulCudaTest, AccumulatesMicroBatchesIntoC) {
 }
 
 TEST_F(MatmulCudaTest, AddendIsAddedInTheEpilogueAndLeftUnchanged) {
-  CublasLtMatmul mm;
+  // With several candidates each is timed writing `out` and reading the addend.
+  for (int candidates : {1, 4}) {
+  SCOPED_TRACE(std::to_string(candidates) + " candidates");
+  CublasLtMatmul mm(CublasLtMatmul::kDefaultWorkspaceBytes, candidates);
   const int64_t m = 130, n = 72, k = 200;
   uint64_t seed = 2700;
   for (DType ab : {DType::bf16, DType::f32}) {
@@ -398,6 +404,7 @@ TEST_F(MatmulCudaTest, AddendIsAddedInTheEpilogueAndLeftUnchanged) {
         EXPECT_EQ(kept.floats(), addend.values) << "the addend was written to";
       }
     }
+  }
   }
 }
 
@@ -600,6 +607,50 @@ TEST_F(MatmulCudaTest, TimedCandidatesStayCorrect) {
   EXPECT_LT(testing::rel_error(first.c.floats(), full_reference(cs, first)), 1e-2);
   EXPECT_TRUE(first.c.bytes == second.c.bytes);
   ASSERT_EQ(mm.plan_count(), 1u);
+}
+
+// Timing may pick any candidate, and the pick can differ between processes:
+// every candidate it may pick must give the heuristic's first's bits, on the
+// training step's shapes where the heuristic's first is not the fastest.
+TEST_F(MatmulCudaTest, EveryTimedCandidateGivesTheSameBits) {
+  constexpr int kCandidates = 8;
+  const Case cases[] = {
+      {false, true, 16384, 3072, 2048, DType::bf16, DType::bf16, 1.0f, 0.0f},  // q|k|v forward
+      {false, false, 16384, 8192, 2048, DType::bf16, DType::bf16, 1.0f, 0.0f}, // down dX
+      {true, false, 3072, 2048, 16384, DType::bf16, DType::f32, 1.0f, 0.0f},   // q|k|v dW, first micro-batch
+      {false, true, 16384, 2048, 2048, DType::bf16, DType::bf16, 1.0f, 1.0f},  // o forward with the residual
+      {false, true, 1000, 1, 4096, DType::f32, DType::f32, 1.0f, 0.0f},        // exact fp32: not timed
+  };
+  // Device buffers are 256-byte aligned; the key only reads the alignment.
+  const void* aligned = reinterpret_cast<const void*>(uintptr_t{1} << 20);
+  size_t distinct = 0;
+  uint64_t seed = 9000;
+  for (const Case& cs : cases) {
+    SCOPED_TRACE(cs.text());
+    std::set<std::string> plans;
+    std::vector<unsigned char> first;
+    for (int i = 0; i < kCandidates; ++i) {
+      CublasLtMatmul mm;
+      mm.pin_candidate(i);
+      const Outcome o = run_on_gpu(mm, cs, seed, stream_);
+      const MatmulPlan* plan = mm.find_plan(CublasLtMatmul::key_for(
+          cs.trans_a, cs.trans_b, cs.m, cs.n, cs.k, aligned, cs.ab, aligned, cs.ab, cs.beta, aligned, cs.c));
+      ASSERT_NE(plan, nullptr);
+      const std::string text = plan->describe();
+      plans.insert(text.substr(0, text.find(" (")));
+      if (i == 0) {
+        first = o.c.bytes;
+        EXPECT_EQ(o.c.non_finite(), 0);
+      } else {
+        EXPECT_TRUE(o.c.bytes == first) << "candidate " << i << ": " << text;
+      }
+    }
+    std::printf("%s: %zu distinct algorithms, all the same bits\n", cs.text().c_str(), plans.size());
+    distinct += plans.size();
+    seed += 10;
+  }
+  // Otherwise nothing was compared with anything.
+  EXPECT_GT(distinct, std::size(cases));
 }
 
 TEST_F(MatmulCudaTest, CallersWorkspace) {

@@ -65,10 +65,12 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
 
 }  // namespace
 
-CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic)
+CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic,
+                               int matmul_candidates)
     : memory_(memory), stream_(stream) {
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
-  matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes);
+  matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes,
+                                                  matmul_candidates);
   uint64_t need = 0;
   for (const Node& n : graph.nodes()) {
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;

@@ -24,8 +24,9 @@ class CudaNodeRunner final : public NodeRunner {
   // `graph` can share, and chooses cuDNN or the own kernel per attention node.
   // `deterministic` picks cuDNN's ordered attention backward (bitwise
   // repeatable; slower, and it needs a workspace of b*h*s*s*2 bytes) over
-  // its atomic one.
-  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true);
+  // its atomic one. `matmul_candidates`: see CublasLtMatmul's timed_candidates.
+  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true,
+                 int matmul_candidates = 1);
   ~CudaNodeRunner() override;
 
   void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;

@@ -265,7 +265,8 @@ class CudaEngine final : public Engine {
     }
     s.graph = graph::fuse_step(s.graph);
     MemorySpace& mem = device_->device_memory();
-    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic);
+    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic,
+                                                      options_.matmul_candidates);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
     // A stacked parameter starts where its first tensor does.
     for (size_t i = 0; i < s.model.parameters.size(); ++i) {

@@ -129,9 +129,11 @@ class CudaOffloadEngine final : public Engine {
     req.recompute = graph::parse_recompute_policy(o.recompute);
     req.fused_projections = train::fused_projections(o, /*planned_engine=*/true);
     plan_ = plan::training_graph(req);
-    runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic);
+    runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic,
+                                                       o.matmul_candidates);
     build_eval_graph();
-    eval_.runner = std::make_unique<exec::CudaNodeRunner>(eval_.graph, mem, compute_, o.deterministic);
+    eval_.runner = std::make_unique<exec::CudaNodeRunner>(eval_.graph, mem, compute_, o.deterministic,
+                                                            o.matmul_candidates);
     // Optimizer chunks: at most kMaxChunk elements, no more than the largest tensor.
     for (const auto& t : weights_.tensors()) chunk_ = std::max(chunk_, t.shape.numel());
     chunk_ = std::min(chunk_, kMaxChunk);

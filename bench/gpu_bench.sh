@@ -16,18 +16,33 @@ export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/u
 # PyTorch's flash backward), and with bf16 AdamW moments as well (PyTorch's
 # bf16 model keeps bf16 moments, weights and gradients; spillway still keeps
 # fp32 master weights and gradients). STEPS sets the timed steps (median).
+# Power: nvidia-smi samples power, SM clock and the power-cap throttle every
+# 100 ms; bench/power_summary.py splits them by phase (each system's run).
+power=${OUT:-/tmp}/power.csv phases=${OUT:-/tmp}/phases.txt
+: > "$phases"
+nvidia-smi --query-gpu=timestamp,power.draw,power.limit,clocks.sm,clocks_event_reasons.sw_power_cap \
+  --format=csv,noheader,nounits -lms 100 > "$power" 2>/dev/null &
+sampler=$!
+trap 'kill $sampler 2>/dev/null' EXIT
+phase() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$phases"; }
 for mode in "" --nondeterministic "--nondeterministic --bf16-moments"; do
+  phase "spillway${mode:+ $mode}"
   build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps "${STEPS:-6}" --warmup 2 \
     --json "$out" $mode | grep -E "median|step [0-9]+:" | tr '\n' ' ' | sed 's/  */ /g'
   echo
 done
 if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
-  PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" <<'PY' | tee -a "$out"
-import sys, json
+  PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" "$phases" <<'PY' | tee -a "$out"
+import sys, json, datetime
 sys.path.insert(0, ".shared")
 import torch_llama as t
 T, B = int(sys.argv[1]), int(sys.argv[2])
 for compiled in (False, True):
+    with open(sys.argv[3], "a") as f:
+        f.write(datetime.datetime.now().strftime("%Y/%m/%d %H:%M:%S.%f") + (" torch compiled\n" if compiled else " torch eager\n"))
     r = t.run(f"torch-llama1B-T{T}" + ("-compiled" if compiled else ""), 128256, 2048, 16, 32, 8, 8192, T, B, compile_=compiled)
 PY
 fi
+phase end
+kill $sampler 2>/dev/null
+python3 bench/power_summary.py "$power" "$phases"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# A/B on the GPU machine: the 1B step (seq 4096, batch 4) under each of
+# MODES (bench flags, separated by commas), alternated ROUNDS times, so that
+# clock and power drift fall on every mode alike; step times swing by ±3%
+# with the data and the power limit, more than many changes are worth.
+# Prints every run's median and mean step and the mean of each mode's means.
+# Builds first unless BUILD=0. JSON lines go to $OUT/ab.jsonl.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+[ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh spillway > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+IFS=, read -ra modes <<< "${MODES:?MODES: bench flags per mode, separated by commas}"
+for round in $(seq "${ROUNDS:-3}"); do
+  for i in "${!modes[@]}"; do
+    build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" --warmup 2 \
+      --json "$OUT/ab.jsonl" ${modes[$i]} > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
+    echo "round $round mode $i (${modes[$i]}): $(tail -1 "$OUT/ab.jsonl" | python3 -c \
+      'import json,sys; j=json.load(sys.stdin); print(f"median {j["step_s"]*1e3:.1f} ms, mean {j["mean_step_s"]*1e3:.1f} ms")')"
+  done
+done
+python3 - "$OUT/ab.jsonl" "${#modes[@]}" <<'EOF'
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+modes = int(sys.argv[2])
+for i in range(modes):
+    mine = runs[i::modes]
+    mean = sum(r["mean_step_s"] for r in mine) / len(mine)
+    median = sum(r["step_s"] for r in mine) / len(mine)
+    print(f"mode {i}: {len(mine)} runs, mean of means {mean*1e3:.1f} ms, mean of medians {median*1e3:.1f} ms, "
+          f"{sum(r['mean_tok_s'] for r in mine) / len(mine):.0f} tok/s, MFU {sum(r['mfu'] for r in mine) / len(mine):.3f}")
+EOF

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A/B on the GPU machine: the 1B step (seq 4096, batch 4) under each of
-# MODES (bench flags, separated by commas), alternated ROUNDS times, so that
+# MODES (bench flags and NAME=value environment settings, modes separated
+# by commas), alternated ROUNDS times, so that
 # clock and power drift fall on every mode alike; step times swing by ±3%
 # with the data and the power limit, more than many changes are worth.
 # Prints every run's median and mean step and the mean of each mode's means.
@@ -14,8 +15,11 @@ export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/u
 IFS=, read -ra modes <<< "${MODES:?MODES: bench flags per mode, separated by commas}"
 for round in $(seq "${ROUNDS:-3}"); do
   for i in "${!modes[@]}"; do
-    build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" --warmup 2 \
-      --json "$OUT/ab.jsonl" ${modes[$i]} > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
+    # A mode's NAME=value words set environment variables; the rest are flags.
+    envs=() flags=()
+    for word in ${modes[$i]}; do [[ "$word" =~ ^[A-Z_][A-Z0-9_]*= ]] && envs+=("$word") || flags+=("$word"); done
+    env "${envs[@]}" build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" \
+      --warmup 2 --json "$OUT/ab.jsonl" "${flags[@]}" > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
     echo "round $round mode $i (${modes[$i]}): $(tail -1 "$OUT/ab.jsonl" | python3 -c \
       'import json,sys; j=json.load(sys.stdin); print(f"median {j["step_s"]*1e3:.1f} ms, mean {j["mean_step_s"]*1e3:.1f} ms")')"
   done

@@ -135,7 +135,8 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
     double bytes = 0;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       const graph::ValueInfo& v = graph.value(n.inputs[k]);
-      key += (k ? "," : "") + v.shape.str();
+      if (k) key += ',';
+      key += v.shape.str();
       bytes += static_cast<double>(v.bytes());
     }
     for (const graph::Value o : n.outputs) bytes += static_cast<double>(graph.value(o).bytes());

@@ -44,8 +44,11 @@ struct EngineOptions {
   bool cuda_graph = false;           // all-on-device GPU engine: capture the step once and replay it
   // GPU: how many of cuBLASLt's candidates each matmul shape times on its
   // first run, keeping the fastest (1: the heuristic's first). The choice
-  // does not change the bits (ops/matmul_cuda.h).
-  int matmul_candidates = 8;
+  // does not change the bits (ops/matmul_cuda.h). 8 made the K = 2048
+  // matmuls 5-13% faster alone, but on an H100 the step runs at the power
+  // cap and did not gain (1B: 255.6 against 255.0 ms; 8B: 25.60 against
+  // 25.66 s), while timing cost the first step 3.5 s (1B) and 2.7 s (8B).
+  int matmul_candidates = 1;
   // GPU: q|k|v and gate|up as one matmul each over stacked weights
   // (model/llama_graph.h): fused, separate, or auto: fused in the
   // all-on-device engine; separate in the planned one, whose placement of

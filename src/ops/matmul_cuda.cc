@@ -336,8 +336,11 @@ const MatmulPlan& CublasLtMatmul::plan_for(const MatmulKey& key, const void* a, 
         const size_t i = round == 0 ? j : results.size() - 1 - j;
         if (runs[i] == 0) continue;
         const float ms = time_runs(results[i], runs[i]);
-        if (ms < 0) runs[i] = 0;
-        total_ms[i] += ms;
+        if (ms < 0) {
+          runs[i] = 0;
+        } else {
+          total_ms[i] += ms;
+        }
       }
     }
     float best_ms = 0;

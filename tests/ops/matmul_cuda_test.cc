@@ -375,36 +375,36 @@ TEST_F(MatmulCudaTest, AccumulatesMicroBatchesIntoC) {
 TEST_F(MatmulCudaTest, AddendIsAddedInTheEpilogueAndLeftUnchanged) {
   // With several candidates each is timed writing `out` and reading the addend.
   for (int candidates : {1, 4}) {
-  SCOPED_TRACE(std::to_string(candidates) + " candidates");
-  CublasLtMatmul mm(CublasLtMatmul::kDefaultWorkspaceBytes, candidates);
-  const int64_t m = 130, n = 72, k = 200;
-  uint64_t seed = 2700;
-  for (DType ab : {DType::bf16, DType::f32}) {
-    for (DType c : {DType::bf16, DType::f32}) {
-      if (ab == DType::f32 && c == DType::bf16) continue;
-      for (int t = 0; t < 4; ++t) {
-        const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
-        SCOPED_TRACE(std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + (ta ? " T" : " N") +
-                     (tb ? "T" : "N"));
-        const HostMatrix a = random_matrix(m * k, seed += 10, ab), b = random_matrix(k * n, seed += 10, ab);
-        const HostMatrix addend = random_matrix(m * n, seed += 10, c);
-        DeviceBuffer da(a.values.size() * dtype_size(ab)), db(b.values.size() * dtype_size(ab));
-        DeviceBuffer dx(static_cast<size_t>(m * n) * dtype_size(c)), dout(static_cast<size_t>(m * n) * dtype_size(c));
-        upload(a, da.get(), stream_);
-        upload(b, db.get(), stream_);
-        upload(addend, dx.get(), stream_);
-        SPW_CUDA(cudaMemsetAsync(dout.get(), 0xFF, static_cast<size_t>(m * n) * dtype_size(c), stream_));
-        mm.run_with_addend(ta, tb, m, n, k, da.get(), ab, db.get(), ab, dx.get(), dout.get(), c, stream_);
-        std::vector<float> want = addend.values;
-        matmul<float>(ta, tb, m, n, k, 1.0f, a.values.data(), b.values.data(), 1.0f, want.data());
-        const HostResult got = download(dout.get(), m * n, c, stream_);
-        EXPECT_EQ(got.non_finite(), 0);
-        EXPECT_LT(testing::rel_error(got.floats(), std::vector<double>(want.begin(), want.end())), tolerance(ab, c));
-        const HostResult kept = download(dx.get(), m * n, c, stream_);
-        EXPECT_EQ(kept.floats(), addend.values) << "the addend was written to";
+    SCOPED_TRACE(std::to_string(candidates) + " candidates");
+    CublasLtMatmul mm(CublasLtMatmul::kDefaultWorkspaceBytes, candidates);
+    const int64_t m = 130, n = 72, k = 200;
+    uint64_t seed = 2700;
+    for (DType ab : {DType::bf16, DType::f32}) {
+      for (DType c : {DType::bf16, DType::f32}) {
+        if (ab == DType::f32 && c == DType::bf16) continue;
+        for (int t = 0; t < 4; ++t) {
+          const bool ta = (t & 1) != 0, tb = (t & 2) != 0;
+          SCOPED_TRACE(std::string(dtype_name(ab)) + "->" + std::string(dtype_name(c)) + (ta ? " T" : " N") +
+                       (tb ? "T" : "N"));
+          const HostMatrix a = random_matrix(m * k, seed += 10, ab), b = random_matrix(k * n, seed += 10, ab);
+          const HostMatrix addend = random_matrix(m * n, seed += 10, c);
+          DeviceBuffer da(a.values.size() * dtype_size(ab)), db(b.values.size() * dtype_size(ab));
+          DeviceBuffer dx(static_cast<size_t>(m * n) * dtype_size(c)), dout(static_cast<size_t>(m * n) * dtype_size(c));
+          upload(a, da.get(), stream_);
+          upload(b, db.get(), stream_);
+          upload(addend, dx.get(), stream_);
+          SPW_CUDA(cudaMemsetAsync(dout.get(), 0xFF, static_cast<size_t>(m * n) * dtype_size(c), stream_));
+          mm.run_with_addend(ta, tb, m, n, k, da.get(), ab, db.get(), ab, dx.get(), dout.get(), c, stream_);
+          std::vector<float> want = addend.values;
+          matmul<float>(ta, tb, m, n, k, 1.0f, a.values.data(), b.values.data(), 1.0f, want.data());
+          const HostResult got = download(dout.get(), m * n, c, stream_);
+          EXPECT_EQ(got.non_finite(), 0);
+          EXPECT_LT(testing::rel_error(got.floats(), std::vector<double>(want.begin(), want.end())), tolerance(ab, c));
+          const HostResult kept = download(dx.get(), m * n, c, stream_);
+          EXPECT_EQ(kept.floats(), addend.values) << "the addend was written to";
+        }
       }
     }
-  }
   }
 }
 

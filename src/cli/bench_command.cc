@@ -14,6 +14,7 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "cli/commands.h"
+#include "device/power_monitor.h"
 #include "model/llama_config_json.h"
 #include "train/engine.h"
 
@@ -80,9 +81,16 @@ int run_bench(const BenchArgs& a) {
   std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s\n",
               a.config.c_str(), std::to_string(model::parameter_count(config)).c_str(), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum), n, engine->description().c_str());
+  const bool gpu = engine->description().rfind("cuda", 0) == 0;
+  // The engines run on GPU 0. Sampled over the timed steps only.
+  std::string no_power;
+  std::unique_ptr<PowerMonitor> power =
+      gpu ? open_gpu_power_monitor(0, std::chrono::milliseconds(50), &no_power) : nullptr;
+  PowerSummary power_summary;
   std::vector<double> times;
   double loss = 0;
   for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
+    if (power && i == a.warmup) power->start();
     auto t0 = std::chrono::steady_clock::now();
     loss = engine->train_step(tokens, targets, a.grad_accum, 1e-4).loss;  // returns after the step finished
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -90,6 +98,7 @@ int run_bench(const BenchArgs& a) {
     std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
                 i < a.warmup ? " (warm-up)" : "");
   }
+  if (power) power_summary = power->stop();
   if (a.profile) {
     engine->set_profiling(true);
     engine->train_step(tokens, targets, a.grad_accum, 1e-4);
@@ -107,12 +116,13 @@ int run_bench(const BenchArgs& a) {
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
   const double flops = model::training_flops_per_token(config, a.seq) * tok_s;
-  const bool gpu = engine->description().rfind("cuda", 0) == 0;
   const double mfu = flops / kHopperPeakFlops;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
   std::printf(" | peak device memory %s\n", format_bytes(engine->peak_device_bytes()).c_str());
+  if (power) std::printf("power over the timed steps: %s\n", format_power(power_summary).c_str());
+  else if (gpu) std::printf("power: not sampled (%s)\n", no_power.c_str());
   const double predicted = engine->predicted_step_seconds();
   if (predicted > 0) {
     std::printf("planned: %.4f s per step predicted, %+.1f%% against the measured median\n", predicted,
@@ -141,6 +151,16 @@ int run_bench(const BenchArgs& a) {
                         {"matmul_candidates", a.matmul_candidates},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
+    if (power_summary.samples > 0) {
+      j["power"] = {{"samples", power_summary.samples},
+                    {"median_w", power_summary.median_watts},
+                    {"limit_w", power_summary.limit_watts},
+                    {"capped_fraction", power_summary.capped_fraction},
+                    {"thermal_fraction", power_summary.thermal_fraction},
+                    {"median_sm_mhz", power_summary.median_sm_mhz},
+                    {"max_sm_mhz", power_summary.max_sm_mhz},
+                    {"max_celsius", power_summary.max_celsius}};
+    }
     std::ofstream(a.json_path, std::ios::app) << j.dump() << "\n";
   }
   return 0;

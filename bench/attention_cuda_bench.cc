@@ -1,5 +1,8 @@
 // Causal GQA attention on the GPU: cuDNN SDPA (both backward orders) and the
-// own flash kernel, forward and forward+backward, in TFLOP/s.
+// own flash kernel, forward and forward+backward, in TFLOP/s; and every plan
+// in cuDNN's list for the forward and the atomic backward alone
+// (BM_CudnnPlans), to recheck after a cuDNN upgrade that the heuristic's
+// first, which the engine runs, is still the fastest.
 //
 // FLOPs count the causal half of the score matrix: forward 2 products of
 // 2*b*h*s^2*d/2 each, backward 2.5 times the forward. Reference on an H100
@@ -18,6 +21,7 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "base/dtype.h"
@@ -156,6 +160,85 @@ void BM_CudnnForwardBackward(benchmark::State& state) {
   });
 }
 
+// One plan of cuDNN's list, pinned: range(3) 0 the forward, 1 the atomic
+// backward (timed alone, on the out and lse of the default forward);
+// range(4) the plan's index. The label is cuDNN's name of the plan.
+constexpr int kMaxPlans = 16;
+constexpr uint64_t kMaxPlanWorkspace = 4ull << 30;
+
+// Building every plan of a list takes seconds, so one instance keeps them
+// for every benchmark of the run. It is never destroyed: at exit the CUDA
+// runtime may be gone before its handle.
+CudnnAttention& every_plan_cudnn() {
+  static auto* cudnn = new CudnnAttention(CudnnBackwardOrder::kAtomic);
+  return *cudnn;
+}
+
+void BM_CudnnPlans(benchmark::State& state) {
+  guarded(state, [&] {
+    const AttentionShape shape = shape_of(state);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+    const auto pass = state.range(3) == 0 ? AttentionPass::kForward : AttentionPass::kBackward;
+    const int index = static_cast<int>(state.range(4));
+    CudnnAttention& cudnn = every_plan_cudnn();
+    cudnn.pin_plan(CudnnAttention::kHeuristicPlan);
+    const int count = cudnn.plan_count(shape, scale, pass);
+    if (index >= count) {
+      const std::string why = "plan " + std::to_string(index) + " is past cuDNN's " +
+                              std::to_string(count) + " plans";
+      state.SkipWithError(why.c_str());
+      return;
+    }
+    const bool heuristic = index == cudnn.heuristic_plan(shape, scale, pass);
+    std::string label = cudnn.plan_name(shape, scale, pass, index);
+    if (heuristic) label += " (heuristic's first)";
+    if (index == kMaxPlans - 1 && count > kMaxPlans) {
+      label += " (the list has " + std::to_string(count) + " plans; raise kMaxPlans)";
+    }
+    state.SetLabel(label);
+    state.counters["plans"] = count;
+    state.counters["heuristic"] = heuristic ? 1 : 0;
+
+    Problem p(shape);
+    // The backward's out and lse: the default forward's.
+    if (pass == AttentionPass::kBackward) {
+      DeviceMemory workspace(cudnn.workspace_bytes(shape, scale, AttentionPass::kForward));
+      cudnn.forward(Problem::as_bf16(p.q), Problem::as_bf16(p.k), Problem::as_bf16(p.v),
+                    Problem::as_bf16(p.out), static_cast<float*>(p.lse.ptr), shape, scale,
+                    workspace.ptr, nullptr);
+      SPW_CUDA(cudaDeviceSynchronize());
+    }
+    cudnn.pin_plan(index);
+    // Throws cuDNN's reason where this plan did not build.
+    const uint64_t bytes = cudnn.workspace_bytes(shape, scale, pass);
+    state.counters["workspace_MiB"] = static_cast<double>(bytes) / (1 << 20);
+    if (bytes > kMaxPlanWorkspace) {
+      cudnn.pin_plan(CudnnAttention::kHeuristicPlan);
+      const std::string why = label + ": workspace of " + std::to_string(bytes >> 20) +
+                              " MiB, above the 4 GiB this benchmark allows";
+      state.SkipWithError(why.c_str());
+      return;
+    }
+    DeviceMemory workspace(bytes);
+    if (pass == AttentionPass::kForward) {
+      time_steps(state, p.forward_flops(), [&] {
+        cudnn.forward(Problem::as_bf16(p.q), Problem::as_bf16(p.k), Problem::as_bf16(p.v),
+                      Problem::as_bf16(p.out), static_cast<float*>(p.lse.ptr), shape, scale,
+                      workspace.ptr, nullptr);
+      });
+    } else {
+      time_steps(state, 2.5 * p.forward_flops(), [&] {
+        cudnn.backward(Problem::as_bf16(p.dout), Problem::as_bf16(p.q), Problem::as_bf16(p.k),
+                       Problem::as_bf16(p.v), Problem::as_bf16(p.out),
+                       static_cast<float*>(p.lse.ptr), Problem::as_bf16(p.dq),
+                       Problem::as_bf16(p.dk), Problem::as_bf16(p.dv), shape, scale,
+                       workspace.ptr, nullptr);
+      });
+    }
+    cudnn.pin_plan(CudnnAttention::kHeuristicPlan);
+  });
+}
+
 void BM_OwnForward(benchmark::State& state) {
   guarded(state, [&] {
     Problem p(shape_of(state));
@@ -203,10 +286,22 @@ void shapes_and_orders(benchmark::internal::Benchmark* b) {
   b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
 }
 
+// The LLaMA-3.2-1B step's attention (head_dim 64) and head_dim 128 at 4k.
+void plans(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"batch", "seq", "head_dim", "backward", "plan"});
+  for (const auto& s : {kShapes[0], kShapes[1]}) {
+    for (int64_t backward : {0, 1}) {
+      for (int64_t plan = 0; plan < kMaxPlans; ++plan) b->Args({s[0], s[1], s[2], backward, plan});
+    }
+  }
+  b->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+}
+
 BENCHMARK(BM_CudnnForward)->Apply(shapes);
 BENCHMARK(BM_CudnnForwardBackward)->Apply(shapes_and_orders);
 BENCHMARK(BM_OwnForward)->Apply(shapes);
 BENCHMARK(BM_OwnForwardBackward)->Apply(shapes);
+BENCHMARK(BM_CudnnPlans)->Apply(plans);
 
 }  // namespace
 }  // namespace spillway::ops

@@ -133,15 +133,44 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float 
   return graph;
 }
 
+std::shared_ptr<fe::graph::Graph> pass_graph(const AttentionShape& s, float scale, AttentionPass pass,
+                                             CudnnBackwardOrder order) {
+  return pass == AttentionPass::kForward ? forward_graph(s, scale) : backward_graph(s, scale, order);
+}
+
+// The steps up to the heuristic's list of plans, checked: the first failure,
+// or nothing. Each step runs only if the ones before it passed.
+std::optional<std::string> list_plans(fe::graph::Graph& graph, cudnnHandle_t handle) {
+  std::optional<std::string> refusal = failure(graph.validate(), "validate");
+  if (!refusal) refusal = failure(graph.build_operation_graph(handle), "build_operation_graph");
+  if (!refusal) {
+    refusal = failure(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
+                      "create_execution_plans");
+  }
+  if (!refusal) refusal = failure(graph.check_support(), "check_support");
+  return refusal;
+}
+
 void* device(const void* p) { return const_cast<void*>(p); }
+
+// The PlanKey index of the entry that describes the whole list of plans.
+constexpr int kWholeList = -2;
 
 }  // namespace
 
-// A built graph, or why cuDNN refused it.
+// A built graph and the plan of it to run, or why cuDNN refused it.
 struct CudnnAttention::Plan {
   std::shared_ptr<fe::graph::Graph> graph;
   int64_t workspace_bytes = 0;
   std::optional<std::string> refusal;
+  // kHeuristicPlan: the graph's own choice (build_plans() built only that
+  // one). Otherwise the graph has every plan of the list built that could
+  // be, and this is the one to run.
+  int index = kHeuristicPlan;
+  // In the kWholeList entry: the list's length and its first plan that built.
+  int count = 0;
+  int first_built = -1;
+  std::string name;  // cuDNN's name of plan `index`
 };
 
 CudnnAttention::CudnnAttention(CudnnBackwardOrder backward_order)
@@ -154,27 +183,51 @@ CudnnAttention::~CudnnAttention() {
   if (handle_ != nullptr) cudnnDestroy(handle_);
 }
 
+CudnnAttention::PlanKey CudnnAttention::key(const AttentionShape& shape, float scale,
+                                            AttentionPass pass, int index) {
+  return PlanKey{shape.batch,    shape.seq, shape.q_heads, shape.kv_heads,
+                 shape.head_dim, std::bit_cast<uint32_t>(scale), pass, shape.packed_qkv, index};
+}
+
 CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double scale,
                                            AttentionPass pass) {
+  return plan(shape, scale, pass, pinned_plan_);
+}
+
+CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double scale,
+                                           AttentionPass pass, int index) {
   check_shape(shape);
   const float scale_f = static_cast<float>(scale);
-  const PlanKey key{shape.batch,    shape.seq, shape.q_heads, shape.kv_heads,
-                    shape.head_dim, std::bit_cast<uint32_t>(scale_f), pass, shape.packed_qkv};
-  auto found = plans_.find(key);
+  auto found = plans_.find(key(shape, scale_f, pass, index));
   if (found != plans_.end()) return *found->second;
+
+  if (index != kHeuristicPlan) {
+    // The list as a whole, or a plan of it: build them all, once.
+    const Plan& list = [&]() -> const Plan& {
+      auto whole = plans_.find(key(shape, scale_f, pass, kWholeList));
+      if (whole != plans_.end()) return *whole->second;
+      build_every_plan(shape, scale_f, pass);
+      return *plans_.at(key(shape, scale_f, pass, kWholeList));
+    }();
+    found = plans_.find(key(shape, scale_f, pass, index));
+    if (found != plans_.end()) return *found->second;
+    // An index outside the list (empty shapes have no plans and need none).
+    auto outside = std::make_unique<Plan>();
+    outside->index = index;
+    if (list.refusal) {
+      outside->refusal = list.refusal;
+    } else if (!empty(shape)) {
+      outside->refusal = "plan " + std::to_string(index) + " is outside cuDNN's list of " +
+                         std::to_string(list.count) + " plans";
+    }
+    return *plans_.emplace(key(shape, scale_f, pass, index), std::move(outside)).first->second;
+  }
 
   auto built = std::make_unique<Plan>();
   if (!empty(shape)) {
-    auto graph = pass == AttentionPass::kForward ? forward_graph(shape, scale_f)
-                                                 : backward_graph(shape, scale_f, backward_order_);
+    auto graph = pass_graph(shape, scale_f, pass, backward_order_);
     // Each step runs only if the ones before it passed; the first failure is kept.
-    std::optional<std::string> refusal = failure(graph->validate(), "validate");
-    if (!refusal) refusal = failure(graph->build_operation_graph(handle_), "build_operation_graph");
-    if (!refusal) {
-      refusal = failure(graph->create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}),
-                        "create_execution_plans");
-    }
-    if (!refusal) refusal = failure(graph->check_support(), "check_support");
+    std::optional<std::string> refusal = list_plans(*graph, handle_);
     if (!refusal) refusal = failure(graph->build_plans(), "build_plans");
     if (!refusal) refusal = failure(graph->get_workspace_size(built->workspace_bytes), "get_workspace_size");
     if (refusal) {
@@ -183,7 +236,79 @@ CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double s
       built->graph = std::move(graph);
     }
   }
-  return *plans_.emplace(key, std::move(built)).first->second;
+  return *plans_.emplace(key(shape, scale_f, pass, kHeuristicPlan), std::move(built)).first->second;
+}
+
+// What build_plans(BuildPlanPolicy_t::ALL) does, one plan at a time so that
+// each keeps its own reason for failing to build. The default path builds
+// the same graph through the same steps and takes the first plan that
+// builds, so that plan here runs the same kernel.
+void CudnnAttention::build_every_plan(const AttentionShape& shape, float scale, AttentionPass pass) {
+  auto list = std::make_unique<Plan>();
+  list->index = kWholeList;
+  if (!empty(shape)) {
+    auto graph = pass_graph(shape, scale, pass, backward_order_);
+    list->refusal = list_plans(*graph, handle_);
+    if (!list->refusal) {
+      list->graph = graph;
+      list->count = static_cast<int>(graph->get_execution_plan_count());
+    }
+    for (int i = 0; i < list->count; ++i) {
+      auto one = std::make_unique<Plan>();
+      one->index = i;
+      std::optional<std::string> refusal =
+          failure(graph->get_plan_name_at_index(i, one->name), "get_plan_name_at_index");
+      if (!refusal) refusal = failure(graph->build_plan_at_index(i), "build_plan_at_index");
+      if (!refusal) {
+        refusal = failure(graph->get_workspace_size_plan_at_index(i, one->workspace_bytes),
+                          "get_workspace_size_plan_at_index");
+      }
+      if (refusal) {
+        one->refusal = "plan " + std::to_string(i) + " (" + one->name + "): " + *refusal;
+      } else {
+        one->graph = graph;
+        if (list->first_built < 0) list->first_built = i;
+      }
+      plans_.emplace(key(shape, scale, pass, i), std::move(one));
+    }
+  }
+  plans_.emplace(key(shape, scale, pass, kWholeList), std::move(list));
+}
+
+int CudnnAttention::plan_count(const AttentionShape& shape, double scale, AttentionPass pass) {
+  return plan(shape, scale, pass, kWholeList).count;
+}
+
+int CudnnAttention::heuristic_plan(const AttentionShape& shape, double scale, AttentionPass pass) {
+  const Plan& list = plan(shape, scale, pass, kWholeList);
+  if (list.refusal) throw Error("cuDNN attention", *list.refusal);
+  SPW_CHECK(list.first_built >= 0, "cuDNN attention", "none of cuDNN's ", list.count,
+            " plans built", empty(shape) ? " (an empty shape has none)" : "");
+  return list.first_built;
+}
+
+std::string CudnnAttention::plan_name(const AttentionShape& shape, double scale, AttentionPass pass,
+                                      int index) {
+  if (index == kHeuristicPlan) {
+    const Plan& p = plan(shape, scale, pass, kHeuristicPlan);
+    if (p.refusal) throw Error("cuDNN attention", *p.refusal);
+    SPW_CHECK(p.graph != nullptr, "cuDNN attention", "an empty shape has no plan");
+    std::string name;
+    if (auto refusal = failure(p.graph->get_plan_name(name), "get_plan_name")) {
+      throw Error("cuDNN attention", *refusal);
+    }
+    return name;
+  }
+  const int count = plan_count(shape, scale, pass);
+  SPW_CHECK(index >= 0 && index < count, "cuDNN attention", "plan ", index,
+            " is outside cuDNN's list of ", count, " plans");
+  return plan(shape, scale, pass, index).name;
+}
+
+void CudnnAttention::pin_plan(int index) {
+  SPW_CHECK(index >= kHeuristicPlan, "cuDNN attention",
+            "a plan index is at least 0, or kHeuristicPlan (-1); got ", index);
+  pinned_plan_ = index;
 }
 
 bool CudnnAttention::supports(const AttentionShape& shape, double scale, AttentionPass pass) {
@@ -211,7 +336,12 @@ void CudnnAttention::forward(const bf16* q, const bf16* k, const bf16* v, bf16* 
   std::unordered_map<int64_t, void*> pack{{kQ, device(q)},     {kK, device(k)},
                                           {kV, device(v)},     {kOut, out},
                                           {kLse, lse}};
-  if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (forward)")) {
+  if (p.index == kHeuristicPlan) {
+    if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (forward)")) {
+      throw Error("cuDNN attention forward", *refusal);
+    }
+  } else if (auto refusal = failure(p.graph->execute_plan_at_index(handle_, pack, workspace, p.index),
+                                    "execute_plan_at_index (forward)")) {
     throw Error("cuDNN attention forward", *refusal);
   }
 }
@@ -227,7 +357,12 @@ void CudnnAttention::backward(const bf16* dout, const bf16* q, const bf16* k, co
   std::unordered_map<int64_t, void*> pack{
       {kQ, device(q)},       {kK, device(k)}, {kV, device(v)},   {kOut, device(out)},
       {kDout, device(dout)}, {kLse, device(lse)}, {kDq, dq}, {kDk, dk}, {kDv, dv}};
-  if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (backward)")) {
+  if (p.index == kHeuristicPlan) {
+    if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (backward)")) {
+      throw Error("cuDNN attention backward", *refusal);
+    }
+  } else if (auto refusal = failure(p.graph->execute_plan_at_index(handle_, pack, workspace, p.index),
+                                    "execute_plan_at_index (backward)")) {
     throw Error("cuDNN attention backward", *refusal);
   }
 }

@@ -1,6 +1,7 @@
 #include "exec/executor.h"
 
 #include <chrono>
+#include <unordered_set>
 
 #include "base/status.h"
 #include "exec/run_node_cpu.h"
@@ -62,6 +63,11 @@ void Executor::run() {
         const auto& info = graph_.value(v);
         data_[static_cast<size_t>(v.id)] = space_.allocate(info.bytes(), info.name);
       }
+      // The node writes these outputs over inputs that die here; the input
+      // keeps its pointer while the node runs, and gives it up after.
+      for (const auto& h : liveness_.handed_over_at[i]) {
+        data_[static_cast<size_t>(h.to.id)] = data_[static_cast<size_t>(h.from.id)];
+      }
       if (profiling_) {
         runner_.synchronize();
         auto start = std::chrono::steady_clock::now();
@@ -72,18 +78,20 @@ void Executor::run() {
       } else {
         runner_.run(graph_, nodes[i], data_);
       }
+      for (const auto& h : liveness_.handed_over_at[i]) data_[static_cast<size_t>(h.from.id)] = nullptr;
       for (Value v : liveness_.dies_at[i]) {
         space_.free(data_[static_cast<size_t>(v.id)]);
         data_[static_cast<size_t>(v.id)] = nullptr;
       }
     }
   } catch (...) {
-    // A failed step leaves nothing of its own allocated.
+    // A failed step leaves nothing of its own allocated; a buffer being
+    // handed over is held by two values and freed once.
+    std::unordered_set<void*> freed;
     for (size_t v = 0; v < data_.size(); ++v) {
-      if (liveness_.of[v].managed && data_[v]) {
-        space_.free(data_[v]);
-        data_[v] = nullptr;
-      }
+      if (!liveness_.of[v].managed || !data_[v]) continue;
+      if (freed.insert(data_[v]).second) space_.free(data_[v]);
+      data_[v] = nullptr;
     }
     throw;
   }

@@ -126,6 +126,18 @@ std::string Graph::str() const {
   return s;
 }
 
+int in_place_input(const Node& node, size_t output) {
+  switch (node.kind) {
+    case OpKind::rope:
+    case OpKind::rope_backward:
+      return output == 0 ? 0 : -1;
+    case OpKind::cross_entropy:
+      return node.outputs.size() == 3 && output == 2 ? 0 : -1;  // dlogits over logits
+    default:
+      return -1;
+  }
+}
+
 AttentionDims attention_dims(const Graph& g, const Node& n) {
   const Shape& q = g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
   const int64_t heads_in_row = n.attrs.heads + (n.attrs.packed ? 2 * n.attrs.kv_heads : 0);

@@ -107,6 +107,14 @@ struct AttentionDims {
 class Graph;
 AttentionDims attention_dims(const Graph& g, const Node& n);
 
+// The input whose buffer output `output` of `node` may take over when that
+// input dies at the node, or -1. Only where every backend reads each element
+// of the input before writing the same element of the output, in the same
+// thread: rope and its backward (out over x; the heads it carries are then
+// not even touched), and the cross-entropy that writes dlogits too (dlogits
+// over the logits, the step's largest activation).
+int in_place_input(const Node& node, size_t output);
+
 // A graph with g's values (the same ids, producers cleared) and outputs but
 // no nodes: a transform re-adds the nodes it keeps, which sets each value's
 // producer again.

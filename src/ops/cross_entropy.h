@@ -17,7 +17,9 @@
 // logits are read from memory once and are dead after the loss. dloss is
 // rounded to T first, as the seed gradient's fill rounds it, so lse, loss and
 // dlogits equal those of cross_entropy_forward then cross_entropy_backward bit
-// for bit. dlogits must not overlap logits.
+// for bit. dlogits may be logits itself (each element is read before it is
+// written), which saves the step a logits-sized buffer, but must not
+// otherwise overlap it.
 #pragma once
 
 #include <cstdint>

@@ -91,8 +91,9 @@ void row_backward(const T* x, int32_t target, T row_lse, T scale, T* dx, int64_t
     std::fill_n(dx, vocab, T(0));
     return;
   }
+  const T at_target = x[target];  // read before dx, which may be x itself, is written
   scaled_softmax(x, row_lse, scale, dx, vocab);
-  dx[target] = scale * (std::exp(x[target] - row_lse) - T(1));
+  dx[target] = scale * (std::exp(at_target - row_lse) - T(1));
 }
 
 }  // namespace

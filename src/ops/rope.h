@@ -59,7 +59,8 @@ namespace spillway::ops {
 // (head_dim / 2 floats). Angles are formed in fp32 exactly as the CPU forms
 // them (float(pos) * inv_freq[i]) and go through the accurate cosf / sinf, so
 // both backends rotate by the same angle; the rotation itself runs in fp32.
-// out may alias x (dx may alias dout). head_dim up to 8192.
+// out may alias x (dx may alias dout); in place, the heads it carries are
+// neither read nor written. head_dim up to 8192.
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
                        int64_t head_dim, const float* inv_freq, int64_t pos0,
                        cudaStream_t stream, int64_t rotated_heads = -1);

@@ -49,7 +49,7 @@ void rotate(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64
           const T* xh = x + offset + h * head_dim;
           T* oh = out + offset + h * head_dim;
           if (h >= rotated) {
-            std::copy(xh, xh + head_dim, oh);
+            if (oh != xh) std::copy(xh, xh + head_dim, oh);  // in place, a carried head stays as it is
             continue;
           }
           for (int64_t i = 0; i < half; ++i) {

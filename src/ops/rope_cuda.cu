@@ -45,14 +45,15 @@ __device__ inline void store_narrowed(__nv_bfloat16* p, const float (&f)[1]) {
   *p = __float2bfloat16_rn(f[0]);
 }
 
-// Block b rotates tokens [b * tokens_per_block, ...); heads from
-// rotated_heads on are copied as they are. Each thread reads all
-// the elements of a step before writing any, and no two threads share an
-// element, which is what lets out alias x.
+// Block b rotates tokens [b * tokens_per_block, ...) and visits the first
+// visit_heads of each token's `heads`: heads from rotated_heads on are
+// copied as they are, and in place they are not visited at all. Each thread
+// reads all the elements of a step before writing any, and no two threads
+// share an element, which is what lets out alias x.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const __nv_bfloat16* x, __nv_bfloat16* out, int64_t tokens, int64_t seq, int heads,
-                int head_dim, const float* __restrict__ inv_freq, int64_t pos0, float sign,
+                int visit_heads, int head_dim, const float* __restrict__ inv_freq, int64_t pos0, float sign,
                 int tokens_per_block, int rotated_heads) {
   extern __shared__ float table[];  // cos [tokens_per_block][half], then sin
   const int half = head_dim / 2;
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(kThreads)
 
   using Raw = std::conditional_t<V == 8, uint4, __nv_bfloat16>;
   const int chunks = half / V;
-  const int per_token = heads * chunks;
+  const int per_token = visit_heads * chunks;
   const int items = block_tokens * per_token;
   Raw lo[kItemsPerThread], hi[kItemsPerThread];
   int64_t at[kItemsPerThread];
@@ -134,7 +135,9 @@ void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads
             const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, cudaStream_t stream) {
   if (tokens == 0 || heads == 0) return;
   const int64_t half = head_dim / 2;
-  const int64_t per_token = heads * (half / V);
+  const int64_t visit_heads = x == out ? rotated_heads : heads;
+  if (visit_heads == 0) return;
+  const int64_t per_token = visit_heads * (half / V);
   int64_t tokens_per_block = std::max<int64_t>(1, kItemsPerThread * kThreads / per_token);
   tokens_per_block = std::min(tokens_per_block, std::max<int64_t>(1, kTableEntries / half));
   tokens_per_block = std::min(tokens_per_block, tokens);
@@ -142,7 +145,7 @@ void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads
   const size_t shared = 2 * static_cast<size_t>(tokens_per_block * half) * sizeof(float);
   rope_kernel<V><<<static_cast<unsigned>(blocks), kThreads, shared, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<__nv_bfloat16*>(out), tokens, seq,
-      static_cast<int>(heads), static_cast<int>(head_dim), inv_freq, pos0, sign,
+      static_cast<int>(heads), static_cast<int>(visit_heads), static_cast<int>(head_dim), inv_freq, pos0, sign,
       static_cast<int>(tokens_per_block), static_cast<int>(rotated_heads));
   SPW_CUDA(cudaGetLastError());
 }

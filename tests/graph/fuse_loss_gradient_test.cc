@@ -93,6 +93,9 @@ TEST_P(FuseLossGradient, OneFusionGivesTheSameStepBitForBit) {
   EXPECT_GT(before.of[static_cast<size_t>(s.model.logits.id)].last_use, at);
   EXPECT_EQ(after.of[static_cast<size_t>(s.model.logits.id)].last_use, at);
   EXPECT_LE(after.peak_bytes, before.peak_bytes);
+  // ... and dlogits is written over them (graph::in_place_input), which the
+  // run below checks gives the same bits.
+  EXPECT_EQ(after.of[static_cast<size_t>(dlogits.id)].takes_over, s.model.logits.id);
 
   expect_same_step(f.graph, g, s);
 }

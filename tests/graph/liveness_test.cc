@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
+#include <vector>
+
 #include "graph/builder.h"
 
 namespace spillway::graph {
@@ -39,6 +42,55 @@ TEST(Liveness, CountsBytesAsTheAllocatorDoes) {
   g.mark_output(b.add(x, x));
   Liveness live = analyze_liveness(g, [](uint64_t n) { return (n + 255) / 256 * 256; });
   EXPECT_EQ(live.peak_bytes, 256u);
+}
+
+std::shared_ptr<const std::vector<float>> inv_freq() {
+  return std::make_shared<const std::vector<float>>(std::vector<float>{1.0f, 0.5f});
+}
+
+TEST(Liveness, RopeWritesOverAnInputThatDiesThere) {
+  Graph g;
+  Builder b(g, DType::f32);
+  Value x = b.input("x", Shape{1, 2, 8}, DType::f32);  // 64 bytes, the caller's
+  Value a = b.add(x, x, "a");                          // node 0
+  Value r = b.rope(a, 2, inv_freq());                  // node 1: a dies here
+  Value d = b.add(r, x, "d");                          // node 2
+  g.mark_output(d);
+  Liveness live = analyze_liveness(g, exact);
+
+  EXPECT_EQ(live.of[static_cast<size_t>(r.id)].takes_over, a.id);
+  ASSERT_EQ(live.handed_over_at[1].size(), 1u);
+  EXPECT_EQ(live.handed_over_at[1][0].from, a);
+  EXPECT_EQ(live.handed_over_at[1][0].to, r);
+  EXPECT_TRUE(live.born_at[1].empty());  // r allocates nothing ...
+  EXPECT_TRUE(live.dies_at[1].empty());  // ... and a's buffer lives on as r
+  EXPECT_EQ(live.dies_at[2], std::vector<Value>{r});
+  EXPECT_EQ(live.bytes_in_use, (std::vector<uint64_t>{64, 64, 128}));
+}
+
+TEST(Liveness, AnInputReadLaterKeepsItsBuffer) {
+  Graph g;
+  Builder b(g, DType::f32);
+  Value x = b.input("x", Shape{1, 2, 8}, DType::f32);
+  Value a = b.add(x, x, "a");
+  Value r = b.rope(a, 2, inv_freq());
+  g.mark_output(b.add(r, a, "d"));  // a is read after the rope
+  Liveness live = analyze_liveness(g, exact);
+
+  EXPECT_EQ(live.of[static_cast<size_t>(r.id)].takes_over, -1);
+  EXPECT_TRUE(live.handed_over_at[1].empty());
+  EXPECT_EQ(live.bytes_in_use, (std::vector<uint64_t>{64, 128, 192}));
+}
+
+TEST(Liveness, OnlyOpsThatMayWriteInPlaceTakeOver) {
+  Graph g;
+  Builder b(g, DType::f32);
+  Value x = b.input("x", Shape{4}, DType::f32);
+  Value a = b.add(x, x, "a");
+  g.mark_output(b.add(a, x, "c"));  // add's kernels may alias, but it is not listed
+  Liveness live = analyze_liveness(g, exact);
+  EXPECT_TRUE(live.handed_over_at[1].empty());
+  EXPECT_EQ(live.bytes_in_use, (std::vector<uint64_t>{16, 32}));
 }
 
 }  // namespace

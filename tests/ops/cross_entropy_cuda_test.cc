@@ -162,6 +162,37 @@ TEST(CrossEntropyCuda, FusedEqualsSeparateKernelsBitForBit) {
   }
 }
 
+// dlogits written over the logits, as the training step runs it (the logits'
+// buffer passes to dlogits, graph::in_place_input): the bits of a separate
+// dlogits buffer, on the vector path and the head/tail path.
+TEST(CrossEntropyCuda, FusedInPlaceEqualsApartBitForBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CeCase cases[] = {{3, 7, 0, 0, 0}, {2000, 1000, 3, 0, 0}, {7, 50257, 0, 1, 1}, {600, 128256, 5, 0, 0}};
+  for (const CeCase& c : cases) {
+    const int64_t n = c.rows * c.vocab;
+    const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n) + 21, -8, 8);
+    const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n) + 22);
+    const Outputs want = run_gpu(Kernels::fused, logits, targets, c.rows, c.vocab, c.logits_offset, c.logits_offset);
+
+    DeviceArray<bf16> buffer(logits);
+    DeviceArray<int32_t> dtargets(targets);
+    DeviceArray<float> lse(static_cast<size_t>(c.rows)), loss(1);
+    lse.poison();
+    loss.poison();
+    DeviceArray<char> workspace(cross_entropy_forward_backward_workspace_bytes(c.rows));
+    bf16* x = buffer.get() + c.logits_offset;
+    cross_entropy_forward_backward_cuda(x, dtargets.get(), kDloss, lse.get(), loss.get(), x, c.rows, c.vocab,
+                                        workspace.get(), nullptr);
+    const std::string at = describe(c, Kernels::fused) + ", in place";
+    const auto got = buffer.download();
+    EXPECT_EQ(float_bits(loss.download()[0]), float_bits(want.loss)) << "loss, " << at;
+    EXPECT_EQ(float_bits_of(lse.download()), float_bits_of(want.lse)) << "lse, " << at;
+    EXPECT_EQ(bits_of(std::vector<bf16>(got.begin() + c.logits_offset, got.end())),
+              bits_of(std::vector<bf16>(want.dlogits.begin() + c.logits_offset, want.dlogits.end())))
+        << "dlogits, " << at;
+  }
+}
+
 TEST(CrossEntropyCuda, NoCountedRowGivesZeroLossAndGradient) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const int64_t rows = 6, vocab = 333;

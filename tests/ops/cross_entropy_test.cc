@@ -195,6 +195,33 @@ TEST(CrossEntropy, ForwardBackwardEqualsSeparatePassesBitForBit) {
   expect_fused_equals_separate<double>();
 }
 
+// dlogits written over the logits (as the training step runs it): the same
+// bits as into a buffer of its own, the target's logit included.
+template <typename T>
+void expect_in_place_equals_apart() {
+  uint64_t seed = 700;
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{1, 1}, {7, 5}, {1000, 129}}) {
+    const auto logits = cast_vector<T>(random_vector(rows * vocab, seed++, -8, 8));
+    const auto targets = random_targets(rows, vocab, seed++);
+    const T nan = std::numeric_limits<T>::quiet_NaN();
+    std::vector<T> lse(rows, nan), loss(1, nan), dlogits(logits.size(), nan);
+    cross_entropy_forward_backward<T>(logits.data(), targets.data(), 0.3, lse.data(), loss.data(), dlogits.data(),
+                                      rows, vocab);
+    std::vector<T> in_place = logits, in_place_lse(rows, nan), in_place_loss(1, nan);
+    cross_entropy_forward_backward<T>(in_place.data(), targets.data(), 0.3, in_place_lse.data(),
+                                      in_place_loss.data(), in_place.data(), rows, vocab);
+    const std::string where = "rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab);
+    EXPECT_EQ(bytes_of(in_place), bytes_of(dlogits)) << where;
+    EXPECT_EQ(bytes_of(in_place_lse), bytes_of(lse)) << where;
+    EXPECT_EQ(bytes_of(in_place_loss), bytes_of(loss)) << where;
+  }
+}
+
+TEST(CrossEntropy, ForwardBackwardInPlaceEqualsApart) {
+  expect_in_place_equals_apart<float>();
+  expect_in_place_equals_apart<double>();
+}
+
 // A row that does not count has a zero gradient and adds nothing to the loss
 // whatever its logits hold, and with no row counted the loss is 0.
 TEST(CrossEntropy, ForwardBackwardLeavesUncountedRowsOut) {

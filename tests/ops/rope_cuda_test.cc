@@ -145,6 +145,28 @@ TEST(RopeCuda, InPlaceAndUnalignedEqualOutOfPlace) {
   EXPECT_LT(rel_error(widen({shifted.begin() + 1, shifted.end()}), as_double(ref)), 1e-2);
 }
 
+// The fused q|k|v projection's rope in place, as the training step runs it:
+// the rotated heads as out of place, and the carried v heads neither read
+// nor written (a NaN there stays NaN), both directions.
+TEST(RopeCuda, InPlaceWithCarriedHeadsLeavesThemAlone) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const RopeCase c{2, 33, 12, 64, 5, true};
+  const int64_t rotated = 10, n = c.batch * c.seq * c.heads * c.head_dim, row = c.heads * c.head_dim;
+  DeviceArray<float> dfreq(inv_freq_for(c));
+  auto x = random_bf16(n, 91);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i % row >= rotated * c.head_dim) x[static_cast<size_t>(i)].bits = 0x7fc1;  // a NaN no kernel makes
+  }
+  for (bool backward : {false, true}) {
+    DeviceArray<bf16> src(x), out(static_cast<size_t>(n)), in_place(x);
+    out.poison();
+    auto run = backward ? rope_backward_cuda : rope_forward_cuda;
+    run(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
+    run(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
+    EXPECT_EQ(bits_of(in_place.download()), bits_of(out.download())) << (backward ? "backward" : "forward");
+  }
+}
+
 TEST(RopeCuda, Deterministic) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const RopeCase c{1, 512, 32, 64, 0, true};

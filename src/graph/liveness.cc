@@ -43,7 +43,7 @@ Liveness analyze_liveness(const Graph& graph, const AllocationCost& cost) {
       if (!source.managed || !live.of[static_cast<size_t>(to.id)].managed ||
           source.last_use != static_cast<int32_t>(i) || handed_over[static_cast<size_t>(from.id)] ||
           std::count(n.inputs.begin(), n.inputs.end(), from) != 1 ||
-          cost(values[static_cast<size_t>(from.id)].bytes()) != cost(values[static_cast<size_t>(to.id)].bytes())) {
+          values[static_cast<size_t>(from.id)].bytes() != values[static_cast<size_t>(to.id)].bytes()) {
         continue;
       }
       handed_over[static_cast<size_t>(from.id)] = true;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -119,6 +120,28 @@ bool pin(CudnnAttention& cudnn, const Problem& p, AttentionPass pass, int index)
 #define SKIP_WITHOUT_GPU() \
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU"
 
+// Pins each plan of `pass` in turn and runs `check` on those that build;
+// the heuristic's first must be one of them.
+void for_each_built_plan(CudnnAttention& cudnn, const Problem& p, AttentionPass pass,
+                         const std::function<void()>& check) {
+  const int count = cudnn.plan_count(p.shape, p.scale, pass);
+  const int heuristic = cudnn.heuristic_plan(p.shape, p.scale, pass);
+  ASSERT_GT(count, 0);
+  int checked = 0;
+  for (int i = 0; i < count; ++i) {
+    SCOPED_TRACE("plan " + std::to_string(i) + " of " + std::to_string(count) + ", " +
+                 cudnn.plan_name(p.shape, p.scale, pass, i));
+    if (!pin(cudnn, p, pass, i)) {
+      EXPECT_NE(i, heuristic) << "the heuristic's first did not build";
+      continue;
+    }
+    check();
+    ++checked;
+  }
+  std::cout << describe(p.shape) << ": " << checked << " of " << count
+            << (pass == AttentionPass::kForward ? " forward" : " backward") << " plans checked\n";
+}
+
 TEST(CudnnAttentionPlansTest, EveryForwardPlanMatchesTheHeuristicsFirst) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 100;
@@ -127,23 +150,11 @@ TEST(CudnnAttentionPlansTest, EveryForwardPlanMatchesTheHeuristicsFirst) {
     Problem p(s, seed += 10);
     CudnnAttention cudnn(CudnnBackwardOrder::kAtomic);
     const Forward want = run_forward(cudnn, p);  // the default path
-    const int count = cudnn.plan_count(s, p.scale, AttentionPass::kForward);
-    const int heuristic = cudnn.heuristic_plan(s, p.scale, AttentionPass::kForward);
-    ASSERT_GT(count, 0);
-    int checked = 0;
-    for (int i = 0; i < count; ++i) {
-      SCOPED_TRACE("plan " + std::to_string(i) + " of " + std::to_string(count) + ", " +
-                   cudnn.plan_name(s, p.scale, AttentionPass::kForward, i));
-      if (!pin(cudnn, p, AttentionPass::kForward, i)) {
-        EXPECT_NE(i, heuristic) << "the heuristic's first did not build";
-        continue;
-      }
+    for_each_built_plan(cudnn, p, AttentionPass::kForward, [&] {
       const Forward got = run_forward(cudnn, p);
       EXPECT_LT(rel_error(widen(got.out), as_double(widen(want.out))), kBf16Tolerance) << "out";
       EXPECT_LT(rel_error(got.lse, as_double(want.lse)), kLseTolerance) << "lse";
-      ++checked;
-    }
-    std::cout << describe(s) << ": " << checked << " of " << count << " forward plans checked\n";
+    });
   }
 }
 
@@ -156,24 +167,12 @@ void every_backward_plan_matches(CudnnBackwardOrder order) {
     CudnnAttention cudnn(order);
     run_forward(cudnn, p);
     const Backward want = run_backward(cudnn, p);
-    const int count = cudnn.plan_count(s, p.scale, AttentionPass::kBackward);
-    const int heuristic = cudnn.heuristic_plan(s, p.scale, AttentionPass::kBackward);
-    ASSERT_GT(count, 0);
-    int checked = 0;
-    for (int i = 0; i < count; ++i) {
-      SCOPED_TRACE("plan " + std::to_string(i) + " of " + std::to_string(count) + ", " +
-                   cudnn.plan_name(s, p.scale, AttentionPass::kBackward, i));
-      if (!pin(cudnn, p, AttentionPass::kBackward, i)) {
-        EXPECT_NE(i, heuristic) << "the heuristic's first did not build";
-        continue;
-      }
+    for_each_built_plan(cudnn, p, AttentionPass::kBackward, [&] {
       const Backward got = run_backward(cudnn, p);
       EXPECT_LT(rel_error(widen(got.dq), as_double(widen(want.dq))), kBf16Tolerance) << "dq";
       EXPECT_LT(rel_error(widen(got.dk), as_double(widen(want.dk))), kBf16Tolerance) << "dk";
       EXPECT_LT(rel_error(widen(got.dv), as_double(widen(want.dv))), kBf16Tolerance) << "dv";
-      ++checked;
-    }
-    std::cout << describe(s) << ": " << checked << " of " << count << " backward plans checked\n";
+    });
   }
 }
 

@@ -13,6 +13,7 @@ N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 [ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh spillway > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 IFS=, read -ra modes <<< "${MODES:?MODES: bench flags per mode, separated by commas}"
+: > "$OUT/ab.jsonl"  # the summary takes every mode-th line from here
 for round in $(seq "${ROUNDS:-3}"); do
   for i in "${!modes[@]}"; do
     # A mode's NAME=value words set environment variables; the rest are flags.

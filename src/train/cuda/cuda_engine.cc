@@ -282,7 +282,8 @@ class CudaEngine final : public Engine {
   // gradient buffers instead of adding into them.
   double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets,
                   bool first = true) {
-    check_token_ids(inputs, targets, weights_.config().vocab_size);
+    check_token_ids(inputs, targets, weights_.config().vocab_size,
+                    static_cast<size_t>(options_.batch * options_.seq));
     SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
     SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
     s.runner->set_overwrite_accumulated(first);

@@ -23,7 +23,10 @@ std::string cuda_engine_name(int ordinal) {
   return "cuda:" + std::to_string(ordinal) + " " + std::string(prop.name);
 }
 
-void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab) {
+void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
+                     size_t batch_tokens) {
+  SPW_CHECK(inputs.size() == batch_tokens && targets.size() == batch_tokens, "tokens", "got ", inputs.size(),
+            " tokens and ", targets.size(), " targets for a batch of ", batch_tokens);
   for (size_t i = 0; i < inputs.size(); ++i) {
     SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
               " is outside the vocabulary of ", vocab);

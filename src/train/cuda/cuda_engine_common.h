@@ -30,8 +30,10 @@ bool fused_projections(const EngineOptions& options, bool planned_engine);
 std::string cuda_engine_name(int ordinal);
 
 // A kernel cannot throw, so ids are checked on the host before they go to
-// the GPU: Error naming the first token (or target: negative ones are
-// ignored positions) outside the vocabulary.
-void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab);
+// the GPU: Error when there are not `batch_tokens` of each (the device
+// buffers hold that many), or naming the first token (or target: negative
+// ones are ignored positions) outside the vocabulary.
+void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
+                     size_t batch_tokens);
 
 }  // namespace spillway::train

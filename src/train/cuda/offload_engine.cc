@@ -514,10 +514,8 @@ class CudaOffloadEngine final : public Engine {
 
   double run(exec::CudaPlannedExecutor& e, const model::LlamaGraph& m, std::span<const int32_t> inputs,
              std::span<const int32_t> targets) {
-    check_token_ids(inputs, targets, weights_.config().vocab_size);
-    const auto n = static_cast<size_t>(options_.batch * options_.seq);
-    SPW_CHECK(inputs.size() == n && targets.size() == n, "eval", "got ", inputs.size(), " tokens and ",
-              targets.size(), " targets for a batch of ", n);
+    check_token_ids(inputs, targets, weights_.config().vocab_size,
+                    static_cast<size_t>(options_.batch * options_.seq));
     // Through the engine's own pinned buffer: the caller's ids may share a
     // page with the weights pinned in place (PinnedRanges rounds to pages),
     // and CUDA refuses a copy from memory that is only partly registered

@@ -46,6 +46,7 @@ struct BenchArgs {
   bool cuda_graph = false;
   std::string projections = "auto";
   int matmul_candidates = train::EngineOptions{}.matmul_candidates;
+  bool cublaslt_only = false;
 };
 
 int run_bench(const BenchArgs& a) {
@@ -68,6 +69,7 @@ int run_bench(const BenchArgs& a) {
   eo.projections = a.projections;
   SPW_CHECK(a.matmul_candidates >= 1, "--matmul-candidates", "need at least 1, got ", a.matmul_candidates);
   eo.matmul_candidates = a.matmul_candidates;
+  eo.own_gemm = !a.cublaslt_only;
   eo.micro_batches = a.grad_accum;
   auto engine = train::make_engine(weights, optimizer, eo);
 
@@ -149,6 +151,7 @@ int run_bench(const BenchArgs& a) {
                         {"cuda_graph", a.cuda_graph},
                         {"fused_projections", engine->fused_projections()},
                         {"matmul_candidates", a.matmul_candidates},
+                        {"own_gemm", !a.cublaslt_only},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     if (power_summary.samples > 0) {
@@ -192,6 +195,8 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--matmul-candidates", a->matmul_candidates,
                   "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)")
       ->capture_default_str();
+  cmd->add_flag("--cublaslt-only", a->cublaslt_only,
+                "GPU: every matmul through cuBLASLt (no own Hopper GEMM with the SwiGLU gate in its epilogue)");
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");

@@ -118,6 +118,8 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       if (n.inputs.size() == 3) std::copy_n(x.in(2), m * nn, x.out(0));
       const bool add_to_out = a.accumulate || n.inputs.size() == 3;
       ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(add_to_out ? 1 : 0), x.out(0));
+      // A second output is the SwiGLU gate of the product (graph/fuse_matmul_swiglu.h).
+      if (n.outputs.size() == 2) ops::swiglu_packed_forward(x.out(0), x.out(1), x.out_shape(1).rows(), x.out_shape(1).last());
       break;
     }
     case OpKind::rope:

@@ -40,14 +40,15 @@ struct LlamaStep {
 // Forward, the loss as the graph's output, and the backward to every parameter.
 template <typename T>
 LlamaStep<T> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
-                              graph::GradientOutput output = graph::GradientOutput::fresh) {
+                              graph::GradientOutput output = graph::GradientOutput::fresh,
+                              const model::LlamaGraphOptions& options = {}) {
   LlamaStep<T> s;
   s.config = config;
   s.batch = batch;
   s.seq = seq;
   s.output = output;
   graph::Builder b(s.graph, dtype_of<T>());
-  s.model = model::build_llama(b, config, batch, seq);
+  s.model = model::build_llama(b, config, batch, seq, options);
   s.graph.mark_output(s.model.loss);
   s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, output);
   return s;

@@ -12,6 +12,7 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/fill.h"
+#include "ops/gemm_hopper.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -66,8 +67,11 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
 }  // namespace
 
 CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic,
-                               int matmul_candidates)
+                               int matmul_candidates, bool own_gemm)
     : memory_(memory), stream_(stream) {
+  int device = 0;
+  SPW_CUDA(cudaGetDevice(&device));
+  hopper_gemm_ = own_gemm && ops::hopper_gemm_available(device);
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
   matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes,
                                                   matmul_candidates);
@@ -239,6 +243,18 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         // out = a·b + addend in the matmul's epilogue (graph/fuse_matmul_add.h).
         matmul_->run_with_addend(a.trans_a, a.trans_b, m, nn, k, in(0), va.dtype, in(1), vb.dtype, in(2), out(0),
                                  out0.dtype, stream_);
+      } else if (n.outputs.size() == 2) {
+        // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h): one
+        // Hopper kernel where the shape is whole tiles, else the two ops.
+        const int64_t ffn = nn / 2;
+        const bool bf16_only = va.dtype == DType::bf16 && vb.dtype == DType::bf16 && out0.dtype == DType::bf16;
+        if (hopper_gemm_ && bf16_only && !a.trans_a && a.trans_b && ops::hopper_gemm_swiglu_fits(m, ffn, k)) {
+          ops::hopper_gemm_swiglu(bf(in(0)), bf(in(1)), bf(out(0)), bf(out(1)), m, ffn, k, stream_);
+        } else {
+          matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0),
+                       out0.dtype, stream_);
+          ops::swiglu_packed_forward_cuda(bf(out(0)), bf(out(1)), m, ffn, stream_);
+        }
       } else {
         matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype,
                      accumulate ? 1.0f : 0.0f, out(0), out0.dtype, stream_);

@@ -25,8 +25,11 @@ class CudaNodeRunner final : public NodeRunner {
   // `deterministic` picks cuDNN's ordered attention backward (bitwise
   // repeatable; slower, and it needs a workspace of b*h*s*s*2 bytes) over
   // its atomic one. `matmul_candidates`: see CublasLtMatmul's timed_candidates.
+  // `own_gemm`: a matmul that also writes its SwiGLU gate
+  // (graph/fuse_matmul_swiglu.h) runs as one kernel of ops/gemm_hopper.h on
+  // a Hopper GPU; off, or elsewhere, it is cuBLASLt then the gate's kernel.
   CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true,
-                 int matmul_candidates = 1);
+                 int matmul_candidates = 1, bool own_gemm = true);
   ~CudaNodeRunner() override;
 
   void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;
@@ -60,6 +63,7 @@ class CudaNodeRunner final : public NodeRunner {
   void* workspace_ = nullptr;
   std::map<const std::vector<float>*, void*> inv_freq_;
   bool overwrite_accumulated_ = false;
+  bool hopper_gemm_ = false;  // own_gemm on a Hopper GPU with sm_90a code
 };
 
 }  // namespace spillway::exec

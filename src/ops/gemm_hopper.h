@@ -1,0 +1,51 @@
+// spillway's own bf16 matrix product for Hopper (sm_90a: TMA loads, wgmma
+// tensor-core instructions), which exists so that work can be fused into the
+// product's epilogue, where cuBLASLt offers no hook: the MLP's SwiGLU gate is
+// computed from the gate|up product while it is still in registers, instead
+// of reading the 2 x [tokens, ffn] product back from device memory.
+//
+// Layout (row-major, contiguous): C[m, n] = A[m, k] * B[n, k]^T, i.e. the
+// forward of a linear layer, x * W^T with W stored [out, in] like
+// torch.nn.Linear. Accumulated in fp32 over all of k in one pass (no
+// split-k), so the result is deterministic.
+//
+// Only whole tiles are handled: hopper_gemm_fits says whether a shape can
+// run here; callers fall back to cuBLASLt otherwise.
+#pragma once
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// The kernels' tile: 128 rows of A by 256 columns of B, 64 of k per stage.
+inline constexpr int64_t kHopperGemmTileM = 128;
+inline constexpr int64_t kHopperGemmTileN = 256;
+inline constexpr int64_t kHopperGemmTileK = 64;
+
+// True when `device` is a Hopper GPU (compute capability 9.0) and this build
+// holds sm_90a code for the kernels.
+bool hopper_gemm_available(int device);
+
+// Whether C[m, n] = A[m, k] * B[n, k]^T is whole tiles (and 16-byte aligned
+// rows), so hopper_gemm can take it.
+bool hopper_gemm_fits(int64_t m, int64_t n, int64_t k);
+
+// C = A * B^T on `stream`. Throws when the shape does not fit or the device
+// is not a Hopper GPU.
+void hopper_gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
+
+// The MLP's gate|up projection with its SwiGLU gate:
+//   gate_up[m, 2 * ffn] = x[m, k] * w_gate_up[2 * ffn, k]^T  (each row's gate, then its up)
+//   out[m, ffn] = silu(gate) * up, from gate and up as rounded to bf16,
+// bit-identical to swiglu_packed_forward_cuda over this gate_up.
+bool hopper_gemm_swiglu_fits(int64_t m, int64_t ffn, int64_t k);
+void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
+                        int64_t k, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

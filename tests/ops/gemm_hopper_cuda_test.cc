@@ -1,0 +1,117 @@
+// spillway's Hopper GEMM against the CPU product and against cuBLASLt, and
+// its fused SwiGLU gate against the separate gate kernel: outputs poisoned
+// first, so an element a tile fails to store shows up as NaN.
+#include "ops/gemm_hopper.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "device/cuda/cuda_device.h"
+#include "ops/matmul.h"
+#include "ops/matmul_cuda.h"
+#include "ops/swiglu.h"
+#include "testing/cuda_arrays.h"
+#include "testing/numeric.h"
+
+namespace spillway::ops {
+namespace {
+
+using spillway::testing::as_double;
+using spillway::testing::bits_of;
+using spillway::testing::DeviceArray;
+using spillway::testing::random_bf16;
+using spillway::testing::rel_error;
+using spillway::testing::widen;
+
+class HopperGemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+    if (!hopper_gemm_available(0)) GTEST_SKIP() << "not a Hopper GPU, or no sm_90a code in this build";
+  }
+};
+
+struct Shape3 {
+  int64_t m, n, k;
+};
+
+// One tile; several tiles with k one stage long; more tiles than SMs (the
+// persistent CTAs take several each) with k longer than the stage ring.
+const Shape3 kShapes[] = {{128, 256, 64}, {256, 512, 64}, {384, 768, 448}, {2048, 4352, 320}};
+
+TEST_F(HopperGemmTest, MatchesTheCpuProduct) {
+  for (const Shape3 s : kShapes) {
+    const auto a = random_bf16(s.m * s.k, 1 + s.m, -1, 1), b = random_bf16(s.n * s.k, 2 + s.n, -1, 1);
+    DeviceArray<bf16> da(a), db(b), dc(static_cast<size_t>(s.m * s.n));
+    hopper_gemm(da.get(), db.get(), dc.get(), s.m, s.n, s.k, nullptr);
+    std::vector<float> want(static_cast<size_t>(s.m * s.n));
+    matmul<float>(false, true, s.m, s.n, s.k, 1.0f, widen(a).data(), widen(b).data(), 0.0f, want.data());
+    EXPECT_LT(rel_error(as_double(widen(dc.download())), as_double(want)), 1e-2)
+        << s.m << " x " << s.n << " x " << s.k;
+  }
+}
+
+// On the training step's shapes (fewer rows) the products equal cuBLASLt's
+// heuristic first bit for bit: both sum all of k in order in fp32. This is
+// what lets the engine switch kernels without changing a step's bits.
+TEST_F(HopperGemmTest, EqualsCublasLtBitForBitOnTheStepShapes) {
+  CublasLtMatmul cublas;
+  const Shape3 shapes[] = {{1024, 3072, 2048}, {1024, 16384, 2048}, {1024, 2048, 8192}, {512, 128256, 2048}};
+  for (const Shape3 s : shapes) {
+    const auto a = random_bf16(s.m * s.k, 3 + s.n, -1, 1), b = random_bf16(s.n * s.k, 4 + s.k, -1, 1);
+    DeviceArray<bf16> da(a), db(b), own(static_cast<size_t>(s.m * s.n)), lib(static_cast<size_t>(s.m * s.n));
+    hopper_gemm(da.get(), db.get(), own.get(), s.m, s.n, s.k, nullptr);
+    cublas.run(false, true, s.m, s.n, s.k, 1.0f, da.get(), DType::bf16, db.get(), DType::bf16, 0.0f, lib.get(),
+               DType::bf16, nullptr);
+    EXPECT_EQ(bits_of(own.download()), bits_of(lib.download())) << s.m << " x " << s.n << " x " << s.k;
+  }
+}
+
+// The fused kernel's gate|up is the plain product's, and its gate output is
+// the separate packed kernel's over that product, bit for bit.
+TEST_F(HopperGemmTest, FusedSwigluEqualsTheProductThenTheGate) {
+  struct Case {
+    int64_t m, ffn, k;
+  };
+  for (const Case c : {Case{128, 128, 64}, Case{256, 384, 192}, Case{2048, 2048, 256}}) {
+    const auto x = random_bf16(c.m * c.k, 5 + c.m, -2, 2), w = random_bf16(2 * c.ffn * c.k, 6 + c.ffn, -2, 2);
+    const auto rows = static_cast<size_t>(c.m);
+    DeviceArray<bf16> dx(x), dw(w), gate_up(rows * 2 * c.ffn), out(rows * c.ffn);
+    DeviceArray<bf16> plain(rows * 2 * c.ffn), separate(rows * c.ffn);
+    hopper_gemm_swiglu(dx.get(), dw.get(), gate_up.get(), out.get(), c.m, c.ffn, c.k, nullptr);
+    hopper_gemm(dx.get(), dw.get(), plain.get(), c.m, 2 * c.ffn, c.k, nullptr);
+    swiglu_packed_forward_cuda(plain.get(), separate.get(), c.m, c.ffn, nullptr);
+    const std::string at = std::to_string(c.m) + " x " + std::to_string(c.ffn) + " x " + std::to_string(c.k);
+    EXPECT_EQ(bits_of(gate_up.download()), bits_of(plain.download())) << at;
+    EXPECT_EQ(bits_of(out.download()), bits_of(separate.download())) << at;
+    // And the gate against the CPU's, from the CPU product.
+    std::vector<float> product(rows * 2 * c.ffn), want(rows * c.ffn);
+    matmul<float>(false, true, c.m, 2 * c.ffn, c.k, 1.0f, widen(x).data(), widen(w).data(), 0.0f, product.data());
+    swiglu_packed_forward(product.data(), want.data(), c.m, c.ffn);
+    EXPECT_LT(rel_error(as_double(widen(out.download())), as_double(want)), 1e-2) << at;
+  }
+}
+
+TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
+  EXPECT_TRUE(hopper_gemm_fits(128, 256, 64));
+  EXPECT_FALSE(hopper_gemm_fits(100, 256, 64));
+  EXPECT_FALSE(hopper_gemm_fits(128, 200, 64));
+  EXPECT_FALSE(hopper_gemm_fits(128, 256, 40));
+  EXPECT_TRUE(hopper_gemm_swiglu_fits(128, 128, 64));
+  EXPECT_FALSE(hopper_gemm_swiglu_fits(128, 64, 64));
+  DeviceArray<bf16> a(100 * 64), b(256 * 64), c(100 * 256);
+  try {
+    hopper_gemm(a.get(), b.get(), c.get(), 100, 256, 64, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("hopper_gemm"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("100 x 256 x 64"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace spillway::ops

@@ -26,6 +26,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "ops/swiglu_math.cuh"
 
 namespace spillway::ops {
 
@@ -180,8 +181,7 @@ __device__ __forceinline__ void warpgroup_sync(int consumer) {
   asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
 
-// swiglu_cuda.cu's expression, so the fused gate gives the same bits.
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+using swiglu_math::silu_times;  // swiglu_cuda.cu's, so the fused gate gives the same bits
 
 // Writes 16-byte chunk `i` (columns 8i..8i+7 of a 64-row block, as four
 // 64 x 64 boxes) of rows r and r + 8 into `staging` in TMA's 128-byte

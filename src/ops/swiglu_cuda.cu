@@ -8,6 +8,7 @@
 #include "device/cuda/cuda_check.h"
 #include "ops/cuda_elementwise.cuh"
 #include "ops/swiglu.h"
+#include "ops/swiglu_math.cuh"
 
 namespace spillway::ops {
 
@@ -43,7 +44,7 @@ __device__ inline void store8(__nv_bfloat16* p, const Bf16x8& v) {
   *reinterpret_cast<uint4*>(p) = raw;
 }
 
-__device__ inline float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+using swiglu_math::silu_times;
 
 struct SwigluForward {
   const __nv_bfloat16* gate;
@@ -70,25 +71,19 @@ struct SwigluBackward {
   __nv_bfloat16* dgate;
   __nv_bfloat16* dup;
 
-  // The CPU kernel's expressions, in its order.
-  __device__ static void grads(float d, float g, float u, float& dg, float& du) {
-    const float s = 1.0f / (1.0f + expf(-g));
-    dg = d * u * s * (1.0f + g * (1.0f - s));
-    du = d * g * s;
-  }
   __device__ void vector(int64_t i) const {
     const Bf16x8 d = load8(dout + i);
     const Bf16x8 g = load8(gate + i);
     const Bf16x8 u = load8(up + i);
     Bf16x8 dg, du;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) grads(d.f[k], g.f[k], u.f[k], dg.f[k], du.f[k]);
+    for (int k = 0; k < 8; ++k) swiglu_math::grads(d.f[k], g.f[k], u.f[k], dg.f[k], du.f[k]);
     store8(dgate + i, dg);
     store8(dup + i, du);
   }
   __device__ void scalar(int64_t i) const {
     float dg, du;
-    grads(__bfloat162float(dout[i]), __bfloat162float(gate[i]), __bfloat162float(up[i]), dg, du);
+    swiglu_math::grads(__bfloat162float(dout[i]), __bfloat162float(gate[i]), __bfloat162float(up[i]), dg, du);
     dgate[i] = __float2bfloat16_rn(dg);
     dup[i] = __float2bfloat16_rn(du);
   }

@@ -1,0 +1,134 @@
+// The 1B model's gate|up product (16384 x 16384 x 2048) at the power cap:
+// the own Hopper GEMM (plain, and with the SwiGLU gate in its epilogue)
+// against cuBLASLt (plain, and followed by the separate gate kernel). Each
+// mode runs back to back for SECONDS (argument 1, default 4), so the GPU
+// settles at the clock its power limit holds, and the last 2 s are timed:
+// per-call times there are what a capped training step gets, which can
+// differ from the uncapped ones (matmul_cuda_bench) by more than the kernels
+// differ from each other.
+#include <benchmark/benchmark.h>
+
+#ifdef SPILLWAY_HAS_CUDA
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/gemm_hopper.h"
+#include "ops/matmul_cuda.h"
+#include "ops/swiglu.h"
+
+namespace {
+
+using spillway::bf16;
+using spillway::DType;
+using Clock = std::chrono::steady_clock;
+
+constexpr int64_t kTokens = 16384, kFfn = 8192, kDim = 2048;
+
+bf16* random_bf16(int64_t n, uint64_t seed) {
+  std::vector<bf16> host(static_cast<size_t>(n));
+  uint64_t x = seed;
+  for (bf16& h : host) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    h = spillway::to_bf16(static_cast<float>(static_cast<double>(x >> 11) * 0x1.0p-53 * 2 - 1));
+  }
+  bf16* p = nullptr;
+  SPW_CUDA(cudaMalloc(&p, host.size() * sizeof(bf16)));
+  SPW_CUDA(cudaMemcpy(p, host.data(), host.size() * sizeof(bf16), cudaMemcpyHostToDevice));
+  return p;
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Milliseconds a call over the last 2 s of `seconds` of back-to-back calls.
+double capped_ms(const std::function<void()>& call, double seconds) {
+  const auto start = Clock::now();
+  while (seconds_since(start) < seconds - 2) {
+    for (int i = 0; i < 20; ++i) call();
+    SPW_CUDA(cudaDeviceSynchronize());
+  }
+  cudaEvent_t begin, end;
+  SPW_CUDA(cudaEventCreate(&begin));
+  SPW_CUDA(cudaEventCreate(&end));
+  SPW_CUDA(cudaEventRecord(begin));
+  int calls = 0;
+  const auto timed = Clock::now();
+  while (seconds_since(timed) < 2.0) {
+    for (int i = 0; i < 20; ++i) call();
+    calls += 20;
+    SPW_CUDA(cudaEventRecord(end));
+    SPW_CUDA(cudaEventSynchronize(end));
+  }
+  float ms = 0;
+  SPW_CUDA(cudaEventElapsedTime(&ms, begin, end));
+  SPW_CUDA(cudaEventDestroy(begin));
+  SPW_CUDA(cudaEventDestroy(end));
+  return ms / calls;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int device_count = 0;
+  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+    std::printf("no GPU: nothing to measure\n");
+    return 0;
+  }
+  if (!spillway::ops::hopper_gemm_available(0)) {
+    std::printf("not a Hopper GPU (or no sm_90a code): nothing to measure\n");
+    return 0;
+  }
+  const double seconds = argc > 1 ? std::max(2.5, std::atof(argv[1])) : 4.0;
+  bf16* x = random_bf16(kTokens * kDim, 1);
+  bf16* w = random_bf16(2 * kFfn * kDim, 2);
+  bf16 *gate_up = nullptr, *out = nullptr;
+  SPW_CUDA(cudaMalloc(&gate_up, kTokens * 2 * kFfn * sizeof(bf16)));
+  SPW_CUDA(cudaMalloc(&out, kTokens * kFfn * sizeof(bf16)));
+  spillway::ops::CublasLtMatmul cublas;
+  auto library = [&] {
+    cublas.run(false, true, kTokens, 2 * kFfn, kDim, 1.0f, x, DType::bf16, w, DType::bf16, 0.0f, gate_up,
+               DType::bf16, nullptr);
+  };
+  auto gate = [&] { spillway::ops::swiglu_packed_forward_cuda(gate_up, out, kTokens, kFfn, nullptr); };
+  struct Mode {
+    const char* name;
+    std::function<void()> call;
+  };
+  const Mode modes[] = {
+      {"own GEMM with the gate", [&] { spillway::ops::hopper_gemm_swiglu(x, w, gate_up, out, kTokens, kFfn, kDim, nullptr); }},
+      {"cuBLASLt, then the gate kernel", [&] { library(); gate(); }},
+      {"own GEMM", [&] { spillway::ops::hopper_gemm(x, w, gate_up, kTokens, 2 * kFfn, kDim, nullptr); }},
+      {"cuBLASLt", library},
+      {"the gate kernel alone", gate},
+  };
+  const double flops = 2.0 * kTokens * 2 * kFfn * kDim;
+  std::printf("gate|up %lld x %lld x %lld at the power cap (%.1f s a mode, the last 2 s timed)\n",
+              static_cast<long long>(kTokens), static_cast<long long>(2 * kFfn), static_cast<long long>(kDim),
+              seconds);
+  for (int round = 0; round < 2; ++round) {
+    for (const Mode& m : modes) {
+      const double ms = capped_ms(m.call, seconds);
+      std::printf("round %d  %-32s %7.3f ms  %5.0f TFLOP/s of the product\n", round, m.name, ms, flops / ms * 1e-9);
+      std::fflush(stdout);
+    }
+  }
+  SPW_CUDA(cudaFree(x));
+  SPW_CUDA(cudaFree(w));
+  SPW_CUDA(cudaFree(gate_up));
+  SPW_CUDA(cudaFree(out));
+  return 0;
+}
+
+#else
+
+int main() { return 0; }
+
+#endif  // SPILLWAY_HAS_CUDA

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
@@ -465,10 +466,17 @@ int sm_count() {
 template <Epilogue kMode>
 void launch(const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c, int64_t c_cols, Params p,
             cudaStream_t stream) {
-  static std::once_flag attribute_set;
-  std::call_once(attribute_set, [] {
-    SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  });
+  // The shared-memory opt-in is per device, and a process may drive several.
+  static std::mutex mutex;
+  static std::set<int> opted_in;
+  int device = 0;
+  SPW_CUDA(cudaGetDevice(&device));
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (opted_in.insert(device).second) {
+      SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+    }
+  }
   const CUtensorMap map_a = tensor_map(a, m, k, kBM);
   const CUtensorMap map_b = tensor_map(b, b_rows, k, kBN / 2);
   const CUtensorMap map_c = tensor_map(c, m, c_cols, 64);

@@ -46,17 +46,12 @@ constexpr int kHalfBBytes = kBBytes / 2;            // one TMA box of 128 rows
 // stages, then each consumer's staging area for TMA stores; the barriers
 // last; 1 KiB of slack lets the kernel align the dynamic base.
 constexpr int kStagingBytes = kConsumers * 64 * kBN * 2;  // each consumer's 64 x 256 outputs, 32 KiB
-constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kStagingBytes + (2 * kStages + kConsumers) * 8 + 1024;
+constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kStagingBytes + 2 * kStages * 8 + 1024;
 // m-blocks walked together, so the CTAs running at once share A and B panels
 // in L2: 16 m-blocks by about 8 n-blocks is ~8 MiB of each for 132 SMs.
 constexpr int kGroupM = 16;
 
-// kSwigluBackward: the product is dout of the MLP's SwiGLU gate; the
-// epilogue reads the forward's gate|up and writes dgate|up instead.
-enum class Epilogue { kStore, kSwiglu, kSwigluBackward };
-// How B is stored: [n, k] (K-major, a linear layer's weight in the forward
-// pass) or [k, n] (N-major: the same weight in the backward's dX = dY * W).
-enum class BMajor { kK, kN };
+enum class Epilogue { kStore, kSwiglu };
 
 struct Params {
   int num_m = 0, num_n = 0, k_blocks = 0;
@@ -113,26 +108,11 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
-// A 2-d box of `map` at (inner, outer) fetched into L2 only.
-__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int inner, int outer) {
-  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)),
-               "r"(inner), "r"(outer)
-               : "memory");
-}
-
 // wgmma's view of a K-major bf16 tile that TMA wrote with 128-byte swizzling:
 // rows of 64 elements (128 bytes), 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
   const uint64_t addr = smem_addr(tile);
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
-}
-
-// wgmma's view of an N-major bf16 tile: 64-column boxes (rows of 64
-// elements along N, one per k, 128-byte swizzled), each box kBK rows deep
-// and 8 KiB from the next; 8-row (k) groups 1024 bytes apart.
-__device__ __forceinline__ uint64_t smem_desc_n_major(const void* tile) {
-  const uint64_t addr = smem_addr(tile);
-  return ((addr & 0x3FFFF) >> 4) | (uint64_t(8192 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -143,8 +123,6 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // d[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T; scale_d = 0 overwrites d.
-// kTransB = 1: B sits in shared memory N-major (see smem_desc_n_major).
-template <int kTransB>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -157,7 +135,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -174,7 +152,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 }
 
 __device__ __forceinline__ void tile_of(int t, const Params& p, int& mb, int& nb) {
@@ -304,63 +282,10 @@ __device__ __forceinline__ void store_gate(const CUtensorMap* map_out, uint8_t* 
   store_staged(map_out, staging, consumer, 2, mb * kBM + consumer * 64, [&](int j) { return nb * (kBN / 2) + 64 * j; });
 }
 
-// kSwigluBackward's epilogue: the accumulators are dout (rounded to bf16,
-// as the separate kernel reads it) for 64 rows by 256 columns of the gate.
-// The tile's gate values are in `staging` (loaded during the mainloop);
-// each thread reads the ones at its own positions and writes dup there, so
-// no other thread's data is involved, and keeps t in its accumulators. The
-// up values then replace dup in the staging area, and dgate replaces them.
-__device__ __forceinline__ void store_swiglu_backward(float (&d)[128], const Params& p, const CUtensorMap* map_c,
-                                                      const CUtensorMap* map_gate_up, uint8_t* staging,
-                                                      uint64_t* loaded, uint32_t& loaded_phase, int consumer, int r0,
-                                                      int lane, int mb, int nb) {
-  const int row = mb * kBM + consumer * 64;
-  const int col = nb * kBN;
-  mbar_wait(loaded, loaded_phase);
-  loaded_phase ^= 1;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = r0 + 8 * half;
-      uint32_t* at = reinterpret_cast<uint32_t*>(staging + (i / 8) * 8192 + r * 128 + ((i % 8) ^ (r % 8)) * 16 +
-                                                 4 * (lane % 4));
-      const uint32_t g_bits = *at;
-      const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g_bits));
-      const float2 dout = __bfloat1622float2(__floats2bfloat162_rn(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]));
-      const float du0 = swiglu_math::grad_from_gate(dout.x, g.x, d[4 * i + 2 * half]);
-      const float du1 = swiglu_math::grad_from_gate(dout.y, g.y, d[4 * i + 2 * half + 1]);
-      *at = pack_bf16(du0, du1);
-    }
-  }
-  store_staged(map_c, staging, consumer, 4, row, [&](int j) { return p.ffn + col + 64 * j; });
-  if (threadIdx.x % 128 == 0) {
-    tma_store_wait_read();
-    mbar_expect_tx(loaded, 4 * 8192);
-    for (int j = 0; j < 4; ++j) tma_load(staging + j * 8192, map_gate_up, p.ffn + col + 64 * j, row, loaded);
-  }
-  mbar_wait(loaded, loaded_phase);
-  loaded_phase ^= 1;
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = r0 + 8 * half;
-      uint32_t* at = reinterpret_cast<uint32_t*>(staging + (i / 8) * 8192 + r * 128 + ((i % 8) ^ (r % 8)) * 16 +
-                                                 4 * (lane % 4));
-      const uint32_t u_bits = *at;
-      const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u_bits));
-      *at = pack_bf16(swiglu_math::grad_from_up(d[4 * i + 2 * half], u.x),
-                      swiglu_math::grad_from_up(d[4 * i + 2 * half + 1], u.y));
-    }
-  }
-  store_staged(map_c, staging, consumer, 4, row, [&](int j) { return col + 64 * j; });
-}
-
-template <Epilogue kMode, BMajor kB>
+template <Epilogue kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                const __grid_constant__ CUtensorMap map_c, const __grid_constant__ CUtensorMap map_aux, Params p) {
+                const __grid_constant__ CUtensorMap map_c, const __grid_constant__ CUtensorMap map_out, Params p) {
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* smem_a = smem;
@@ -368,7 +293,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* staging = smem_b + kStages * kBBytes;
   uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
   uint64_t* empty = full + kStages;
-  uint64_t* loaded = empty + kStages;  // kSwigluBackward: each consumer's epilogue loads
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -376,7 +300,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
     }
-    for (int c = 0; c < kConsumers; ++c) mbar_init(&loaded[c], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -399,14 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_expect_tx(&full[stage], kABytes + kBBytes);
         tma_load(smem_a + stage * kABytes, &map_a, kb * kBK, mb * kBM, &full[stage]);
         uint8_t* b = smem_b + stage * kBBytes;
-        if constexpr (kB == BMajor::kK) {
-          tma_load(b, &map_b, kb * kBK, b_first, &full[stage]);
-          tma_load(b + kHalfBBytes, &map_b, kb * kBK, b_second, &full[stage]);
-        } else {
-          // B[k, n] row-major: four boxes of 64 columns by kBK rows.
-#pragma unroll
-          for (int j = 0; j < 4; ++j) tma_load(b + j * 8192, &map_b, nb * kBN + 64 * j, kb * kBK, &full[stage]);
-        }
+        tma_load(b, &map_b, kb * kBK, b_first, &full[stage]);
+        tma_load(b + kHalfBBytes, &map_b, kb * kBK, b_second, &full[stage]);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -425,7 +342,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint32_t h[32];     // kSwiglu: the pending tile's SwiGLU output, packed bf16 pairs
   int gate_mb = -1;   // kSwiglu: the tile whose SwiGLU output is pending, or -1
   int gate_nb = 0;
-  uint32_t loaded_phase = 0;  // kSwigluBackward
   int stage = 0;
   uint32_t phase = 0;
   bool stores_pending = false;
@@ -436,15 +352,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       mbar_wait(&full[stage], phase);
       const uint64_t desc_a = smem_desc(smem_a + stage * kABytes + consumer * (kABytes / kConsumers));
-      const uint64_t desc_b = kB == BMajor::kK ? smem_desc(smem_b + stage * kBBytes)
-                                               : smem_desc_n_major(smem_b + stage * kBBytes);
+      const uint64_t desc_b = smem_desc(smem_b + stage * kBBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        // 16 of k further on, in the descriptors' 16-byte address units: 32
-        // bytes along a K-major row, or 16 rows (2048 bytes) of an N-major box.
-        const uint64_t b_step = kB == BMajor::kK ? 2 : 128;
-        wgmma_m64n256k16<kB == BMajor::kN>(d, desc_a + 2 * kk, desc_b + b_step * kk, (kb > 0 || kk > 0) ? 1u : 0u);
+        // 16 bf16 = 32 bytes further along the swizzled rows: +2 in the
+        // descriptor's 16-byte address units.
+        wgmma_m64n256k16(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
       if constexpr (kMode == Epilogue::kSwiglu) {
@@ -462,22 +376,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             gate_chunk<3>(my_staging, r0, lane, h);
           }
           if (p.k_blocks < kGateChunks || kb == kGateChunks - 1) {
-            store_gate(&map_aux, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
+            store_gate(&map_out, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
             gate_mb = -1;
-          }
-        }
-      }
-      if constexpr (kMode == Epilogue::kSwigluBackward) {
-        // Early in the tile: its gate columns into the staging area (once
-        // the previous tile's stores have read it), its up columns into L2.
-        if (kb == min(1, p.k_blocks - 1) && threadIdx.x % 128 == 0) {
-          if (stores_pending) tma_store_wait_read();
-          const int row = mb * kBM + consumer * 64;
-          mbar_expect_tx(&loaded[consumer], 4 * 8192);
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            tma_load(my_staging + j * 8192, &map_aux, nb * kBN + 64 * j, row, &loaded[consumer]);
-            tma_prefetch_l2(&map_aux, p.ffn + nb * kBN + 64 * j, row);
           }
         }
       }
@@ -499,12 +399,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (threadIdx.x % 128 == 0) tma_store_wait_read();
       warpgroup_sync(consumer);
     }
-    if constexpr (kMode == Epilogue::kSwigluBackward) {
-      store_swiglu_backward(d, p, &map_c, &map_aux, my_staging, &loaded[consumer], loaded_phase, consumer, r0, lane,
-                            mb, nb);
-    } else {
-      store_tile<kMode>(d, p, &map_c, my_staging, consumer, r0, lane, mb, nb);
-    }
+    store_tile<kMode>(d, p, &map_c, my_staging, consumer, r0, lane, mb, nb);
     stores_pending = true;
     if constexpr (kMode == Epilogue::kSwiglu) {
       gate_mb = mb;
@@ -514,7 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kMode == Epilogue::kSwiglu) {
     if (gate_mb >= 0) {  // the last tile's gate: nothing left to overlap with
       gate_chunks_all(my_staging, r0, lane, h);
-      store_gate(&map_aux, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
+      store_gate(&map_out, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
     }
   }
   // Shared memory must outlive the stores reading it.
@@ -523,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 #else  // no sm_90a code in this compilation pass: never launched (hopper_gemm_available is false)
 
-template <Epilogue kMode, BMajor kB>
+template <Epilogue kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap,
                 const __grid_constant__ CUtensorMap, const __grid_constant__ CUtensorMap, Params) {}
@@ -567,12 +462,10 @@ int sm_count() {
   return count;
 }
 
-// c is [m, c_cols], written in 64 x 64 boxes. B is [b_rows, k] (kK) or
-// [k, b_rows] (kN). aux ([m, aux_cols], 64 x 64 boxes) is the SwiGLU
-// output (kSwiglu) or the forward's gate|up (kSwigluBackward).
-template <Epilogue kMode, BMajor kB>
-void launch(const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c, int64_t c_cols,
-            const void* aux, int64_t aux_cols, Params p, cudaStream_t stream) {
+// c is [m, c_cols], written in 64 x 64 boxes.
+template <Epilogue kMode>
+void launch(const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c, int64_t c_cols, Params p,
+            cudaStream_t stream) {
   // The shared-memory opt-in is per device, and a process may drive several.
   static std::mutex mutex;
   static std::set<int> opted_in;
@@ -581,18 +474,19 @@ void launch(const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, 
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (opted_in.insert(device).second) {
-      SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode, kB>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+      SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     }
   }
   const CUtensorMap map_a = tensor_map(a, m, k, kBM);
-  const CUtensorMap map_b = kB == BMajor::kK ? tensor_map(b, b_rows, k, kBN / 2) : tensor_map(b, k, b_rows, kBK);
+  const CUtensorMap map_b = tensor_map(b, b_rows, k, kBN / 2);
   const CUtensorMap map_c = tensor_map(c, m, c_cols, 64);
-  const CUtensorMap map_aux = aux != nullptr ? tensor_map(aux, m, aux_cols, 64) : map_c;  // unused without
+  // The SwiGLU output [m, ffn]; a plain product has none (its map is unused).
+  const CUtensorMap map_out = p.out != nullptr ? tensor_map(p.out, m, p.ffn, 64) : map_c;
   p.num_m = static_cast<int>(m / kBM);
   p.k_blocks = static_cast<int>(k / kBK);
   const int tiles = p.num_m * p.num_n;
   const int grid = std::min(tiles, sm_count());
-  gemm_kernel<kMode, kB><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_c, map_aux, p);
+  gemm_kernel<kMode><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_c, map_out, p);
   SPW_CUDA(cudaGetLastError());
 }
 
@@ -614,7 +508,7 @@ bool hopper_gemm_available(int device) {
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
   if (prop.major != 9 || prop.minor != 0) return false;
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, gemm_kernel<Epilogue::kStore, BMajor::kK>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attributes, gemm_kernel<Epilogue::kStore>) != cudaSuccess) return false;
   return attributes.binaryVersion == 90;
 }
 
@@ -634,18 +528,7 @@ void hopper_gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, in
   p.num_n = static_cast<int>(n / kBN);
   p.c = reinterpret_cast<__nv_bfloat16*>(c);
   p.ldc = n;
-  launch<Epilogue::kStore, BMajor::kK>(a, b, m, n, k, c, n, nullptr, 0, p, stream);
-}
-
-void hopper_gemm_nn(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
-  SPW_CHECK(hopper_gemm_fits(m, n, k), "hopper_gemm_nn", "shape ", m, " x ", n, " x ", k, " is not whole ", kBM,
-            " x ", kBN, " x ", kBK, " tiles");
-  check_available("hopper_gemm_nn");
-  Params p;
-  p.num_n = static_cast<int>(n / kBN);
-  p.c = reinterpret_cast<__nv_bfloat16*>(c);
-  p.ldc = n;
-  launch<Epilogue::kStore, BMajor::kN>(a, b, m, n, k, c, n, nullptr, 0, p, stream);
+  launch<Epilogue::kStore>(a, b, m, n, k, c, n, p, stream);
 }
 
 void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
@@ -658,24 +541,7 @@ void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf1
   p.c = reinterpret_cast<__nv_bfloat16*>(gate_up);
   p.out = reinterpret_cast<__nv_bfloat16*>(out);
   p.ffn = static_cast<int>(ffn);
-  launch<Epilogue::kSwiglu, BMajor::kK>(x, w_gate_up, m, 2 * ffn, k, gate_up, 2 * ffn, out, ffn, p, stream);
-}
-
-bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k) {
-  return rows_fit(m, k) && ffn > 0 && ffn % kBN == 0 && ffn < (int64_t(1) << 30);
-}
-
-void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16* gate_up, bf16* dgate_up, int64_t m,
-                                 int64_t ffn, int64_t k, cudaStream_t stream) {
-  SPW_CHECK(hopper_gemm_swiglu_backward_fits(m, ffn, k), "hopper_gemm_swiglu_backward", "shape ", m, " x ", ffn,
-            " x ", k, " is not whole ", kBM, " x ", kBN, " x ", kBK, " tiles");
-  check_available("hopper_gemm_swiglu_backward");
-  Params p;
-  p.num_n = static_cast<int>(ffn / kBN);
-  p.c = reinterpret_cast<__nv_bfloat16*>(dgate_up);
-  p.ffn = static_cast<int>(ffn);
-  launch<Epilogue::kSwigluBackward, BMajor::kN>(dy, w_down, m, ffn, k, dgate_up, 2 * ffn, gate_up, 2 * ffn, p,
-                                                stream);
+  launch<Epilogue::kSwiglu>(x, w_gate_up, m, 2 * ffn, k, gate_up, 2 * ffn, p, stream);
 }
 
 }  // namespace spillway::ops

@@ -39,9 +39,6 @@ bool hopper_gemm_fits(int64_t m, int64_t n, int64_t k);
 // is not a Hopper GPU.
 void hopper_gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
 
-// C = A * B with B stored [k, n] (the backward's dX = dY * W).
-void hopper_gemm_nn(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream);
-
 // The MLP's gate|up projection with its SwiGLU gate:
 //   gate_up[m, 2 * ffn] = x[m, k] * w_gate_up[2 * ffn, k]^T  (each row's gate, then its up)
 //   out[m, ffn] = silu(gate) * up, from gate and up as rounded to bf16,
@@ -49,16 +46,6 @@ void hopper_gemm_nn(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n,
 bool hopper_gemm_swiglu_fits(int64_t m, int64_t ffn, int64_t k);
 void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
                         int64_t k, cudaStream_t stream);
-
-// Its backward through down_proj's dX: dout = dy[m, k] * w_down[k, ffn]
-// (w_down stored [k, ffn] as torch.nn.Linear keeps it, k the model width)
-// is the gradient of the SwiGLU output, from which the epilogue makes
-//   dgate_up[m, 2 * ffn] = swiglu_packed_backward(dout, gate_up),
-// bit-identical to swiglu_packed_backward_cuda over hopper_gemm_nn's dout.
-// dout itself is never written.
-bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k);
-void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16* gate_up, bf16* dgate_up, int64_t m,
-                                 int64_t ffn, int64_t k, cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

@@ -23,23 +23,11 @@ __device__ __forceinline__ float sigmoid(float g) { return __fdividef(1.0f, 1.0f
 // silu(g) * u = g * sigmoid(g) * u.
 __device__ __forceinline__ float silu_times(float g, float u) { return g * sigmoid(g) * u; }
 
-// The backward (ops/swiglu.h) in two halves, so that a GEMM epilogue that
-// holds only one of gate and up at a time gives the elementwise kernel's
-// bits: from the gate, dup = (d s) g and t = (d s)(1 + g (1 - s)); then
-// dgate = t up. Each operation is rounded on its own (no contraction into
-// fused multiply-adds that could differ between the two call sites).
-__device__ __forceinline__ float grad_from_gate(float d, float g, float& t) {
-  const float s = sigmoid(g);
-  const float ds = __fmul_rn(d, s);
-  t = __fmul_rn(ds, __fadd_rn(1.0f, __fmul_rn(g, __fsub_rn(1.0f, s))));
-  return __fmul_rn(ds, g);
-}
-__device__ __forceinline__ float grad_from_up(float t, float u) { return __fmul_rn(t, u); }
-
+// The backward, in the CPU kernel's order (ops/swiglu.h).
 __device__ __forceinline__ void grads(float d, float g, float u, float& dg, float& du) {
-  float t = 0;
-  du = grad_from_gate(d, g, t);
-  dg = grad_from_up(t, u);
+  const float s = sigmoid(g);
+  dg = d * u * s * (1.0f + g * (1.0f - s));
+  du = d * g * s;
 }
 
 }  // namespace spillway::ops::swiglu_math

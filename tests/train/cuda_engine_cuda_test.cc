@@ -6,6 +6,7 @@
 #include <string>
 
 #include "device/cuda/cuda_device.h"
+#include "ops/gemm_hopper.h"
 #include "train/engine.h"
 #include "testing/llama.h"
 
@@ -148,6 +149,11 @@ TEST(CudaEngine, OwnGemmGivesCublasLtsBits) {
     auto w = model::LlamaWeights::random(config, 8, 0.05);
     AdamW opt(config);
     auto e = make_cuda_engine(w, opt, o);
+    // The description says which kernel runs the 2 layers' gate|up.
+    const bool own = own_gemm && ops::hopper_gemm_available(0);
+    EXPECT_NE(e->description().find(std::string("in the own Hopper GEMM in ") + (own ? "2" : "0") + " of 2 nodes"),
+              std::string::npos)
+        << e->description();
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step) {
       auto tokens = testing::random_tokens(256, 40 + step, 1000);

@@ -71,7 +71,7 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
     : memory_(memory), stream_(stream) {
   int device = 0;
   SPW_CUDA(cudaGetDevice(&device));
-  hopper_gemm_ = own_gemm && ops::hopper_gemm_available(device);
+  const bool hopper = own_gemm && ops::hopper_gemm_available(device);
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
   matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes,
                                                   matmul_candidates);
@@ -79,6 +79,19 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
   for (const Node& n : graph.nodes()) {
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;
     switch (n.kind) {
+      case OpKind::matmul:
+        if (n.outputs.size() == 2) {
+          // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h).
+          const auto& a = graph.value(n.inputs[0]);
+          const auto& b = graph.value(n.inputs[1]);
+          const auto& out = graph.value(n.outputs[0]);
+          const bool bf16_only = a.dtype == DType::bf16 && b.dtype == DType::bf16 && out.dtype == DType::bf16;
+          const int64_t m = n.attrs.trans_a ? a.shape.last() : a.shape.rows();
+          const int64_t k = n.attrs.trans_a ? a.shape.rows() : a.shape.last();
+          use_hopper_gemm_[&n] = hopper && bf16_only && !n.attrs.trans_a && n.attrs.trans_b &&
+                                 ops::hopper_gemm_swiglu_fits(m, out.shape.last() / 2, k);
+        }
+        break;
       case OpKind::rmsnorm_backward: {
         const Shape& x = graph.value(n.inputs[1]).shape;
         need = std::max(need, ops::rmsnorm_backward_workspace_bytes(x.rows(), x.last()));
@@ -145,6 +158,13 @@ int CudaNodeRunner::cudnn_attention_nodes() const {
 std::string CudaNodeRunner::attention_summary() const {
   return "attention through cuDNN in " + std::to_string(cudnn_attention_nodes()) + " of " +
          std::to_string(use_cudnn_.size()) + " nodes";
+}
+
+std::string CudaNodeRunner::gemm_summary() const {
+  if (use_hopper_gemm_.empty()) return "";
+  const auto own = std::count_if(use_hopper_gemm_.begin(), use_hopper_gemm_.end(), [](const auto& p) { return p.second; });
+  return "gate|up with its SwiGLU gate in the own Hopper GEMM in " + std::to_string(own) + " of " +
+         std::to_string(use_hopper_gemm_.size()) + " nodes";
 }
 
 void CudaNodeRunner::synchronize() { SPW_CUDA(cudaStreamSynchronize(stream_)); }
@@ -247,8 +267,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h): one
         // Hopper kernel where the shape is whole tiles, else the two ops.
         const int64_t ffn = nn / 2;
-        const bool bf16_only = va.dtype == DType::bf16 && vb.dtype == DType::bf16 && out0.dtype == DType::bf16;
-        if (hopper_gemm_ && bf16_only && !a.trans_a && a.trans_b && ops::hopper_gemm_swiglu_fits(m, ffn, k)) {
+        if (use_hopper_gemm_.at(&n)) {
           ops::hopper_gemm_swiglu(bf(in(0)), bf(in(1)), bf(out(0)), bf(out(1)), m, ffn, k, stream_);
         } else {
           matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0),

@@ -39,6 +39,10 @@ class CudaNodeRunner final : public NodeRunner {
   // as "attention through cuDNN in 64 of 64 nodes".
   int cudnn_attention_nodes() const;
   std::string attention_summary() const;
+  // How many gate|up projections with their SwiGLU gate run as the own
+  // Hopper GEMM, as "gate|up with its SwiGLU gate in the own Hopper GEMM in
+  // 16 of 16 nodes"; empty when the graph has none.
+  std::string gemm_summary() const;
 
   // While on, nodes that add into an accumulated value (NodeAttrs::accumulate)
   // write it instead: the first micro-batch of an optimizer step then needs
@@ -63,7 +67,10 @@ class CudaNodeRunner final : public NodeRunner {
   void* workspace_ = nullptr;
   std::map<const std::vector<float>*, void*> inv_freq_;
   bool overwrite_accumulated_ = false;
-  bool hopper_gemm_ = false;  // own_gemm on a Hopper GPU with sm_90a code
+  // Per matmul that also writes its SwiGLU gate: whether the own Hopper
+  // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
+  // tiles) or cuBLASLt and the gate kernel.
+  std::map<const graph::Node*, bool> use_hopper_gemm_;
 };
 
 }  // namespace spillway::exec

@@ -129,8 +129,9 @@ class CudaEngine final : public Engine {
   }
 
   std::string description() const override {
-    return name_ + " (" + train_.runner->attention_summary() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") +
-           ")";
+    const std::string gemm = train_.runner->gemm_summary();
+    return name_ + " (" + train_.runner->attention_summary() + (gemm.empty() ? "" : "; " + gemm) +
+           (options_.bf16_moments ? "; bf16 AdamW moments" : "") + ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,

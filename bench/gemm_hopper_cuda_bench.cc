@@ -21,6 +21,7 @@
 
 #include "base/dtype.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
 #include "ops/gemm_hopper.h"
 #include "ops/matmul_cuda.h"
 #include "ops/swiglu.h"
@@ -77,8 +78,7 @@ double capped_ms(const std::function<void()>& call, double seconds) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int device_count = 0;
-  if (cudaGetDeviceCount(&device_count) != cudaSuccess || device_count == 0) {
+  if (spillway::cuda_device_count() == 0) {
     std::printf("no GPU: nothing to measure\n");
     return 0;
   }

@@ -22,8 +22,8 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <map>
 #include <mutex>
-#include <set>
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
@@ -53,13 +53,10 @@ constexpr int kGroupM = 16;
 
 enum class Epilogue { kStore, kSwiglu };
 
+// The tiling; the matrices themselves reach the kernel as TMA maps.
 struct Params {
   int num_m = 0, num_n = 0, k_blocks = 0;
-  // kStore: c is [m, ldc]. kSwiglu: c is gate_up [m, 2 * ffn], out is [m, ffn].
-  __nv_bfloat16* c = nullptr;
-  __nv_bfloat16* out = nullptr;
-  int64_t ldc = 0;
-  int ffn = 0;
+  int ffn = 0;  // kSwiglu: the gate's width (gate_up is [m, 2 * ffn])
 };
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -187,7 +184,7 @@ using swiglu_math::silu_times;  // swiglu_cuda.cu's, so the fused gate gives the
 // Writes 16-byte chunk `i` (columns 8i..8i+7 of a 64-row block, as four
 // 64 x 64 boxes) of rows r and r + 8 into `staging` in TMA's 128-byte
 // swizzle: chunk c of row r sits at chunk c ^ (r % 8), which also spreads a
-// warp's writes over all banks. lo and hi are this thread's column pair.
+// warp's writes over all banks. `pair` is this thread's two columns, packed.
 __device__ __forceinline__ void stage_pair(uint8_t* staging, int i, int r, int lane, uint32_t pair) {
   uint8_t* box = staging + (i / 8) * 8192;
   const int chunk = (i % 8) ^ (r % 8);
@@ -454,38 +451,40 @@ CUtensorMap tensor_map(const void* base, int64_t rows, int64_t cols, uint32_t bo
   return map;
 }
 
-int sm_count() {
+// Readies the current device for gemm_kernel<kMode> on its first launch
+// there (a process may drive several GPUs): checks it can run the kernels
+// and opts in to their shared memory. Returns its SM count. Later launches
+// pay one cudaGetDevice and a lookup.
+template <Epilogue kMode>
+int prepare_device(const char* what) {
+  static std::mutex mutex;
+  static std::map<int, int> sm_counts;  // the devices readied so far
   int device = 0;
   SPW_CUDA(cudaGetDevice(&device));
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto known = sm_counts.find(device);
+  if (known != sm_counts.end()) return known->second;
+  SPW_CHECK(hopper_gemm_available(device), what, "needs a Hopper GPU (sm_90) and a build with sm_90a code");
+  SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   int count = 0;
   SPW_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+  sm_counts[device] = count;
   return count;
 }
 
-// c is [m, c_cols], written in 64 x 64 boxes.
+// c is [m, c_cols] and out (kSwiglu only) [m, p.ffn], written in 64 x 64 boxes.
 template <Epilogue kMode>
-void launch(const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c, int64_t c_cols, Params p,
-            cudaStream_t stream) {
-  // The shared-memory opt-in is per device, and a process may drive several.
-  static std::mutex mutex;
-  static std::set<int> opted_in;
-  int device = 0;
-  SPW_CUDA(cudaGetDevice(&device));
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (opted_in.insert(device).second) {
-      SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-    }
-  }
+void launch(const char* what, const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c,
+            int64_t c_cols, void* out, Params p, cudaStream_t stream) {
+  const int sms = prepare_device<kMode>(what);
   const CUtensorMap map_a = tensor_map(a, m, k, kBM);
   const CUtensorMap map_b = tensor_map(b, b_rows, k, kBN / 2);
   const CUtensorMap map_c = tensor_map(c, m, c_cols, 64);
-  // The SwiGLU output [m, ffn]; a plain product has none (its map is unused).
-  const CUtensorMap map_out = p.out != nullptr ? tensor_map(p.out, m, p.ffn, 64) : map_c;
+  // A plain product has no second output; its map is then unused.
+  const CUtensorMap map_out = out != nullptr ? tensor_map(out, m, p.ffn, 64) : map_c;
   p.num_m = static_cast<int>(m / kBM);
   p.k_blocks = static_cast<int>(k / kBK);
-  const int tiles = p.num_m * p.num_n;
-  const int grid = std::min(tiles, sm_count());
+  const int grid = std::min(p.num_m * p.num_n, sms);
   gemm_kernel<kMode><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_c, map_out, p);
   SPW_CUDA(cudaGetLastError());
 }
@@ -495,20 +494,21 @@ bool rows_fit(int64_t m, int64_t k) {
   return m > 0 && k > 0 && m % kBM == 0 && k % kBK == 0 && m < (int64_t(1) << 31) && k < (int64_t(1) << 31);
 }
 
-void check_available(const char* what) {
-  int device = 0;
-  SPW_CUDA(cudaGetDevice(&device));
-  SPW_CHECK(hopper_gemm_available(device), what, "needs a Hopper GPU (sm_90) and a build with sm_90a code");
-}
-
 }  // namespace
 
 bool hopper_gemm_available(int device) {
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
-  if (prop.major != 9 || prop.minor != 0) return false;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  if (major != 9 || minor != 0) return false;
   cudaFuncAttributes attributes{};
-  if (cudaFuncGetAttributes(&attributes, gemm_kernel<Epilogue::kStore>) != cudaSuccess) return false;
+  if (cudaFuncGetAttributes(&attributes, gemm_kernel<Epilogue::kStore>) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
   return attributes.binaryVersion == 90;
 }
 
@@ -523,25 +523,19 @@ bool hopper_gemm_swiglu_fits(int64_t m, int64_t ffn, int64_t k) {
 void hopper_gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   SPW_CHECK(hopper_gemm_fits(m, n, k), "hopper_gemm", "shape ", m, " x ", n, " x ", k, " is not whole ", kBM, " x ",
             kBN, " x ", kBK, " tiles");
-  check_available("hopper_gemm");
   Params p;
   p.num_n = static_cast<int>(n / kBN);
-  p.c = reinterpret_cast<__nv_bfloat16*>(c);
-  p.ldc = n;
-  launch<Epilogue::kStore>(a, b, m, n, k, c, n, p, stream);
+  launch<Epilogue::kStore>("hopper_gemm", a, b, m, n, k, c, n, nullptr, p, stream);
 }
 
 void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
                         int64_t k, cudaStream_t stream) {
   SPW_CHECK(hopper_gemm_swiglu_fits(m, ffn, k), "hopper_gemm_swiglu", "shape ", m, " x ", ffn, " x ", k,
             " is not whole ", kBM, " x ", kBN / 2, " x ", kBK, " tiles");
-  check_available("hopper_gemm_swiglu");
   Params p;
   p.num_n = static_cast<int>(ffn / (kBN / 2));
-  p.c = reinterpret_cast<__nv_bfloat16*>(gate_up);
-  p.out = reinterpret_cast<__nv_bfloat16*>(out);
   p.ffn = static_cast<int>(ffn);
-  launch<Epilogue::kSwiglu>(x, w_gate_up, m, 2 * ffn, k, gate_up, 2 * ffn, p, stream);
+  launch<Epilogue::kSwiglu>("hopper_gemm_swiglu", x, w_gate_up, m, 2 * ffn, k, gate_up, 2 * ffn, out, p, stream);
 }
 
 }  // namespace spillway::ops

@@ -114,6 +114,14 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       int64_t m = a.trans_a ? sa.last() : sa.rows();
       int64_t k = a.trans_a ? sa.rows() : sa.last();
       int64_t nn = a.trans_b ? sb.rows() : sb.last();
+      if (a.swiglu_backward) {
+        // The product is dout of a packed SwiGLU, made here in scratch memory;
+        // the node writes its backward (graph/fuse_matmul_swiglu.h).
+        std::vector<T> dout(static_cast<size_t>(m * nn));
+        ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(0), dout.data());
+        ops::swiglu_packed_backward(dout.data(), x.in(2), x.out(0), m, nn);
+        break;
+      }
       // A third input is added to the product (graph/fuse_matmul_add.h).
       if (n.inputs.size() == 3) std::copy_n(x.in(2), m * nn, x.out(0));
       const bool add_to_out = a.accumulate || n.inputs.size() == 3;

@@ -4,37 +4,64 @@
 
 namespace spillway::graph {
 
+namespace {
+
+// A two-input matmul that overwrites its one output.
+bool plain_product(const Graph& g, const Node& n) {
+  return n.kind == OpKind::matmul && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.attrs.accumulate &&
+         !n.attrs.swiglu_backward && !g.value(n.outputs[0]).accumulated;
+}
+
+// A packed swiglu or swiglu_backward (`inputs` inputs) that overwrites its one output.
+bool plain_packed(const Graph& g, const Node& n, OpKind kind, size_t inputs) {
+  return n.kind == kind && n.attrs.packed && !n.attrs.accumulate && n.inputs.size() == inputs &&
+         n.outputs.size() == 1 && !g.value(n.outputs[0]).accumulated;
+}
+
+}  // namespace
+
 SwigluFused fuse_matmul_swiglu(const Graph& g) {
   const auto& nodes = g.nodes();
-  // For each matmul that absorbs a swiglu: the swiglu's output.
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : nodes) {
+    for (const Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
+  }
+  // For each matmul that absorbs a swiglu: the swiglu's output; for each
+  // that absorbs a swiglu_backward: that node.
   std::vector<Value> gate_of(nodes.size());
+  std::vector<const Node*> backward_of(nodes.size(), nullptr);
   std::vector<bool> gone(nodes.size(), false);
-  int fused = 0;
+  SwigluFused out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& s = nodes[i];
-    if (s.kind != OpKind::swiglu || !s.attrs.packed || s.attrs.accumulate || s.inputs.size() != 1 ||
-        s.outputs.size() != 1 || g.value(s.outputs[0]).accumulated) {
-      continue;
-    }
-    const int32_t p = g.value(s.inputs[0]).producer;
+    const bool forward = plain_packed(g, s, OpKind::swiglu, 1);
+    if (!forward && !plain_packed(g, s, OpKind::swiglu_backward, 2)) continue;
+    const Value product_out = s.inputs[0];
+    const int32_t p = g.value(product_out).producer;
     if (p < 0) continue;
-    const Node& product = nodes[static_cast<size_t>(p)];
-    if (product.kind != OpKind::matmul || product.inputs.size() != 2 || product.outputs.size() != 1 ||
-        product.attrs.accumulate || g.value(product.outputs[0]).accumulated || gate_of[static_cast<size_t>(p)].valid()) {
-      continue;
+    const auto at = static_cast<size_t>(p);
+    if (!plain_product(g, nodes[at]) || gate_of[at].valid() || backward_of[at] != nullptr) continue;
+    if (forward) {
+      gate_of[at] = s.outputs[0];
+      ++out.fused;
+    } else {
+      if (readers[static_cast<size_t>(product_out.id)] != 1 || g.is_output(product_out)) continue;
+      backward_of[at] = &s;
+      ++out.fused_backward;
     }
-    gate_of[static_cast<size_t>(p)] = s.outputs[0];
     gone[i] = true;
-    ++fused;
   }
 
-  SwigluFused out;
-  out.fused = fused;
   out.graph = values_of(g);
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (gone[i]) continue;
     Node n = nodes[i];
     if (gate_of[i].valid()) n.outputs.push_back(gate_of[i]);
+    if (backward_of[i] != nullptr) {
+      n.inputs.push_back(backward_of[i]->inputs[1]);  // the forward's gate|up
+      n.outputs = backward_of[i]->outputs;
+      n.attrs.swiglu_backward = true;
+    }
     out.graph.add_node(std::move(n));
   }
   return out;

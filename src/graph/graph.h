@@ -85,6 +85,11 @@ struct NodeAttrs {
   // matmul (beta = 1), embedding_backward, add and fill (value 0: nothing to
   // do), and dweight (output 1) of rmsnorm_backward. Set by mark_accumulated.
   bool accumulate = false;
+  // matmul: the product is the gradient of a packed swiglu's output and
+  // feeds nothing but that swiglu's backward, folded in
+  // (graph/fuse_matmul_swiglu.h): a third input is the forward's gate|up,
+  // and the one output is its gradient, d(gate|up), not the product.
+  bool swiglu_backward = false;
   std::shared_ptr<const std::vector<float>> inv_freq;  // rope
 };
 

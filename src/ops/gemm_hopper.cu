@@ -15,6 +15,14 @@
 // registers instead (four stages) left the tensor cores idle for the stores
 // (1.73 ms), and a ping-pong of 128 x 128 tiles between the consumers ran
 // at 480-530 TFLOP/s.
+//
+// SwiGLU's backward in down_proj's dX product (16384 x 8192 x 2048 for the
+// 1B model, B stored [k, n]) at the power cap: 1.06 ms against 1.25-1.27
+// for cuBLASLt's dout and the separate kernel. The elementwise work runs on
+// the producer warpgroup's three idle warps, overlapping the next tile's
+// products; done by the consumers in the epilogue (1.25 ms) or deferred
+// into their next mainloop (1.56-1.80 ms) it stalled the tensor cores, and
+// done by the workers with per-thread global loads it took 1.53-2.21 ms.
 #include "ops/gemm_hopper.h"
 
 #include <cuda.h>
@@ -46,17 +54,37 @@ constexpr int kHalfBBytes = kBBytes / 2;            // one TMA box of 128 rows
 // stages, then each consumer's staging area for TMA stores; the barriers
 // last; 1 KiB of slack lets the kernel align the dynamic base.
 constexpr int kStagingBytes = kConsumers * 64 * kBN * 2;  // each consumer's 64 x 256 outputs, 32 KiB
-constexpr int kSmemBytes = kStages * (kABytes + kBBytes) + kStagingBytes + 2 * kStages * 8 + 1024;
 // m-blocks walked together, so the CTAs running at once share A and B panels
 // in L2: 16 m-blocks by about 8 n-blocks is ~8 MiB of each for 132 SMs.
 constexpr int kGroupM = 16;
 
-enum class Epilogue { kStore, kSwiglu };
+// kSwigluBackward: the product is the gradient of the MLP's SwiGLU output
+// (dout = dy * W_down, B stored [k, n]); instead of dout the kernel writes
+// dgate|dup from it and the forward's gate|up.
+enum class Epilogue { kStore, kSwiglu, kSwigluBackward };
+
+// kSwigluBackward's elementwise work runs on warps 1-3 of the producer
+// warpgroup, idle otherwise, while the consumers multiply the next tile: a
+// staged dout tile is taken in chunks of 32 rows by 64 columns, each chunk's
+// gate and up loaded by TMA into one of two buffers, turned into dgate and
+// dup in place and stored from there by TMA.
+constexpr int kWorkerThreads = 96;
+constexpr int kWorkerRows = 32;
+constexpr int kWorkerBoxBytes = kWorkerRows * 64 * 2;                // 4 KiB
+constexpr int kWorkerBytes = 2 * 2 * kWorkerBoxBytes;                // two buffers of gate and up
+constexpr int kWorkerChunks = (kBM / kWorkerRows) * (kBN / 64);     // 16 a tile
+constexpr int kBarriers = 2 * kStages + 4;  // full, empty; staged, staging free, two buffers loaded
+
+template <Epilogue kMode>
+constexpr int smem_bytes() {
+  return kStages * (kABytes + kBBytes) + kStagingBytes + (kMode == Epilogue::kSwigluBackward ? kWorkerBytes : 0) +
+         kBarriers * 8 + 1024;
+}
 
 // The tiling; the matrices themselves reach the kernel as TMA maps.
 struct Params {
   int num_m = 0, num_n = 0, k_blocks = 0;
-  int ffn = 0;  // kSwiglu: the gate's width (gate_up is [m, 2 * ffn])
+  int ffn = 0;  // kSwiglu, kSwigluBackward: the gate's width (gate_up is [m, 2 * ffn])
 };
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -105,11 +133,26 @@ __device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int 
       : "memory");
 }
 
+// A 2-d box of `map` at (inner, outer) fetched into L2 only.
+__device__ __forceinline__ void tma_prefetch_l2(const CUtensorMap* map, int inner, int outer) {
+  asm volatile("cp.async.bulk.prefetch.tensor.2d.L2.global [%0, {%1, %2}];" ::"l"(reinterpret_cast<uint64_t>(map)),
+               "r"(inner), "r"(outer)
+               : "memory");
+}
+
 // wgmma's view of a K-major bf16 tile that TMA wrote with 128-byte swizzling:
 // rows of 64 elements (128 bytes), 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t smem_desc(const void* tile) {
   const uint64_t addr = smem_addr(tile);
   return ((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+// wgmma's view of an N-major bf16 tile (B stored [k, n]): 64-column boxes,
+// each a row of 64 elements along n per k (128-byte swizzled), kBK rows
+// deep and 8 KiB from the next box; 8-row (k) groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc_n_major(const void* tile) {
+  const uint64_t addr = smem_addr(tile);
+  return ((addr & 0x3FFFF) >> 4) | (uint64_t(8192 >> 4) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
@@ -120,6 +163,8 @@ __device__ __forceinline__ void wgmma_wait() {
 }
 
 // d[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T; scale_d = 0 overwrites d.
+// kTransB = 1: B sits in shared memory N-major (smem_desc_n_major).
+template <int kTransB>
 __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_a, uint64_t desc_b, uint32_t scale_d) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
@@ -132,7 +177,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
       "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
       "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
       "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"
+      "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -149,7 +194,7 @@ __device__ __forceinline__ void wgmma_m64n256k16(float (&d)[128], uint64_t desc_
         "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
         "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
         "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransB));
 }
 
 __device__ __forceinline__ void tile_of(int t, const Params& p, int& mb, int& nb) {
@@ -279,6 +324,145 @@ __device__ __forceinline__ void store_gate(const CUtensorMap* map_out, uint8_t* 
   store_staged(map_out, staging, consumer, 2, mb * kBM + consumer * 64, [&](int j) { return nb * (kBN / 2) + 64 * j; });
 }
 
+// kSwigluBackward's consumers: dout rounded to bf16 (as the separate
+// kernel reads it) into the staging area, once the workers are done with
+// the previous tile's, then handed to them.
+__device__ __forceinline__ void stage_dout(const float (&d)[128], uint8_t* staging, uint64_t* staged,
+                                           uint64_t* staging_free, int local, int consumer, int r0, int lane) {
+  mbar_wait(staging_free, (local & 1) ^ 1);
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      stage_pair(staging, i, r0 + 8 * half, lane, pack_bf16(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]));
+    }
+  }
+  warpgroup_sync(consumer);
+  if (threadIdx.x % 128 == 0) mbar_arrive(staged);
+}
+
+__device__ __forceinline__ void worker_sync() { asm volatile("bar.sync 3, %0;" ::"n"(kWorkerThreads) : "memory"); }
+
+// Eight elements of SwiGLU's backward: dgate and dup from 16 bytes each of
+// dout, gate and up.
+__device__ __forceinline__ void swiglu_backward8(const uint4& d_raw, const uint4& g_raw, const uint4& u_raw,
+                                                 uint4& dg_raw, uint4& du_raw) {
+  const auto* d2 = reinterpret_cast<const __nv_bfloat162*>(&d_raw);
+  const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g_raw);
+  const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u_raw);
+  auto* dg2 = reinterpret_cast<__nv_bfloat162*>(&dg_raw);
+  auto* du2 = reinterpret_cast<__nv_bfloat162*>(&du_raw);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 d = __bfloat1622float2(d2[k]), g = __bfloat1622float2(g2[k]), u = __bfloat1622float2(u2[k]);
+    float dg0, du0, dg1, du1;
+    swiglu_math::grads(d.x, g.x, u.x, dg0, du0);
+    swiglu_math::grads(d.y, g.y, u.y, dg1, du1);
+    dg2[k] = __floats2bfloat162_rn(dg0, dg1);
+    du2[k] = __floats2bfloat162_rn(du0, du1);
+  }
+}
+
+// A worker's share of a chunk: vectors w, w + 96, w + 192 (those below
+// 256) of its 32 rows x 8 vectors, all loaded before any is computed, so
+// their latencies overlap; dgate and dup replace gate and up in place.
+constexpr int kWorkerVectors = (kWorkerRows * 8 + kWorkerThreads - 1) / kWorkerThreads;
+
+__device__ __forceinline__ void swiglu_backward_chunk(const uint8_t* dout, uint8_t* gate, int w) {
+  uint4 d[kWorkerVectors], g[kWorkerVectors], u[kWorkerVectors];
+  int at[kWorkerVectors];
+#pragma unroll
+  for (int i = 0; i < kWorkerVectors; ++i) {
+    const int v = w + kWorkerThreads * i;
+    const int r = v / 8;
+    at[i] = r * 128 + (((v % 8) ^ (r % 8)) * 16);  // 128-byte swizzle; rows 32 apart agree mod 8
+    if (v < kWorkerRows * 8) {
+      d[i] = *reinterpret_cast<const uint4*>(dout + at[i]);
+      g[i] = *reinterpret_cast<const uint4*>(gate + at[i]);
+      u[i] = *reinterpret_cast<const uint4*>(gate + kWorkerBoxBytes + at[i]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kWorkerVectors; ++i) {
+    if (w + kWorkerThreads * i < kWorkerRows * 8) {
+      uint4 dg, du;
+      swiglu_backward8(d[i], g[i], u[i], dg, du);
+      *reinterpret_cast<uint4*>(gate + at[i]) = dg;
+      *reinterpret_cast<uint4*>(gate + kWorkerBoxBytes + at[i]) = du;
+    }
+  }
+}
+
+// kSwigluBackward's workers (warps 1-3). Chunk c of a tile covers its rows
+// 32 (c / 4).. and columns 64 (c % 4).. of dout, i.e. of both the gate and
+// the up half of gate|up. One thread (the leader) issues the TMA loads and
+// stores; the next chunk's loads run while this one is computed. While the
+// workers take a tile, the next tile's gate|up is prefetched into L2, so
+// the chunk loads wait for L2, not for device memory.
+__device__ void swiglu_backward_worker(const CUtensorMap* map_dgate_up, const CUtensorMap* map_gate_up,
+                                       const Params& p, const uint8_t* staging, uint8_t* buffers,
+                                       uint64_t* staged, uint64_t* staging_free, uint64_t* loaded) {
+  const int w = threadIdx.x - 32;
+  const bool leader = w == kWorkerThreads - 1;  // one with the fewest vectors to compute
+  const int tiles = p.num_m * p.num_n;
+  // A tile's first gate column and first row.
+  auto origin = [&](int t) {
+    int mb, nb;
+    tile_of(t, p, mb, nb);
+    return int2{nb * kBN, mb * kBM};
+  };
+  auto load = [&](int2 tile, int c, int buffer) {
+    const int col = tile.x + 64 * (c % 4), row = tile.y + kWorkerRows * (c / 4);
+    uint8_t* gate = buffers + buffer * 2 * kWorkerBoxBytes;
+    mbar_expect_tx(&loaded[buffer], 2 * kWorkerBoxBytes);
+    tma_load(gate, map_gate_up, col, row, &loaded[buffer]);
+    tma_load(gate + kWorkerBoxBytes, map_gate_up, p.ffn + col, row, &loaded[buffer]);
+  };
+  if (leader && static_cast<int>(blockIdx.x) < tiles) load(origin(blockIdx.x), 0, 0);
+  int q = 0;  // chunks taken so far: buffer q % 2, its (q / 2)-th use
+  int local = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+    const int next_tile = t + static_cast<int>(gridDim.x);
+    const int2 here = origin(t);
+    const int2 next = next_tile < tiles ? origin(next_tile) : here;
+    if (leader && next_tile < tiles) {
+      for (int rows = 0; rows < kBM; rows += kWorkerRows) {
+        for (int col = 0; col < kBN; col += 64) {
+          tma_prefetch_l2(map_gate_up, next.x + col, next.y + rows);
+          tma_prefetch_l2(map_gate_up, p.ffn + next.x + col, next.y + rows);
+        }
+      }
+    }
+    mbar_wait(staged, local & 1);
+    for (int c = 0; c < kWorkerChunks; ++c, ++q) {
+      const int buffer = q & 1;
+      if (leader) {
+        if (c + 1 < kWorkerChunks || next_tile < tiles) {
+          tma_store_wait_read();  // the other buffer's stores (the chunk before this one)
+          load(c + 1 < kWorkerChunks ? here : next, (c + 1) % kWorkerChunks, buffer ^ 1);
+        }
+      }
+      mbar_wait(&loaded[buffer], (q >> 1) & 1);
+      uint8_t* gate = buffers + buffer * 2 * kWorkerBoxBytes;
+      // The chunk's rows in its consumer's staged 64 x 256 (four 64 x 64 boxes).
+      const uint8_t* dout =
+          staging + (c / 8) * (kStagingBytes / kConsumers) + (c % 4) * 8192 + ((c / 4) % 2) * kWorkerBoxBytes;
+      swiglu_backward_chunk(dout, gate, w);
+      fence_async_shared();
+      worker_sync();
+      if (leader) {
+        const int col = here.x + 64 * (c % 4), row = here.y + kWorkerRows * (c / 4);
+        tma_store(map_dgate_up, col, row, gate);
+        tma_store(map_dgate_up, p.ffn + col, row, gate + kWorkerBoxBytes);
+        tma_store_commit();
+      }
+    }
+    // Every worker has read this tile's dout (worker_sync after the last chunk).
+    if (leader) mbar_arrive(staging_free);
+  }
+  if (leader) tma_store_wait_all();
+}
+
 template <Epilogue kMode>
 __global__ void __launch_bounds__(kThreads, 1)
     gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
@@ -288,8 +472,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* smem_a = smem;
   uint8_t* smem_b = smem_a + kStages * kABytes;
   uint8_t* staging = smem_b + kStages * kBBytes;
-  uint64_t* full = reinterpret_cast<uint64_t*>(staging + kStagingBytes);
+  uint8_t* buffers = staging + kStagingBytes;  // kSwigluBackward's workers
+  uint64_t* full = reinterpret_cast<uint64_t*>(buffers + (kMode == Epilogue::kSwigluBackward ? kWorkerBytes : 0));
   uint64_t* empty = full + kStages;
+  uint64_t* staged = empty + kStages;    // kSwigluBackward: a dout tile staged (one arrival per consumer)
+  uint64_t* staging_free = staged + 1;   // kSwigluBackward: the workers done with it
+  uint64_t* loaded = staging_free + 1;   // kSwigluBackward: each worker buffer's gate and up loaded
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -297,13 +485,28 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
     }
+    mbar_init(staged, kConsumers);
+    mbar_init(staging_free, 1);
+    for (int b = 0; b < 2; ++b) mbar_init(&loaded[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
   const int tiles = p.num_m * p.num_n;
   if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if constexpr (kMode == Epilogue::kSwigluBackward) {
+      // The workers' math wants registers (40 of them: 1.37 ms for the 1B
+      // shape at the power cap; 104, with all of a thread's vectors of a
+      // chunk loaded first: 1.06 ms); the consumers' epilogue, only staging
+      // dout, fits in 200.
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
+      if (threadIdx.x >= 32) {
+        swiglu_backward_worker(&map_c, &map_out, p, staging, buffers, staged, staging_free, loaded);
+        return;
+      }
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    }
     if (threadIdx.x != 0) return;
     int stage = 0;
     uint32_t phase = 0;
@@ -319,8 +522,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbar_expect_tx(&full[stage], kABytes + kBBytes);
         tma_load(smem_a + stage * kABytes, &map_a, kb * kBK, mb * kBM, &full[stage]);
         uint8_t* b = smem_b + stage * kBBytes;
-        tma_load(b, &map_b, kb * kBK, b_first, &full[stage]);
-        tma_load(b + kHalfBBytes, &map_b, kb * kBK, b_second, &full[stage]);
+        if constexpr (kMode == Epilogue::kSwigluBackward) {
+          // B[k, n] row-major: four boxes of 64 columns by kBK rows.
+#pragma unroll
+          for (int j = 0; j < 4; ++j) tma_load(b + j * 8192, &map_b, nb * kBN + 64 * j, kb * kBK, &full[stage]);
+        } else {
+          tma_load(b, &map_b, kb * kBK, b_first, &full[stage]);
+          tma_load(b + kHalfBBytes, &map_b, kb * kBK, b_second, &full[stage]);
+        }
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -330,7 +539,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  if constexpr (kMode == Epilogue::kSwigluBackward) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  }
   const int consumer = warpgroup - 1;
   const int lane = threadIdx.x % 32;
   uint8_t* my_staging = staging + consumer * (kStagingBytes / kConsumers);
@@ -342,20 +555,23 @@ __global__ void __launch_bounds__(kThreads, 1)
   int stage = 0;
   uint32_t phase = 0;
   bool stores_pending = false;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+  int local = 0;  // tiles done by this CTA
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
     int mb, nb;
     tile_of(t, p, mb, nb);
     int previous = -1;
     for (int kb = 0; kb < p.k_blocks; ++kb) {
       mbar_wait(&full[stage], phase);
       const uint64_t desc_a = smem_desc(smem_a + stage * kABytes + consumer * (kABytes / kConsumers));
-      const uint64_t desc_b = smem_desc(smem_b + stage * kBBytes);
+      constexpr bool kNMajor = kMode == Epilogue::kSwigluBackward;
+      const uint64_t desc_b = kNMajor ? smem_desc_n_major(smem_b + stage * kBBytes) : smem_desc(smem_b + stage * kBBytes);
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < kBK / 16; ++kk) {
-        // 16 bf16 = 32 bytes further along the swizzled rows: +2 in the
-        // descriptor's 16-byte address units.
-        wgmma_m64n256k16(d, desc_a + 2 * kk, desc_b + 2 * kk, (kb > 0 || kk > 0) ? 1u : 0u);
+        // 16 of k further on, in the descriptors' 16-byte address units: 32
+        // bytes along a K-major row, or 16 rows (2048 bytes) of an N-major box.
+        constexpr uint64_t kBStep = kNMajor ? 128 : 2;
+        wgmma_m64n256k16<kNMajor ? 1 : 0>(d, desc_a + 2 * kk, desc_b + kBStep * kk, (kb > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
       if constexpr (kMode == Epilogue::kSwiglu) {
@@ -391,6 +607,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     if (previous >= 0 && lane == 0) mbar_arrive(&empty[previous]);
 
+    if constexpr (kMode == Epilogue::kSwigluBackward) {
+      stage_dout(d, my_staging, staged, staging_free, local, consumer, r0, lane);
+      continue;
+    }
     // The previous tile's stores must have read the staging area.
     if (stores_pending) {
       if (threadIdx.x % 128 == 0) tma_store_wait_read();
@@ -465,28 +685,28 @@ int prepare_device(const char* what) {
   const auto known = sm_counts.find(device);
   if (known != sm_counts.end()) return known->second;
   SPW_CHECK(hopper_gemm_available(device), what, "needs a Hopper GPU (sm_90) and a build with sm_90a code");
-  SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  SPW_CUDA(cudaFuncSetAttribute(gemm_kernel<kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<kMode>()));
   int count = 0;
   SPW_CUDA(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
   sm_counts[device] = count;
   return count;
 }
 
-// c is [m, c_cols] and out (kSwiglu only) [m, p.ffn], written in 64 x 64 boxes.
 template <Epilogue kMode>
-void launch(const char* what, const bf16* a, const bf16* b, int64_t m, int64_t b_rows, int64_t k, void* c,
-            int64_t c_cols, void* out, Params p, cudaStream_t stream) {
+void launch(const char* what, const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_c,
+            const CUtensorMap& map_out, Params p, cudaStream_t stream) {
   const int sms = prepare_device<kMode>(what);
-  const CUtensorMap map_a = tensor_map(a, m, k, kBM);
-  const CUtensorMap map_b = tensor_map(b, b_rows, k, kBN / 2);
-  const CUtensorMap map_c = tensor_map(c, m, c_cols, 64);
-  // A plain product has no second output; its map is then unused.
-  const CUtensorMap map_out = out != nullptr ? tensor_map(out, m, p.ffn, 64) : map_c;
-  p.num_m = static_cast<int>(m / kBM);
-  p.k_blocks = static_cast<int>(k / kBK);
   const int grid = std::min(p.num_m * p.num_n, sms);
-  gemm_kernel<kMode><<<grid, kThreads, kSmemBytes, stream>>>(map_a, map_b, map_c, map_out, p);
+  gemm_kernel<kMode><<<grid, kThreads, smem_bytes<kMode>(), stream>>>(map_a, map_b, map_c, map_out, p);
   SPW_CUDA(cudaGetLastError());
+}
+
+Params tiling(int64_t m, int64_t n_blocks, int64_t k) {
+  Params p;
+  p.num_m = static_cast<int>(m / kBM);
+  p.num_n = static_cast<int>(n_blocks);
+  p.k_blocks = static_cast<int>(k / kBK);
+  return p;
 }
 
 bool rows_fit(int64_t m, int64_t k) {
@@ -523,19 +743,35 @@ bool hopper_gemm_swiglu_fits(int64_t m, int64_t ffn, int64_t k) {
 void hopper_gemm(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, cudaStream_t stream) {
   SPW_CHECK(hopper_gemm_fits(m, n, k), "hopper_gemm", "shape ", m, " x ", n, " x ", k, " is not whole ", kBM, " x ",
             kBN, " x ", kBK, " tiles");
-  Params p;
-  p.num_n = static_cast<int>(n / kBN);
-  launch<Epilogue::kStore>("hopper_gemm", a, b, m, n, k, c, n, nullptr, p, stream);
+  const CUtensorMap map_c = tensor_map(c, m, n, 64);
+  launch<Epilogue::kStore>("hopper_gemm", tensor_map(a, m, k, kBM), tensor_map(b, n, k, kBN / 2), map_c, map_c,
+                           tiling(m, n / kBN, k), stream);
 }
 
 void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
                         int64_t k, cudaStream_t stream) {
   SPW_CHECK(hopper_gemm_swiglu_fits(m, ffn, k), "hopper_gemm_swiglu", "shape ", m, " x ", ffn, " x ", k,
             " is not whole ", kBM, " x ", kBN / 2, " x ", kBK, " tiles");
-  Params p;
-  p.num_n = static_cast<int>(ffn / (kBN / 2));
+  Params p = tiling(m, ffn / (kBN / 2), k);
   p.ffn = static_cast<int>(ffn);
-  launch<Epilogue::kSwiglu>("hopper_gemm_swiglu", x, w_gate_up, m, 2 * ffn, k, gate_up, 2 * ffn, out, p, stream);
+  launch<Epilogue::kSwiglu>("hopper_gemm_swiglu", tensor_map(x, m, k, kBM), tensor_map(w_gate_up, 2 * ffn, k, kBN / 2),
+                            tensor_map(gate_up, m, 2 * ffn, 64), tensor_map(out, m, ffn, 64), p, stream);
+}
+
+bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k) {
+  return rows_fit(m, k) && ffn > 0 && ffn % kBN == 0 && ffn < (int64_t(1) << 30);
+}
+
+void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16* gate_up, bf16* dgate_up,
+                                 int64_t m, int64_t ffn, int64_t k, cudaStream_t stream) {
+  SPW_CHECK(hopper_gemm_swiglu_backward_fits(m, ffn, k), "hopper_gemm_swiglu_backward", "shape ", m, " x ", ffn,
+            " x ", k, " is not whole ", kBM, " x ", kBN, " x ", kBK, " tiles");
+  Params p = tiling(m, ffn / kBN, k);
+  p.ffn = static_cast<int>(ffn);
+  // w_down is [k, ffn]: read in boxes of 64 columns by kBK rows.
+  launch<Epilogue::kSwigluBackward>("hopper_gemm_swiglu_backward", tensor_map(dy, m, k, kBM),
+                                    tensor_map(w_down, k, ffn, kBK), tensor_map(dgate_up, m, 2 * ffn, kWorkerRows),
+                                    tensor_map(gate_up, m, 2 * ffn, kWorkerRows), p, stream);
 }
 
 }  // namespace spillway::ops

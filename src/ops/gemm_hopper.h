@@ -47,5 +47,14 @@ bool hopper_gemm_swiglu_fits(int64_t m, int64_t ffn, int64_t k);
 void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf16* out, int64_t m, int64_t ffn,
                         int64_t k, cudaStream_t stream);
 
+// Its backward through down_proj's dX: dout = dy[m, k] * w_down[k, ffn]
+// (w_down as torch.nn.Linear stores it, [out = k, in = ffn]) is the
+// gradient of the SwiGLU output; the kernel writes, instead of dout,
+//   dgate_up[m, 2 * ffn] = swiglu_packed_backward(dout rounded to bf16, gate_up),
+// bit-identical to cuBLASLt's dout followed by swiglu_packed_backward_cuda.
+bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k);
+void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16* gate_up, bf16* dgate_up,
+                                 int64_t m, int64_t ffn, int64_t k, cudaStream_t stream);
+
 }  // namespace spillway::ops
 #endif

@@ -1,8 +1,8 @@
-// Folding the MLP's SwiGLU gate into its gate|up projection on a real LLaMA
-// step with fused projections: one fusion per layer, the same loss and
-// gradients bit for bit (the CPU runs the product, then the gate), the gate's
-// output made at the projection, no more memory; and the rules that keep
-// other shapes apart.
+// Folding the MLP's SwiGLU gate into its gate|up projection, and its
+// backward into down_proj's dX product, on a real LLaMA step with fused
+// projections: one fusion of each per layer, the same loss and gradients
+// bit for bit (the CPU runs the product, then the gate or its backward), no
+// more memory; and the rules that keep other shapes apart.
 #include "graph/fuse_matmul_swiglu.h"
 
 #include <gtest/gtest.h>
@@ -36,6 +36,13 @@ int forward_swiglus(const Graph& g) {
   return count;
 }
 
+const Node* first_swiglu_backward(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    if (n.kind == OpKind::swiglu_backward) return &n;
+  }
+  return nullptr;
+}
+
 class FuseMatmulSwiglu : public ::testing::TestWithParam<GradientOutput> {};
 
 TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
@@ -43,14 +50,19 @@ TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
   const Graph g = fuse_step(s.graph);  // as the resident GPU engine runs it
   ASSERT_EQ(forward_swiglus(g), 2);
 
+  ASSERT_EQ(testing::count_nodes(g, OpKind::swiglu_backward), 2);
+
   const SwigluFused f = fuse_matmul_swiglu(g);
   EXPECT_EQ(f.fused, 2);
+  EXPECT_EQ(f.fused_backward, 2);
   EXPECT_EQ(forward_swiglus(f.graph), 0);
-  EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - 2);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::swiglu_backward), 0);
+  EXPECT_EQ(f.graph.nodes().size(), g.nodes().size() - 4);
   EXPECT_EQ(f.graph.values().size(), g.values().size());
   EXPECT_EQ(f.graph.outputs(), g.outputs());
   ASSERT_NO_FATAL_FAILURE(testing::expect_producers_first(f.graph));
-  EXPECT_EQ(testing::orphans(f.graph), testing::orphans(g));
+  // Each layer's dout of SwiGLU is no longer made.
+  EXPECT_EQ(testing::orphans(f.graph), testing::orphans(g) + 2);
 
   // Each gate|up projection writes its product and, second, the gate's
   // output, which the swiglu made before; the product keeps its readers
@@ -67,13 +79,50 @@ TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
   }
   EXPECT_EQ(projections, 2);
 
+  // Each down_proj dX product takes the forward's gate|up and writes, instead
+  // of dout, the d(gate|up) the swiglu_backward wrote from it.
+  int backward_products = 0;
+  for (const Node& n : f.graph.nodes()) {
+    if (n.kind != OpKind::matmul || !n.attrs.swiglu_backward) continue;
+    ++backward_products;
+    ASSERT_EQ(n.inputs.size(), 3u);
+    ASSERT_EQ(n.outputs.size(), 1u);
+    const Node& old_backward = g.nodes()[static_cast<size_t>(g.value(n.outputs[0]).producer)];
+    EXPECT_EQ(old_backward.kind, OpKind::swiglu_backward);
+    EXPECT_EQ(old_backward.inputs[1], n.inputs[2]);
+    const Node& old_product = g.nodes()[static_cast<size_t>(g.value(old_backward.inputs[0]).producer)];
+    EXPECT_EQ(old_product.kind, OpKind::matmul);
+    EXPECT_EQ(old_product.name, n.name);
+    EXPECT_EQ(old_product.inputs, std::vector<Value>(n.inputs.begin(), n.inputs.begin() + 2));
+    EXPECT_NE(n.name.find("down_proj"), std::string::npos) << n.name;
+  }
+  EXPECT_EQ(backward_products, 2);
+
   // The gate's output is born one node earlier, beside the product it is
-  // made from, as it was at the swiglu: the peak does not grow.
+  // made from, as it was at the swiglu, and dout is never made: the peak
+  // does not grow.
   EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
 
   testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
   // Folding again finds nothing.
-  EXPECT_EQ(fuse_matmul_swiglu(f.graph).fused, 0);
+  const SwigluFused again = fuse_matmul_swiglu(f.graph);
+  EXPECT_EQ(again.fused, 0);
+  EXPECT_EQ(again.fused_backward, 0);
+}
+
+// A dout that something else reads (here: the caller, as a graph output)
+// must stay a value: that layer's backward is not folded, the other is.
+TEST(FuseMatmulSwigluRules, KeepsADoutThatIsRead) {
+  const auto s = build_step(GradientOutput::fresh);
+  Graph g = fuse_step(s.graph);
+  const Node* backward = first_swiglu_backward(g);
+  ASSERT_NE(backward, nullptr);
+  g.mark_output(backward->inputs[0]);
+  const SwigluFused f = fuse_matmul_swiglu(g);
+  EXPECT_EQ(f.fused, 2);
+  EXPECT_EQ(f.fused_backward, 1);
+  EXPECT_EQ(testing::count_nodes(f.graph, OpKind::swiglu_backward), 1);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
 }
 
 INSTANTIATE_TEST_SUITE_P(FreshAndAccumulated, FuseMatmulSwiglu,

@@ -1,6 +1,7 @@
 // spillway's Hopper GEMM against the CPU product and against cuBLASLt, and
-// its fused SwiGLU gate against the separate gate kernel: outputs poisoned
-// first, so an element a tile fails to store shows up as NaN.
+// its fused SwiGLU gate (forward) and gradient (backward) against the
+// separate kernels: outputs poisoned first, so an element a tile fails to
+// store shows up as NaN.
 #include "ops/gemm_hopper.h"
 
 #include <cuda_runtime.h>
@@ -96,6 +97,36 @@ TEST_F(HopperGemmTest, FusedSwigluEqualsTheProductThenTheGate) {
   }
 }
 
+// The fused backward (down_proj's dX with SwiGLU's backward done by the
+// producer warpgroup's workers) writes what cuBLASLt's dout followed by the
+// separate packed backward kernel writes, bit for bit: one tile; k one
+// stage; more tiles than SMs, so each CTA's workers take several (their
+// barrier phases and buffers turn over); the 1B step's shape with fewer rows.
+TEST_F(HopperGemmTest, FusedSwigluBackwardEqualsTheProductThenTheGradient) {
+  struct Case {
+    int64_t m, ffn, k;
+  };
+  CublasLtMatmul cublas;
+  for (const Case c : {Case{128, 256, 64}, Case{384, 512, 128}, Case{4096, 2048, 256}, Case{1024, 8192, 2048}}) {
+    const auto rows = static_cast<size_t>(c.m);
+    const auto dy = random_bf16(c.m * c.k, 7 + c.m, -1, 1), w = random_bf16(c.k * c.ffn, 8 + c.ffn, -0.1f, 0.1f);
+    const auto gate_up = random_bf16(c.m * 2 * c.ffn, 9 + c.k, -4, 4);
+    DeviceArray<bf16> d_dy(dy), d_w(w), d_gate_up(gate_up), fused(rows * 2 * c.ffn);
+    DeviceArray<bf16> dout(rows * c.ffn), separate(rows * 2 * c.ffn);
+    hopper_gemm_swiglu_backward(d_dy.get(), d_w.get(), d_gate_up.get(), fused.get(), c.m, c.ffn, c.k, nullptr);
+    cublas.run(false, false, c.m, c.ffn, c.k, 1.0f, d_dy.get(), DType::bf16, d_w.get(), DType::bf16, 0.0f,
+               dout.get(), DType::bf16, nullptr);
+    swiglu_packed_backward_cuda(dout.get(), d_gate_up.get(), separate.get(), c.m, c.ffn, nullptr);
+    const std::string at = std::to_string(c.m) + " x " + std::to_string(c.ffn) + " x " + std::to_string(c.k);
+    EXPECT_EQ(bits_of(fused.download()), bits_of(separate.download())) << at;
+    // And against the CPU's, from the CPU product.
+    std::vector<float> product(rows * c.ffn), want(rows * 2 * c.ffn);
+    matmul<float>(false, false, c.m, c.ffn, c.k, 1.0f, widen(dy).data(), widen(w).data(), 0.0f, product.data());
+    swiglu_packed_backward(product.data(), widen(gate_up).data(), want.data(), c.m, c.ffn);
+    EXPECT_LT(rel_error(as_double(widen(fused.download())), as_double(want)), 1e-2) << at;
+  }
+}
+
 TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
   EXPECT_TRUE(hopper_gemm_fits(128, 256, 64));
   EXPECT_FALSE(hopper_gemm_fits(100, 256, 64));
@@ -103,6 +134,9 @@ TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
   EXPECT_FALSE(hopper_gemm_fits(128, 256, 40));
   EXPECT_TRUE(hopper_gemm_swiglu_fits(128, 128, 64));
   EXPECT_FALSE(hopper_gemm_swiglu_fits(128, 64, 64));
+  EXPECT_TRUE(hopper_gemm_swiglu_backward_fits(128, 256, 64));
+  EXPECT_FALSE(hopper_gemm_swiglu_backward_fits(128, 128, 64));
+  EXPECT_FALSE(hopper_gemm_swiglu_backward_fits(64, 256, 64));
   DeviceArray<bf16> a(100 * 64), b(256 * 64), c(100 * 256);
   try {
     hopper_gemm(a.get(), b.get(), c.get(), 100, 256, 64, nullptr);

@@ -134,10 +134,10 @@ TEST(CudaEngine, RunsAreBitwiseRepeatable) {
   EXPECT_EQ(losses[0], losses[1]);
 }
 
-// The MLP's gate|up product with its SwiGLU gate in the own Hopper GEMM's
-// epilogue (the small model's shapes are whole tiles) against cuBLASLt and
-// the separate gate kernel: the same bits, step after step. Elsewhere both
-// runs take cuBLASLt.
+// The MLP's gate|up product with its SwiGLU gate, and down's dX product with
+// SwiGLU's backward, in the own Hopper GEMM (the small model's shapes are
+// whole tiles) against cuBLASLt and the separate kernels: the same bits,
+// step after step. Elsewhere both runs take cuBLASLt.
 TEST(CudaEngine, OwnGemmGivesCublasLtsBits) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto config = small();
@@ -149,10 +149,11 @@ TEST(CudaEngine, OwnGemmGivesCublasLtsBits) {
     auto w = model::LlamaWeights::random(config, 8, 0.05);
     AdamW opt(config);
     auto e = make_cuda_engine(w, opt, o);
-    // The description says which kernel runs the 2 layers' gate|up.
+    // The description says which kernel runs the 2 layers' gate|up and down dX.
     const bool own = own_gemm && ops::hopper_gemm_available(0);
-    EXPECT_NE(e->description().find(std::string("in the own Hopper GEMM in ") + (own ? "2" : "0") + " of 2 nodes"),
-              std::string::npos)
+    const std::string count = std::string(" in the own Hopper GEMM in ") + (own ? "2" : "0") + " of 2 nodes";
+    EXPECT_NE(e->description().find("gate|up with its SwiGLU gate" + count), std::string::npos) << e->description();
+    EXPECT_NE(e->description().find("down's dX with SwiGLU's backward" + count), std::string::npos)
         << e->description();
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step) {

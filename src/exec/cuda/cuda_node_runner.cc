@@ -80,7 +80,21 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;
     switch (n.kind) {
       case OpKind::matmul:
-        if (n.outputs.size() == 2) {
+        if (n.attrs.swiglu_backward) {
+          // Down's dX with SwiGLU's backward (graph/fuse_matmul_swiglu.h):
+          // off the Hopper kernel, dout is made in the workspace first.
+          const auto& a = graph.value(n.inputs[0]);
+          const auto& b = graph.value(n.inputs[1]);
+          const int64_t m = n.attrs.trans_a ? a.shape.last() : a.shape.rows();
+          const int64_t k = n.attrs.trans_a ? a.shape.rows() : a.shape.last();
+          const int64_t ffn = n.attrs.trans_b ? b.shape.rows() : b.shape.last();
+          const bool bf16_only = a.dtype == DType::bf16 && b.dtype == DType::bf16 &&
+                                 graph.value(n.outputs[0]).dtype == DType::bf16;
+          const bool own = hopper && bf16_only && !n.attrs.trans_a && !n.attrs.trans_b &&
+                           ops::hopper_gemm_swiglu_backward_fits(m, ffn, k);
+          use_hopper_gemm_backward_[&n] = own;
+          if (!own) need = std::max(need, static_cast<uint64_t>(m * ffn) * dtype_size(graph.value(n.outputs[0]).dtype));
+        } else if (n.outputs.size() == 2) {
           // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h).
           const auto& a = graph.value(n.inputs[0]);
           const auto& b = graph.value(n.inputs[1]);
@@ -161,10 +175,14 @@ std::string CudaNodeRunner::attention_summary() const {
 }
 
 std::string CudaNodeRunner::gemm_summary() const {
-  if (use_hopper_gemm_.empty()) return "";
-  const auto own = std::count_if(use_hopper_gemm_.begin(), use_hopper_gemm_.end(), [](const auto& p) { return p.second; });
-  return "gate|up with its SwiGLU gate in the own Hopper GEMM in " + std::to_string(own) + " of " +
-         std::to_string(use_hopper_gemm_.size()) + " nodes";
+  auto count = [](const std::map<const graph::Node*, bool>& use, const std::string& what) -> std::string {
+    if (use.empty()) return "";
+    const auto own = std::count_if(use.begin(), use.end(), [](const auto& p) { return p.second; });
+    return what + " in the own Hopper GEMM in " + std::to_string(own) + " of " + std::to_string(use.size()) + " nodes";
+  };
+  const std::string forward = count(use_hopper_gemm_, "gate|up with its SwiGLU gate");
+  const std::string backward = count(use_hopper_gemm_backward_, "down's dX with SwiGLU's backward");
+  return forward + (!forward.empty() && !backward.empty() ? "; " : "") + backward;
 }
 
 void CudaNodeRunner::synchronize() { SPW_CUDA(cudaStreamSynchronize(stream_)); }
@@ -259,7 +277,18 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
       const int64_t k = a.trans_a ? va.shape.rows() : va.shape.last();
       const int64_t nn = a.trans_b ? vb.shape.rows() : vb.shape.last();
       // beta = 1 adds into the caller's buffer (an accumulated gradient).
-      if (n.inputs.size() == 3) {
+      if (a.swiglu_backward) {
+        // dout of SwiGLU, then its backward (graph/fuse_matmul_swiglu.h): one
+        // Hopper kernel where the shape is whole tiles, else dout in the
+        // workspace and the separate kernel.
+        if (use_hopper_gemm_backward_.at(&n)) {
+          ops::hopper_gemm_swiglu_backward(bf(in(0)), bf(in(1)), bf(in(2)), bf(out(0)), m, nn, k, stream_);
+        } else {
+          matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, workspace_,
+                       out0.dtype, stream_);
+          ops::swiglu_packed_backward_cuda(static_cast<const bf16*>(workspace_), bf(in(2)), bf(out(0)), m, nn, stream_);
+        }
+      } else if (n.inputs.size() == 3) {
         // out = a·b + addend in the matmul's epilogue (graph/fuse_matmul_add.h).
         matmul_->run_with_addend(a.trans_a, a.trans_b, m, nn, k, in(0), va.dtype, in(1), vb.dtype, in(2), out(0),
                                  out0.dtype, stream_);

@@ -25,9 +25,10 @@ class CudaNodeRunner final : public NodeRunner {
   // `deterministic` picks cuDNN's ordered attention backward (bitwise
   // repeatable; slower, and it needs a workspace of b*h*s*s*2 bytes) over
   // its atomic one. `matmul_candidates`: see CublasLtMatmul's timed_candidates.
-  // `own_gemm`: a matmul that also writes its SwiGLU gate
-  // (graph/fuse_matmul_swiglu.h) runs as one kernel of ops/gemm_hopper.h on
-  // a Hopper GPU; off, or elsewhere, it is cuBLASLt then the gate's kernel.
+  // `own_gemm`: a matmul that also writes its SwiGLU gate, or that writes
+  // SwiGLU's backward instead of its product (graph/fuse_matmul_swiglu.h),
+  // runs as one kernel of ops/gemm_hopper.h on a Hopper GPU; off, or
+  // elsewhere, it is cuBLASLt then the separate SwiGLU kernel.
   CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true,
                  int matmul_candidates = 1, bool own_gemm = true);
   ~CudaNodeRunner() override;
@@ -39,9 +40,11 @@ class CudaNodeRunner final : public NodeRunner {
   // as "attention through cuDNN in 64 of 64 nodes".
   int cudnn_attention_nodes() const;
   std::string attention_summary() const;
-  // How many gate|up projections with their SwiGLU gate run as the own
-  // Hopper GEMM, as "gate|up with its SwiGLU gate in the own Hopper GEMM in
-  // 16 of 16 nodes"; empty when the graph has none.
+  // How many gate|up projections with their SwiGLU gate, and down dX
+  // products with SwiGLU's backward, run as the own Hopper GEMM, as
+  // "gate|up with its SwiGLU gate in the own Hopper GEMM in 16 of 16 nodes;
+  // down's dX with SwiGLU's backward in the own Hopper GEMM in 16 of 16
+  // nodes"; each part left out when the graph has no such node.
   std::string gemm_summary() const;
 
   // While on, nodes that add into an accumulated value (NodeAttrs::accumulate)
@@ -71,6 +74,8 @@ class CudaNodeRunner final : public NodeRunner {
   // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
   // tiles) or cuBLASLt and the gate kernel.
   std::map<const graph::Node*, bool> use_hopper_gemm_;
+  // Down's dX with SwiGLU's backward (NodeAttrs::swiglu_backward): on the own Hopper GEMM, or not.
+  std::map<const graph::Node*, bool> use_hopper_gemm_backward_;
 };
 
 }  // namespace spillway::exec

@@ -16,13 +16,17 @@
 // (1.73 ms), and a ping-pong of 128 x 128 tiles between the consumers ran
 // at 480-530 TFLOP/s.
 //
-// SwiGLU's backward in down_proj's dX product (16384 x 8192 x 2048 for the
-// 1B model, B stored [k, n]) at the power cap: 1.06 ms against 1.25-1.27
-// for cuBLASLt's dout and the separate kernel. The elementwise work runs on
-// the producer warpgroup's three idle warps, overlapping the next tile's
-// products; done by the consumers in the epilogue (1.25 ms) or deferred
-// into their next mainloop (1.56-1.80 ms) it stalled the tensor cores, and
-// done by the workers with per-thread global loads it took 1.53-2.21 ms.
+// The fused epilogues (the SwiGLU gate after the gate|up product, SwiGLU's
+// backward after down_proj's dX product, whose B is stored [k, n]) run on
+// the producer warpgroup's three idle warps, the workers, overlapping the
+// next tile's products; the consumers only stage their tile for them. At
+// the power cap, for the 1B shapes: the gate|up product with the gate 1.68
+// ms (the consumers computing the gate during their next mainloop: 1.79-1.82;
+// cuBLASLt and the gate kernel: 1.87); down's dX with SwiGLU's backward
+// 1.06 ms (cuBLASLt's dout and the separate kernel: 1.25-1.27). The backward
+// done by the consumers in the epilogue took 1.25 ms, deferred into their
+// next mainloop 1.56-1.80 ms (both stall the tensor cores), and on the
+// workers with per-thread global loads instead of TMA 1.53-2.21 ms.
 #include "ops/gemm_hopper.h"
 
 #include <cuda.h>
@@ -254,14 +258,11 @@ __device__ __forceinline__ void store_staged(const CUtensorMap* map, uint8_t* st
   }
 }
 
-// One consumer's epilogue. Thread (warp w, lane l) holds, for each 8-column
-// chunk i, columns 8i + 2(l % 4) + {0, 1} of rows r0 = 16w + l / 4 and
-// r0 + 8 (wgmma's accumulator layout). The 64 x 256 bf16 outputs leave
-// through `staging` and TMA stores: a plain product's 256 columns, or the
-// gate|up tile's 128 gate and 128 up columns.
-template <Epilogue kMode>
-__device__ __forceinline__ void store_tile(const float (&d)[128], const Params& p, const CUtensorMap* map_c,
-                                           uint8_t* staging, int consumer, int r0, int lane, int mb, int nb) {
+// A consumer's 64 x 256 accumulators, rounded to bf16, into `staging` as
+// four 64 x 64 boxes in TMA's 128-byte swizzle. Thread (warp w, lane l)
+// holds, for each 8-column chunk i, columns 8i + 2(l % 4) + {0, 1} of rows
+// r0 = 16w + l / 4 and r0 + 8 (wgmma's accumulator layout).
+__device__ __forceinline__ void stage_tile(const float (&d)[128], uint8_t* staging, int r0, int lane) {
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
 #pragma unroll
@@ -269,79 +270,104 @@ __device__ __forceinline__ void store_tile(const float (&d)[128], const Params& 
       stage_pair(staging, i, r0 + 8 * half, lane, pack_bf16(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]));
     }
   }
-  const int row = mb * kBM + consumer * 64;
-  if constexpr (kMode == Epilogue::kStore) {
-    store_staged(map_c, staging, consumer, 4, row, [&](int j) { return nb * kBN + 64 * j; });
-  } else {
-    // Gate columns nb * 128.. in boxes 0-1, their up columns in 2-3.
-    store_staged(map_c, staging, consumer, 4, row,
-                 [&](int j) { return (j < 2 ? 0 : p.ffn) + nb * (kBN / 2) + 64 * (j % 2); });
-  }
 }
 
-// The SwiGLU output of a staged gate|up tile is computed while the tensor
-// cores multiply the next tile: a quarter of it after each of the next
-// tile's first four k-blocks is issued, from the gate and up values this
-// thread staged (as rounded to bf16), into h. Chunk C covers 8-column
-// chunks 4C..4C+3 of the 128 gate columns.
-constexpr int kGateChunks = 4;
-
-template <int C>
-__device__ __forceinline__ void gate_chunk(const uint8_t* staging, int r0, int lane, uint32_t (&h)[32]) {
-#pragma unroll
-  for (int i = 4 * C; i < 4 * C + 4; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = r0 + 8 * half;
-      const int at = r * 128 + ((i % 8) ^ (r % 8)) * 16 + 4 * (lane % 4);
-      const uint32_t g_bits = *reinterpret_cast<const uint32_t*>(staging + (i / 8) * 8192 + at);
-      const uint32_t u_bits = *reinterpret_cast<const uint32_t*>(staging + (2 + i / 8) * 8192 + at);
-      const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&g_bits));
-      const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u_bits));
-      h[2 * i + half] = pack_bf16(silu_times(g.x, u.x), silu_times(g.y, u.y));
-    }
-  }
+// kStore's epilogue: the staged tile leaves by TMA stores, which run while
+// the consumer multiplies the next tile.
+__device__ __forceinline__ void store_tile(const float (&d)[128], const CUtensorMap* map_c, uint8_t* staging,
+                                           int consumer, int r0, int lane, int mb, int nb) {
+  stage_tile(d, staging, r0, lane);
+  store_staged(map_c, staging, consumer, 4, mb * kBM + consumer * 64, [&](int j) { return nb * kBN + 64 * j; });
 }
 
-__device__ __forceinline__ void gate_chunks_all(const uint8_t* staging, int r0, int lane, uint32_t (&h)[32]) {
-  gate_chunk<0>(staging, r0, lane, h);
-  gate_chunk<1>(staging, r0, lane, h);
-  gate_chunk<2>(staging, r0, lane, h);
-  gate_chunk<3>(staging, r0, lane, h);
-}
-
-// h to the SwiGLU output [m, ffn] at the gate|up tile (mb, nb), through the
-// staging area once the gate|up stores have read it.
-__device__ __forceinline__ void store_gate(const CUtensorMap* map_out, uint8_t* staging, int consumer, int r0,
-                                           int lane, const uint32_t (&h)[32], int mb, int nb) {
-  if (threadIdx.x % 128 == 0) tma_store_wait_read();
-  warpgroup_sync(consumer);
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) stage_pair(staging, i, r0 + 8 * half, lane, h[2 * i + half]);
-  }
-  store_staged(map_out, staging, consumer, 2, mb * kBM + consumer * 64, [&](int j) { return nb * (kBN / 2) + 64 * j; });
-}
-
-// kSwigluBackward's consumers: dout rounded to bf16 (as the separate
-// kernel reads it) into the staging area, once the workers are done with
-// the previous tile's, then handed to them.
-__device__ __forceinline__ void stage_dout(const float (&d)[128], uint8_t* staging, uint64_t* staged,
-                                           uint64_t* staging_free, int local, int consumer, int r0, int lane) {
+// The fused epilogues' consumers: the tile (gate|up, or dout rounded to
+// bf16 as the separate kernel reads it) into the staging area, once the
+// workers are done with the previous one, then handed to them.
+__device__ __forceinline__ void stage_for_workers(const float (&d)[128], uint8_t* staging, uint64_t* staged,
+                                                  uint64_t* staging_free, int local, int consumer, int r0, int lane) {
   mbar_wait(staging_free, (local & 1) ^ 1);
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      stage_pair(staging, i, r0 + 8 * half, lane, pack_bf16(d[4 * i + 2 * half], d[4 * i + 2 * half + 1]));
-    }
-  }
+  stage_tile(d, staging, r0, lane);
   warpgroup_sync(consumer);
   if (threadIdx.x % 128 == 0) mbar_arrive(staged);
 }
 
 __device__ __forceinline__ void worker_sync() { asm volatile("bar.sync 3, %0;" ::"n"(kWorkerThreads) : "memory"); }
+
+// kSwiglu's workers. The leader stores the staged gate|up tile (its gate
+// columns in boxes 0-1 of each consumer's half, their up columns in 2-3);
+// once the stores have read the staging area, each worker turns its
+// vectors' gate values into silu(gate) * up in place (from gate and up as
+// rounded to bf16, as the separate kernel reads them), and the leader
+// stores those boxes to the SwiGLU output. A thread loads kGateBatch
+// vectors before computing any, so their latencies overlap.
+constexpr int kGateBatch = 4;
+
+__device__ void swiglu_gate_worker(const CUtensorMap* map_gate_up, const CUtensorMap* map_out, const Params& p,
+                                   uint8_t* staging, uint64_t* staged, uint64_t* staging_free) {
+  const int w = threadIdx.x - 32;
+  const bool leader = w == kWorkerThreads - 1;  // one with the fewest vectors to compute
+  constexpr int kHalf = kStagingBytes / kConsumers;
+  constexpr int kVectors = kBM * (kBN / 2) / 8;  // the tile's gate values, 8 at a time
+  const int tiles = p.num_m * p.num_n;
+  int local = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+    int mb, nb;
+    tile_of(t, p, mb, nb);
+    mbar_wait(staged, local & 1);
+    if (leader) {
+      for (int c = 0; c < kConsumers; ++c) {
+        for (int j = 0; j < 4; ++j) {
+          tma_store(map_gate_up, (j < 2 ? 0 : p.ffn) + nb * (kBN / 2) + 64 * (j % 2), mb * kBM + 64 * c,
+                    staging + c * kHalf + j * 8192);
+        }
+      }
+      tma_store_commit();
+      tma_store_wait_read();
+    }
+    worker_sync();
+    for (int base = w; base < kVectors; base += kWorkerThreads * kGateBatch) {
+      uint4 g[kGateBatch], u[kGateBatch];
+      int at[kGateBatch];
+#pragma unroll
+      for (int i = 0; i < kGateBatch; ++i) {
+        const int v = base + kWorkerThreads * i;
+        const int row = v / 16, chunk = v % 16, r = row % 64;
+        at[i] = (row / 64) * kHalf + (chunk / 8) * 8192 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
+        if (v < kVectors) {
+          g[i] = *reinterpret_cast<const uint4*>(staging + at[i]);
+          u[i] = *reinterpret_cast<const uint4*>(staging + at[i] + 2 * 8192);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kGateBatch; ++i) {
+        if (base + kWorkerThreads * i >= kVectors) continue;
+        const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&g[i]);
+        const auto* u2 = reinterpret_cast<const __nv_bfloat162*>(&u[i]);
+        uint4 h;
+        auto* h2 = reinterpret_cast<__nv_bfloat162*>(&h);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const float2 gf = __bfloat1622float2(g2[k]), uf = __bfloat1622float2(u2[k]);
+          h2[k] = __floats2bfloat162_rn(silu_times(gf.x, uf.x), silu_times(gf.y, uf.y));
+        }
+        *reinterpret_cast<uint4*>(staging + at[i]) = h;
+      }
+    }
+    fence_async_shared();
+    worker_sync();
+    if (leader) {
+      for (int c = 0; c < kConsumers; ++c) {
+        for (int j = 0; j < 2; ++j) {
+          tma_store(map_out, nb * (kBN / 2) + 64 * j, mb * kBM + 64 * c, staging + c * kHalf + j * 8192);
+        }
+      }
+      tma_store_commit();
+      tma_store_wait_read();
+      mbar_arrive(staging_free);
+    }
+  }
+  if (leader) tma_store_wait_all();
+}
 
 // Eight elements of SwiGLU's backward: dgate and dup from 16 bytes each of
 // dout, gate and up.
@@ -494,14 +520,18 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const int tiles = p.num_m * p.num_n;
   if (warpgroup == 0) {
-    if constexpr (kMode == Epilogue::kSwigluBackward) {
-      // The workers' math wants registers (40 of them: 1.37 ms for the 1B
-      // shape at the power cap; 104, with all of a thread's vectors of a
-      // chunk loaded first: 1.06 ms); the consumers' epilogue, only staging
-      // dout, fits in 200.
+    if constexpr (kMode != Epilogue::kStore) {
+      // The workers' math wants registers (40 of them: SwiGLU's backward in
+      // 1.37 ms for the 1B shape at the power cap; 104, with all of a
+      // thread's vectors of a chunk loaded first: 1.06 ms); the consumers'
+      // epilogue, only staging the tile, fits in 200.
       asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
       if (threadIdx.x >= 32) {
-        swiglu_backward_worker(&map_c, &map_out, p, staging, buffers, staged, staging_free, loaded);
+        if constexpr (kMode == Epilogue::kSwiglu) {
+          swiglu_gate_worker(&map_c, &map_out, p, staging, staged, staging_free);
+        } else {
+          swiglu_backward_worker(&map_c, &map_out, p, staging, buffers, staged, staging_free, loaded);
+        }
         return;
       }
     } else {
@@ -539,7 +569,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     return;
   }
 
-  if constexpr (kMode == Epilogue::kSwigluBackward) {
+  if constexpr (kMode != Epilogue::kStore) {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 200;");
   } else {
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -549,9 +579,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* my_staging = staging + consumer * (kStagingBytes / kConsumers);
   const int r0 = ((threadIdx.x % 128) / 32) * 16 + lane / 4;
   float d[128];
-  uint32_t h[32];     // kSwiglu: the pending tile's SwiGLU output, packed bf16 pairs
-  int gate_mb = -1;   // kSwiglu: the tile whose SwiGLU output is pending, or -1
-  int gate_nb = 0;
   int stage = 0;
   uint32_t phase = 0;
   bool stores_pending = false;
@@ -574,26 +601,6 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_m64n256k16<kNMajor ? 1 : 0>(d, desc_a + 2 * kk, desc_b + kBStep * kk, (kb > 0 || kk > 0) ? 1u : 0u);
       }
       wgmma_commit();
-      if constexpr (kMode == Epilogue::kSwiglu) {
-        // While these products run: a quarter of the previous tile's gate.
-        if (gate_mb >= 0 && kb < kGateChunks) {
-          if (p.k_blocks < kGateChunks) {
-            gate_chunks_all(my_staging, r0, lane, h);
-          } else if (kb == 0) {
-            gate_chunk<0>(my_staging, r0, lane, h);
-          } else if (kb == 1) {
-            gate_chunk<1>(my_staging, r0, lane, h);
-          } else if (kb == 2) {
-            gate_chunk<2>(my_staging, r0, lane, h);
-          } else {
-            gate_chunk<3>(my_staging, r0, lane, h);
-          }
-          if (p.k_blocks < kGateChunks || kb == kGateChunks - 1) {
-            store_gate(&map_out, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
-            gate_mb = -1;
-          }
-        }
-      }
       // Keep this stage's products in flight; the previous stage's are done
       // once at most one group is outstanding, so its buffers go back.
       wgmma_wait<1>();
@@ -607,8 +614,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<0>();
     if (previous >= 0 && lane == 0) mbar_arrive(&empty[previous]);
 
-    if constexpr (kMode == Epilogue::kSwigluBackward) {
-      stage_dout(d, my_staging, staged, staging_free, local, consumer, r0, lane);
+    if constexpr (kMode != Epilogue::kStore) {
+      stage_for_workers(d, my_staging, staged, staging_free, local, consumer, r0, lane);
       continue;
     }
     // The previous tile's stores must have read the staging area.
@@ -616,18 +623,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (threadIdx.x % 128 == 0) tma_store_wait_read();
       warpgroup_sync(consumer);
     }
-    store_tile<kMode>(d, p, &map_c, my_staging, consumer, r0, lane, mb, nb);
+    store_tile(d, &map_c, my_staging, consumer, r0, lane, mb, nb);
     stores_pending = true;
-    if constexpr (kMode == Epilogue::kSwiglu) {
-      gate_mb = mb;
-      gate_nb = nb;
-    }
-  }
-  if constexpr (kMode == Epilogue::kSwiglu) {
-    if (gate_mb >= 0) {  // the last tile's gate: nothing left to overlap with
-      gate_chunks_all(my_staging, r0, lane, h);
-      store_gate(&map_out, my_staging, consumer, r0, lane, h, gate_mb, gate_nb);
-    }
   }
   // Shared memory must outlive the stores reading it.
   if (threadIdx.x % 128 == 0) tma_store_wait_all();

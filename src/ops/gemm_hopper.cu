@@ -1,6 +1,7 @@
 // The Hopper matrix product of gemm_hopper.h. One persistent CTA per SM
 // walks the output tiles. Warpgroup 0 is the producer: one thread issues the
-// TMA loads of each k-stage into a ring of kStages shared-memory buffers.
+// TMA loads of each k-stage into a ring of kStages shared-memory buffers
+// (and, with a fused epilogue, its other three warps do that epilogue).
 // Warpgroups 1 and 2 are the consumers: each multiplies its 64 rows of the
 // 128 x 256 tile with wgmma (m64n256k16, fp32 accumulators in registers) and
 // stores its part of the tile. Full/empty mbarriers per stage hand buffers
@@ -67,11 +68,12 @@ constexpr int kGroupM = 16;
 // dgate|dup from it and the forward's gate|up.
 enum class Epilogue { kStore, kSwiglu, kSwigluBackward };
 
-// kSwigluBackward's elementwise work runs on warps 1-3 of the producer
-// warpgroup, idle otherwise, while the consumers multiply the next tile: a
-// staged dout tile is taken in chunks of 32 rows by 64 columns, each chunk's
-// gate and up loaded by TMA into one of two buffers, turned into dgate and
-// dup in place and stored from there by TMA.
+// The fused epilogues' elementwise work runs on warps 1-3 of the producer
+// warpgroup (the workers), idle otherwise, while the consumers multiply the
+// next tile. kSwigluBackward's workers take a staged dout tile in chunks of
+// 32 rows by 64 columns, each chunk's gate and up loaded by TMA into one of
+// two buffers, turned into dgate and dup in place and stored from there by
+// TMA; kSwiglu's need no buffers (swiglu_gate_worker).
 constexpr int kWorkerThreads = 96;
 constexpr int kWorkerRows = 32;
 constexpr int kWorkerBoxBytes = kWorkerRows * 64 * 2;                // 4 KiB
@@ -287,6 +289,7 @@ __device__ __forceinline__ void stage_for_workers(const float (&d)[128], uint8_t
                                                   uint64_t* staging_free, int local, int consumer, int r0, int lane) {
   mbar_wait(staging_free, (local & 1) ^ 1);
   stage_tile(d, staging, r0, lane);
+  fence_async_shared();  // the workers' leader stores gate|up from here by TMA
   warpgroup_sync(consumer);
   if (threadIdx.x % 128 == 0) mbar_arrive(staged);
 }

@@ -1,6 +1,8 @@
 // The 1B model's gate|up product (16384 x 16384 x 2048) at the power cap:
 // the own Hopper GEMM (plain, and with the SwiGLU gate in its epilogue)
-// against cuBLASLt (plain, and followed by the separate gate kernel). Each
+// against cuBLASLt (plain, and followed by the separate gate kernel); and
+// down_proj's dX product (16384 x 8192 x 2048) with SwiGLU's backward, own
+// against cuBLASLt's dout followed by the separate backward kernel. Each
 // mode runs back to back for SECONDS (argument 1, default 4), so the GPU
 // settles at the clock its power limit holds, and the last 2 s are timed:
 // per-call times there are what a capped training step gets, which can
@@ -92,31 +94,51 @@ int main(int argc, char** argv) {
   bf16 *gate_up = nullptr, *out = nullptr;
   SPW_CUDA(cudaMalloc(&gate_up, kTokens * 2 * kFfn * sizeof(bf16)));
   SPW_CUDA(cudaMalloc(&out, kTokens * kFfn * sizeof(bf16)));
+  // The backward's operands: dy [tokens, dim], w_down [dim, ffn]; gate_up
+  // (above) is the forward's, dout and dgate_up its products.
+  bf16* dy = random_bf16(kTokens * kDim, 3);
+  bf16* w_down = random_bf16(kDim * kFfn, 4);
+  bf16 *dout = nullptr, *dgate_up = nullptr;
+  SPW_CUDA(cudaMalloc(&dout, kTokens * kFfn * sizeof(bf16)));
+  SPW_CUDA(cudaMalloc(&dgate_up, kTokens * 2 * kFfn * sizeof(bf16)));
   spillway::ops::CublasLtMatmul cublas;
   auto library = [&] {
     cublas.run(false, true, kTokens, 2 * kFfn, kDim, 1.0f, x, DType::bf16, w, DType::bf16, 0.0f, gate_up,
                DType::bf16, nullptr);
   };
   auto gate = [&] { spillway::ops::swiglu_packed_forward_cuda(gate_up, out, kTokens, kFfn, nullptr); };
+  // FLOPs of each mode's product: gate|up's, or down dX's (half of it).
+  const double gate_up_flops = 2.0 * kTokens * 2 * kFfn * kDim, down_dx_flops = 2.0 * kTokens * kFfn * kDim;
   struct Mode {
     const char* name;
     std::function<void()> call;
+    double flops;
   };
   const Mode modes[] = {
-      {"own GEMM with the gate", [&] { spillway::ops::hopper_gemm_swiglu(x, w, gate_up, out, kTokens, kFfn, kDim, nullptr); }},
-      {"cuBLASLt, then the gate kernel", [&] { library(); gate(); }},
-      {"own GEMM", [&] { spillway::ops::hopper_gemm(x, w, gate_up, kTokens, 2 * kFfn, kDim, nullptr); }},
-      {"cuBLASLt", library},
-      {"the gate kernel alone", gate},
+      {"own GEMM with the gate",
+       [&] { spillway::ops::hopper_gemm_swiglu(x, w, gate_up, out, kTokens, kFfn, kDim, nullptr); }, gate_up_flops},
+      {"cuBLASLt, then the gate kernel", [&] { library(); gate(); }, gate_up_flops},
+      {"own GEMM", [&] { spillway::ops::hopper_gemm(x, w, gate_up, kTokens, 2 * kFfn, kDim, nullptr); },
+       gate_up_flops},
+      {"cuBLASLt", library, gate_up_flops},
+      {"the gate kernel alone", gate, gate_up_flops},
+      {"down dX with SwiGLU's backward", [&] {
+         spillway::ops::hopper_gemm_swiglu_backward(dy, w_down, gate_up, dgate_up, kTokens, kFfn, kDim, nullptr);
+       }, down_dx_flops},
+      {"cuBLASLt dout, then the backward", [&] {
+         cublas.run(false, false, kTokens, kFfn, kDim, 1.0f, dy, DType::bf16, w_down, DType::bf16, 0.0f, dout,
+                    DType::bf16, nullptr);
+         spillway::ops::swiglu_packed_backward_cuda(dout, gate_up, dgate_up, kTokens, kFfn, nullptr);
+       }, down_dx_flops},
   };
-  const double flops = 2.0 * kTokens * 2 * kFfn * kDim;
-  std::printf("gate|up %lld x %lld x %lld at the power cap (%.1f s a mode, the last 2 s timed)\n",
+  std::printf("gate|up %lld x %lld x %lld and down dX %lld x %lld x %lld at the power cap (%.1f s a mode, the last "
+              "2 s timed)\n",
               static_cast<long long>(kTokens), static_cast<long long>(2 * kFfn), static_cast<long long>(kDim),
-              seconds);
+              static_cast<long long>(kTokens), static_cast<long long>(kFfn), static_cast<long long>(kDim), seconds);
   for (int round = 0; round < 2; ++round) {
     for (const Mode& m : modes) {
       const double ms = capped_ms(m.call, seconds);
-      std::printf("round %d  %-32s %7.3f ms  %5.0f TFLOP/s of the product\n", round, m.name, ms, flops / ms * 1e-9);
+      std::printf("round %d  %-34s %7.3f ms  %5.0f TFLOP/s of the product\n", round, m.name, ms, m.flops / ms * 1e-9);
       std::fflush(stdout);
     }
   }
@@ -124,6 +146,10 @@ int main(int argc, char** argv) {
   SPW_CUDA(cudaFree(w));
   SPW_CUDA(cudaFree(gate_up));
   SPW_CUDA(cudaFree(out));
+  SPW_CUDA(cudaFree(dy));
+  SPW_CUDA(cudaFree(w_down));
+  SPW_CUDA(cudaFree(dout));
+  SPW_CUDA(cudaFree(dgate_up));
   return 0;
 }
 

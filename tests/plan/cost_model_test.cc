@@ -7,6 +7,7 @@
 
 #include "graph/builder.h"
 #include "graph/fuse_loss_gradient.h"
+#include "graph/fuse_matmul_swiglu.h"
 
 namespace spillway::plan {
 namespace {
@@ -116,6 +117,28 @@ TEST(NodeCost, TheLossWithItsGradientReadsTheLogitsOnce) {
   for (const auto& n : g.nodes()) separate += node_cost(g, n, r).seconds;
   const double logits_read = static_cast<double>(g.value(logits).bytes()) / r.memory_bytes;
   EXPECT_NEAR(node_cost(fused, fused.nodes()[0], r).seconds, separate - logits_read, 1e-3 * logits_read);
+}
+
+// A product with SwiGLU's backward folded in (graph/fuse_matmul_swiglu.h)
+// writes d(gate|up), twice the product's size: its FLOPs are still the
+// product's, counted from the operands, not from the output.
+TEST(NodeCost, AProductWithSwigluBackwardCountsTheProductsFlops) {
+  constexpr int64_t kTokens = 4096, kDim = 2048, kFfn = 8192;
+  graph::Graph g;
+  graph::Builder b(g, DType::bf16);
+  const graph::Value dy = b.input("dy", Shape{kTokens, kDim}, DType::bf16);
+  const graph::Value w = b.parameter("w_down", Shape{kDim, kFfn});
+  const graph::Value gate_up = b.input("gate_up", Shape{kTokens, 2 * kFfn}, DType::bf16);
+  const graph::Value dout = b.matmul(dy, w, false, false, "down.dx");
+  g.mark_output(b.swiglu_packed_backward(dout, gate_up, "swiglu.backward"));
+  const graph::Graph fused = graph::fuse_matmul_swiglu(g).graph;
+  ASSERT_EQ(fused.nodes().size(), 1u);
+  ASSERT_TRUE(fused.nodes()[0].attrs.swiglu_backward);
+
+  const MachineRates r = h100_rates();
+  const double product_flops = 2.0 * kTokens * kFfn * kDim;
+  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes()[0], r).flops, product_flops);
+  EXPECT_DOUBLE_EQ(node_cost(fused, fused.nodes()[0], r).flops, product_flops);
 }
 
 }  // namespace

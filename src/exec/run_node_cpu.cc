@@ -109,11 +109,7 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
                             n.inputs.size() == 5 ? x.in(4) : nullptr);
       break;
     case OpKind::matmul: {
-      const Shape& sa = x.in_shape(0);
-      const Shape& sb = x.in_shape(1);
-      int64_t m = a.trans_a ? sa.last() : sa.rows();
-      int64_t k = a.trans_a ? sa.rows() : sa.last();
-      int64_t nn = a.trans_b ? sb.rows() : sb.last();
+      const auto [m, nn, k] = graph::matmul_dims(g, n);
       if (a.swiglu_backward) {
         // The product is dout of a packed SwiGLU, made here in scratch memory;
         // the node writes its backward (graph/fuse_matmul_swiglu.h).

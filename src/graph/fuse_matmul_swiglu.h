@@ -3,7 +3,7 @@
 // Forward: the gate into the gate|up projection that feeds it: a matmul
 // with a second output writes swiglu_packed(product) there too. On Hopper
 // the GPU computes it in the product's epilogue (ops/gemm_hopper.h) from the
-// product still in registers, instead of reading the [tokens, 2 * ffn]
+// product still in shared memory, instead of reading the [tokens, 2 * ffn]
 // product back from memory; elsewhere it runs the two ops as before. The
 // product stays a value of its own: the backward reads it.
 //

@@ -144,6 +144,13 @@ AttentionDims attention_dims(const Graph& g, const Node& n) {
   return AttentionDims{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row};
 }
 
+MatmulDims matmul_dims(const Graph& g, const Node& n) {
+  const Shape& a = g.value(n.inputs[0]).shape;
+  const Shape& b = g.value(n.inputs[1]).shape;
+  return MatmulDims{n.attrs.trans_a ? a.last() : a.rows(), n.attrs.trans_b ? b.rows() : b.last(),
+                    n.attrs.trans_a ? a.rows() : a.last()};
+}
+
 Graph values_of(const Graph& g) {
   Graph out;
   for (const ValueInfo& v : g.values()) {

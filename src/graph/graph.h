@@ -109,8 +109,16 @@ struct AttentionDims {
   int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
 };
 
+// The product a matmul node computes, [m, n] over k, from its operands'
+// shapes and transposes; its output can differ (NodeAttrs::swiglu_backward).
+struct MatmulDims {
+  int64_t m = 0, n = 0, k = 0;
+  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
 class Graph;
 AttentionDims attention_dims(const Graph& g, const Node& n);
+MatmulDims matmul_dims(const Graph& g, const Node& n);
 
 // The input whose buffer output `output` of `node` may take over when that
 // input dies at the node, or -1. Only where every backend reads each element

@@ -1,8 +1,9 @@
 // spillway's own bf16 matrix product for Hopper (sm_90a: TMA loads, wgmma
 // tensor-core instructions), which exists so that work can be fused into the
 // product's epilogue, where cuBLASLt offers no hook: the MLP's SwiGLU gate is
-// computed from the gate|up product while it is still in registers, instead
-// of reading the 2 x [tokens, ffn] product back from device memory.
+// computed from the gate|up product while it is still in shared memory,
+// instead of reading the 2 x [tokens, ffn] product back from device memory,
+// and SwiGLU's backward from down_proj's dX product, which is never stored.
 //
 // Layout (row-major, contiguous): C[m, n] = A[m, k] * B[n, k]^T, i.e. the
 // forward of a linear layer, x * W^T with W stored [out, in] like

@@ -26,12 +26,7 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
   if (n.kind == OpKind::matmul) {
     // From the operands: a product with SwiGLU's backward folded in writes
     // d(gate|up), not the product (graph/fuse_matmul_swiglu.h).
-    const auto& a = g.value(n.inputs[0]).shape;
-    const auto& b = g.value(n.inputs[1]).shape;
-    const double m = static_cast<double>(n.attrs.trans_a ? a.last() : a.rows());
-    const double k = static_cast<double>(n.attrs.trans_a ? a.rows() : a.last());
-    const double cols = static_cast<double>(n.attrs.trans_b ? b.rows() : b.last());
-    c.flops = 2.0 * m * cols * k;
+    c.flops = graph::matmul_dims(g, n).flops();
     compute_s = c.flops / r.gemm_flops;
   } else if (n.kind == OpKind::attention || n.kind == OpKind::attention_backward) {
     const graph::AttentionDims a = graph::attention_dims(g, n);

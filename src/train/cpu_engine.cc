@@ -147,14 +147,7 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
     s.seconds += node_seconds[i];
     s.nodes += 1;
     s.bytes += bytes;
-    if (n.kind == graph::OpKind::matmul) {
-      const Shape& a = graph.value(n.inputs[0]).shape;
-      const Shape& b = graph.value(n.inputs[1]).shape;
-      const double m = static_cast<double>(n.attrs.trans_a ? a.last() : a.rows());
-      const double k = static_cast<double>(n.attrs.trans_a ? a.rows() : a.last());
-      const double cols = static_cast<double>(n.attrs.trans_b ? b.rows() : b.last());
-      s.flops += 2 * m * k * cols;
-    }
+    if (n.kind == graph::OpKind::matmul) s.flops += graph::matmul_dims(graph, n).flops();
   }
   std::vector<std::pair<std::string, Signature>> heaviest(by_call.begin(), by_call.end());
   std::sort(heaviest.begin(), heaviest.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });

@@ -79,33 +79,26 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
   for (const Node& n : graph.nodes()) {
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;
     switch (n.kind) {
-      case OpKind::matmul:
+      case OpKind::matmul: {
+        // The own Hopper GEMM takes bf16 operands and output only.
+        const auto [m, cols, k] = graph::matmul_dims(graph, n);
+        const DType out_dtype = graph.value(n.outputs[0]).dtype;
+        const bool bf16_only = graph.value(n.inputs[0]).dtype == DType::bf16 &&
+                               graph.value(n.inputs[1]).dtype == DType::bf16 && out_dtype == DType::bf16;
         if (n.attrs.swiglu_backward) {
           // Down's dX with SwiGLU's backward (graph/fuse_matmul_swiglu.h):
           // off the Hopper kernel, dout is made in the workspace first.
-          const auto& a = graph.value(n.inputs[0]);
-          const auto& b = graph.value(n.inputs[1]);
-          const int64_t m = n.attrs.trans_a ? a.shape.last() : a.shape.rows();
-          const int64_t k = n.attrs.trans_a ? a.shape.rows() : a.shape.last();
-          const int64_t ffn = n.attrs.trans_b ? b.shape.rows() : b.shape.last();
-          const bool bf16_only = a.dtype == DType::bf16 && b.dtype == DType::bf16 &&
-                                 graph.value(n.outputs[0]).dtype == DType::bf16;
           const bool own = hopper && bf16_only && !n.attrs.trans_a && !n.attrs.trans_b &&
-                           ops::hopper_gemm_swiglu_backward_fits(m, ffn, k);
+                           ops::hopper_gemm_swiglu_backward_fits(m, cols, k);
           use_hopper_gemm_backward_[&n] = own;
-          if (!own) need = std::max(need, static_cast<uint64_t>(m * ffn) * dtype_size(graph.value(n.outputs[0]).dtype));
+          if (!own) need = std::max(need, static_cast<uint64_t>(m * cols) * dtype_size(out_dtype));
         } else if (n.outputs.size() == 2) {
           // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h).
-          const auto& a = graph.value(n.inputs[0]);
-          const auto& b = graph.value(n.inputs[1]);
-          const auto& out = graph.value(n.outputs[0]);
-          const bool bf16_only = a.dtype == DType::bf16 && b.dtype == DType::bf16 && out.dtype == DType::bf16;
-          const int64_t m = n.attrs.trans_a ? a.shape.last() : a.shape.rows();
-          const int64_t k = n.attrs.trans_a ? a.shape.rows() : a.shape.last();
           use_hopper_gemm_[&n] = hopper && bf16_only && !n.attrs.trans_a && n.attrs.trans_b &&
-                                 ops::hopper_gemm_swiglu_fits(m, out.shape.last() / 2, k);
+                                 ops::hopper_gemm_swiglu_fits(m, cols / 2, k);
         }
         break;
+      }
       case OpKind::rmsnorm_backward: {
         const Shape& x = graph.value(n.inputs[1]).shape;
         need = std::max(need, ops::rmsnorm_backward_workspace_bytes(x.rows(), x.last()));
@@ -273,9 +266,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     case OpKind::matmul: {
       const auto& va = g.value(n.inputs[0]);
       const auto& vb = g.value(n.inputs[1]);
-      const int64_t m = a.trans_a ? va.shape.last() : va.shape.rows();
-      const int64_t k = a.trans_a ? va.shape.rows() : va.shape.last();
-      const int64_t nn = a.trans_b ? vb.shape.rows() : vb.shape.last();
+      const auto [m, nn, k] = graph::matmul_dims(g, n);
       // beta = 1 adds into the caller's buffer (an accumulated gradient).
       if (a.swiglu_backward) {
         // dout of SwiGLU, then its backward (graph/fuse_matmul_swiglu.h): one

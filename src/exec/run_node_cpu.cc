@@ -124,6 +124,14 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       ops::matmul<T>(a.trans_a, a.trans_b, m, nn, k, T(1), x.in(0), x.in(1), T(add_to_out ? 1 : 0), x.out(0));
       // A second output is the SwiGLU gate of the product (graph/fuse_matmul_swiglu.h).
       if (n.outputs.size() == 2) ops::swiglu_packed_forward(x.out(0), x.out(1), x.out_shape(1).rows(), x.out_shape(1).last());
+      // The product is rotated in place by the rope folded in (graph/fuse_matmul_rope.h),
+      // as that rope's [batch, seq, heads * head_dim] output.
+      if (a.rope) {
+        const Shape& s = x.out_shape(0);
+        const int64_t head_dim = s.last() / a.heads;
+        const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
+        ops::rope_forward(x.out(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
+      }
       break;
     }
     case OpKind::rope:

@@ -6,12 +6,6 @@ namespace spillway::graph {
 
 namespace {
 
-// A two-input matmul that overwrites its one output.
-bool plain_product(const Graph& g, const Node& n) {
-  return n.kind == OpKind::matmul && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.attrs.accumulate &&
-         !n.attrs.swiglu_backward && !g.value(n.outputs[0]).accumulated;
-}
-
 // A packed swiglu or swiglu_backward (`inputs` inputs) that overwrites its one output.
 bool plain_packed(const Graph& g, const Node& n, OpKind kind, size_t inputs) {
   return n.kind == kind && n.attrs.packed && !n.attrs.accumulate && n.inputs.size() == inputs &&
@@ -40,7 +34,7 @@ SwigluFused fuse_matmul_swiglu(const Graph& g) {
     const int32_t p = g.value(product_out).producer;
     if (p < 0) continue;
     const auto at = static_cast<size_t>(p);
-    if (!plain_product(g, nodes[at]) || gate_of[at].valid() || backward_of[at] != nullptr) continue;
+    if (!is_plain_product(g, nodes[at]) || gate_of[at].valid() || backward_of[at] != nullptr) continue;
     if (forward) {
       gate_of[at] = s.outputs[0];
       ++out.fused;

@@ -52,6 +52,7 @@ namespace {
 int accumulating_output(const Node& n) {
   switch (n.kind) {
     case OpKind::matmul:
+      return n.attrs.rope ? -1 : 0;  // a folded rope (graph/fuse_matmul_rope.h) would rotate the sum
     case OpKind::embedding_backward:
     case OpKind::add:
       return 0;
@@ -149,6 +150,11 @@ MatmulDims matmul_dims(const Graph& g, const Node& n) {
   const Shape& b = g.value(n.inputs[1]).shape;
   return MatmulDims{n.attrs.trans_a ? a.last() : a.rows(), n.attrs.trans_b ? b.rows() : b.last(),
                     n.attrs.trans_a ? a.rows() : a.last()};
+}
+
+bool is_plain_product(const Graph& g, const Node& n) {
+  return n.kind == OpKind::matmul && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.attrs.accumulate &&
+         !n.attrs.swiglu_backward && !n.attrs.rope && !g.value(n.outputs[0]).accumulated;
 }
 
 Graph values_of(const Graph& g) {

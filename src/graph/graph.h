@@ -82,15 +82,20 @@ struct NodeAttrs {
   bool packed = false;
   // The node adds its result into the existing contents of its accumulating
   // output (out += result) instead of overwriting it: the only output of
-  // matmul (beta = 1), embedding_backward, add and fill (value 0: nothing to
-  // do), and dweight (output 1) of rmsnorm_backward. Set by mark_accumulated.
+  // matmul (beta = 1; not one with a folded rope), embedding_backward, add
+  // and fill (value 0: nothing to do), and dweight (output 1) of
+  // rmsnorm_backward. Set by mark_accumulated.
   bool accumulate = false;
   // matmul: the product is the gradient of a packed swiglu's output and
   // feeds nothing but that swiglu's backward, folded in
   // (graph/fuse_matmul_swiglu.h): a third input is the forward's gate|up,
   // and the one output is its gradient, d(gate|up), not the product.
   bool swiglu_backward = false;
-  std::shared_ptr<const std::vector<float>> inv_freq;  // rope
+  // matmul: the product goes through the rope that was its only reader,
+  // folded in (graph/fuse_matmul_rope.h): heads, rotated_heads, pos0 and
+  // inv_freq are that rope's, and the one output is the rotated product.
+  bool rope = false;
+  std::shared_ptr<const std::vector<float>> inv_freq;  // rope, and a matmul with `rope`
 };
 
 struct Node {
@@ -119,6 +124,10 @@ struct MatmulDims {
 class Graph;
 AttentionDims attention_dims(const Graph& g, const Node& n);
 MatmulDims matmul_dims(const Graph& g, const Node& n);
+// A two-input matmul that overwrites its one output with the product and
+// nothing else (no addend, accumulation, folded SwiGLU backward or rope):
+// what a fusion into the product's epilogue can start from.
+bool is_plain_product(const Graph& g, const Node& n);
 
 // The input whose buffer output `output` of `node` may take over when that
 // input dies at the node, or -1. Only where every backend reads each element

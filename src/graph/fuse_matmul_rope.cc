@@ -1,0 +1,59 @@
+#include "graph/fuse_matmul_rope.h"
+
+#include <vector>
+
+namespace spillway::graph {
+
+namespace {
+
+// A rope (not its backward) that overwrites its one output.
+bool plain_rope(const Graph& g, const Node& n) {
+  return n.kind == OpKind::rope && !n.attrs.accumulate && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+         !g.value(n.outputs[0]).accumulated;
+}
+
+}  // namespace
+
+RopeFused fuse_matmul_rope(const Graph& g) {
+  const auto& nodes = g.nodes();
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : nodes) {
+    for (const Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
+  }
+  // For each matmul that absorbs a rope: that rope.
+  std::vector<const Node*> rope_of(nodes.size(), nullptr);
+  std::vector<bool> gone(nodes.size(), false);
+  RopeFused out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& r = nodes[i];
+    if (!plain_rope(g, r)) continue;
+    const Value product = r.inputs[0];
+    const int32_t p = g.value(product).producer;
+    if (p < 0) continue;
+    const auto at = static_cast<size_t>(p);
+    if (!is_plain_product(g, nodes[at]) || readers[static_cast<size_t>(product.id)] != 1 || g.is_output(product)) {
+      continue;
+    }
+    rope_of[at] = &r;
+    gone[i] = true;
+    ++out.fused;
+  }
+
+  out.graph = values_of(g);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (gone[i]) continue;
+    Node n = nodes[i];
+    if (const Node* r = rope_of[i]; r != nullptr) {
+      n.outputs = r->outputs;
+      n.attrs.heads = r->attrs.heads;
+      n.attrs.rotated_heads = r->attrs.rotated_heads;
+      n.attrs.pos0 = r->attrs.pos0;
+      n.attrs.inv_freq = r->attrs.inv_freq;
+      n.attrs.rope = true;
+    }
+    out.graph.add_node(std::move(n));
+  }
+  return out;
+}
+
+}  // namespace spillway::graph

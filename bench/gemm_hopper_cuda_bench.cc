@@ -2,7 +2,9 @@
 // the own Hopper GEMM (plain, and with the SwiGLU gate in its epilogue)
 // against cuBLASLt (plain, and followed by the separate gate kernel); and
 // down_proj's dX product (16384 x 8192 x 2048) with SwiGLU's backward, own
-// against cuBLASLt's dout followed by the separate backward kernel. Each
+// against cuBLASLt's dout followed by the separate backward kernel; and the
+// q|k|v product (16384 x 3072 x 2048) with q and k rotated by RoPE in its
+// epilogue, against cuBLASLt followed by the rope kernel. Each
 // mode runs back to back for SECONDS (argument 1, default 4), so the GPU
 // settles at the clock its power limit holds, and the last 2 s are timed:
 // per-call times there are what a capped training step gets, which can
@@ -26,6 +28,7 @@
 #include "device/cuda/cuda_device.h"
 #include "ops/gemm_hopper.h"
 #include "ops/matmul_cuda.h"
+#include "ops/rope.h"
 #include "ops/swiglu.h"
 
 namespace {
@@ -35,6 +38,8 @@ using spillway::DType;
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kTokens = 16384, kFfn = 8192, kDim = 2048;
+// The q|k|v projection: 32 q heads, 8 k and 8 v heads of 64, sequences of 4096.
+constexpr int64_t kHeadDim = 64, kQkv = (32 + 2 * 8) * kHeadDim, kRotatedHeads = 32 + 8, kSeq = 4096;
 
 bf16* random_bf16(int64_t n, uint64_t seed) {
   std::vector<bf16> host(static_cast<size_t>(n));
@@ -101,7 +106,20 @@ int main(int argc, char** argv) {
   bf16 *dout = nullptr, *dgate_up = nullptr;
   SPW_CUDA(cudaMalloc(&dout, kTokens * kFfn * sizeof(bf16)));
   SPW_CUDA(cudaMalloc(&dgate_up, kTokens * 2 * kFfn * sizeof(bf16)));
+  bf16* w_qkv = random_bf16(kQkv * kDim, 5);
+  bf16* qkv = nullptr;
+  float *inv_freq = nullptr, *cos_sin = nullptr;
+  SPW_CUDA(cudaMalloc(&qkv, kTokens * kQkv * sizeof(bf16)));
+  const std::vector<float> freq = spillway::ops::rope_inv_freq(kHeadDim, 500000.0, {});
+  SPW_CUDA(cudaMalloc(&inv_freq, freq.size() * sizeof(float)));
+  SPW_CUDA(cudaMemcpy(inv_freq, freq.data(), freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  SPW_CUDA(cudaMalloc(&cos_sin, kSeq * kHeadDim * sizeof(float)));
+  spillway::ops::rope_table_cuda(inv_freq, kSeq, kHeadDim, 0, cos_sin, nullptr);
   spillway::ops::CublasLtMatmul cublas;
+  auto library_qkv = [&] {
+    cublas.run(false, true, kTokens, kQkv, kDim, 1.0f, x, DType::bf16, w_qkv, DType::bf16, 0.0f, qkv, DType::bf16,
+               nullptr);
+  };
   auto library = [&] {
     cublas.run(false, true, kTokens, 2 * kFfn, kDim, 1.0f, x, DType::bf16, w, DType::bf16, 0.0f, gate_up,
                DType::bf16, nullptr);
@@ -109,6 +127,7 @@ int main(int argc, char** argv) {
   auto gate = [&] { spillway::ops::swiglu_packed_forward_cuda(gate_up, out, kTokens, kFfn, nullptr); };
   // FLOPs of each mode's product: gate|up's, or down dX's (half of it).
   const double gate_up_flops = 2.0 * kTokens * 2 * kFfn * kDim, down_dx_flops = 2.0 * kTokens * kFfn * kDim;
+  const double qkv_flops = 2.0 * kTokens * kQkv * kDim;
   struct Mode {
     const char* name;
     std::function<void()> call;
@@ -130,9 +149,20 @@ int main(int argc, char** argv) {
                     DType::bf16, nullptr);
          spillway::ops::swiglu_packed_backward_cuda(dout, gate_up, dgate_up, kTokens, kFfn, nullptr);
        }, down_dx_flops},
+      {"q|k|v with RoPE", [&] {
+         spillway::ops::hopper_gemm_rope(x, w_qkv, qkv, kTokens, kQkv, kDim, cos_sin, kSeq, kHeadDim,
+                                         kRotatedHeads * kHeadDim, nullptr);
+       }, qkv_flops},
+      {"cuBLASLt q|k|v, then the rope kernel", [&] {
+         library_qkv();
+         spillway::ops::rope_forward_cuda(qkv, qkv, kTokens / kSeq, kSeq, kQkv / kHeadDim, kHeadDim, inv_freq, 0,
+                                          nullptr, kRotatedHeads);
+       }, qkv_flops},
+      {"own q|k|v", [&] { spillway::ops::hopper_gemm(x, w_qkv, qkv, kTokens, kQkv, kDim, nullptr); }, qkv_flops},
+      {"cuBLASLt q|k|v", library_qkv, qkv_flops},
   };
-  std::printf("gate|up %lld x %lld x %lld and down dX %lld x %lld x %lld at the power cap (%.1f s a mode, the last "
-              "2 s timed)\n",
+  std::printf("gate|up %lld x %lld x %lld, down dX %lld x %lld x %lld and q|k|v at the power cap (%.1f s a mode, the "
+              "last 2 s timed)\n",
               static_cast<long long>(kTokens), static_cast<long long>(2 * kFfn), static_cast<long long>(kDim),
               static_cast<long long>(kTokens), static_cast<long long>(kFfn), static_cast<long long>(kDim), seconds);
   for (int round = 0; round < 2; ++round) {
@@ -150,6 +180,10 @@ int main(int argc, char** argv) {
   SPW_CUDA(cudaFree(w_down));
   SPW_CUDA(cudaFree(dout));
   SPW_CUDA(cudaFree(dgate_up));
+  SPW_CUDA(cudaFree(w_qkv));
+  SPW_CUDA(cudaFree(qkv));
+  SPW_CUDA(cudaFree(inv_freq));
+  SPW_CUDA(cudaFree(cos_sin));
   return 0;
 }
 

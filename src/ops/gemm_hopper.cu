@@ -18,20 +18,18 @@
 // at 480-530 TFLOP/s.
 //
 // The fused epilogues (the SwiGLU gate after the gate|up product, SwiGLU's
-// backward after down_proj's dX product, whose B is stored [k, n]) run on
-// the producer warpgroup's three idle warps, the workers, overlapping the
-// next tile's products; the consumers only stage their tile for them. At
-// the power cap, for the 1B shapes: the gate|up product with the gate 1.68
-// ms (the consumers computing the gate during their next mainloop: 1.79-1.82;
+// backward after down_proj's dX product, whose B is stored [k, n], RoPE
+// after the q|k|v product) run on the producer warpgroup's three idle
+// warps, the workers, overlapping the next tile's products; the consumers
+// only stage their tile for them (gemm_hopper_handoff.cuh). At the power
+// cap, for the 1B shapes: the gate|up product with the gate 1.68-1.72 ms
+// (the consumers computing the gate during their next mainloop: 1.79-1.82;
 // cuBLASLt and the gate kernel: 1.87); down's dX with SwiGLU's backward
-// 1.06 ms (cuBLASLt's dout and the separate kernel: 1.25-1.27). The backward
-// done by the consumers in the epilogue took 1.25 ms, deferred into their
-// next mainloop 1.56-1.80 ms (both stall the tensor cores), and on the
-// workers with per-thread global loads instead of TMA 1.53-2.21 ms.
-// compute-sanitizer's racecheck reports the consumers' staging writes and
-// the workers' reads as hazards: they are ordered by mbarriers (staged,
-// staging free), which racecheck does not model; it reports a minimal
-// kernel with the same handoff alike whether its readers wait or not.
+// 1.06 ms (cuBLASLt's dout and the separate kernel: 1.25-1.27); q|k|v with
+// RoPE 0.342 ms (cuBLASLt and the rope kernel: 0.378). The backward done by
+// the consumers in the epilogue took 1.25 ms, deferred into their next
+// mainloop 1.56-1.80 ms (both stall the tensor cores), and on the workers
+// with per-thread global loads instead of TMA 1.53-2.21 ms.
 #include "ops/gemm_hopper.h"
 
 #include <cuda.h>
@@ -48,6 +46,8 @@
 
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SPILLWAY_HOPPER_KERNELS 1
+#include "ops/gemm_hopper_handoff.cuh"
+#include "ops/gemm_hopper_rope.cuh"
 #include "ops/gemm_hopper_swiglu.cuh"
 #include "ops/hopper_ptx.cuh"
 #endif
@@ -93,9 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* buffers = staging + kStagingBytes;  // kSwigluBackward's workers
   uint64_t* full = reinterpret_cast<uint64_t*>(buffers + (kMode == Epilogue::kSwigluBackward ? kWorkerBytes : 0));
   uint64_t* empty = full + kStages;
-  uint64_t* staged = empty + kStages;    // kSwigluBackward: a dout tile staged (one arrival per consumer)
-  uint64_t* staging_free = staged + 1;   // kSwigluBackward: the workers done with it
-  uint64_t* loaded = staging_free + 1;   // kSwigluBackward: each worker buffer's gate and up loaded
+  uint64_t* loaded = empty + kStages;  // kSwigluBackward: each worker buffer's gate and up loaded
 
   const int warpgroup = threadIdx.x / 128;
   if (threadIdx.x == 0) {
@@ -103,8 +101,6 @@ __global__ void __launch_bounds__(kThreads, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumers * 4);  // one arrival per consumer warp
     }
-    mbar_init(staged, kConsumers);
-    mbar_init(staging_free, 1);
     for (int b = 0; b < 2; ++b) mbar_init(&loaded[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -120,9 +116,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
       if (threadIdx.x >= 32) {
         if constexpr (kMode == Epilogue::kSwiglu) {
-          swiglu_gate_worker(&map_c, &map_out, p, staging, staged, staging_free);
+          swiglu_gate_worker(&map_c, &map_out, p, staging);
+        } else if constexpr (kMode == Epilogue::kRope) {
+          rope_worker(&map_c, p, staging);
         } else {
-          swiglu_backward_worker(&map_c, &map_out, p, staging, buffers, staged, staging_free, loaded);
+          swiglu_backward_worker(&map_c, &map_out, p, staging, buffers, loaded);
         }
         return;
       }
@@ -135,10 +133,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
       int mb, nb;
       tile_of(t, p, mb, nb);
-      // The B rows of this tile, as two boxes of 128: a plain product's 256
-      // consecutive rows, or 128 gate rows and their 128 up rows.
-      const int b_first = kMode == Epilogue::kStore ? nb * kBN : nb * (kBN / 2);
-      const int b_second = kMode == Epilogue::kStore ? b_first + kBN / 2 : p.ffn + b_first;
+      // The B rows of this tile, as two boxes of 128: 256 consecutive rows,
+      // or (the gate|up product) 128 gate rows and their 128 up rows.
+      constexpr bool kGateUp = kMode == Epilogue::kSwiglu;
+      const int b_first = kGateUp ? nb * (kBN / 2) : nb * kBN;
+      const int b_second = kGateUp ? p.ffn + b_first : b_first + kBN / 2;
       for (int kb = 0; kb < p.k_blocks; ++kb) {
         mbar_wait(&empty[stage], phase ^ 1);
         mbar_expect_tx(&full[stage], kABytes + kBBytes);
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (previous >= 0 && lane == 0) mbar_arrive(&empty[previous]);
 
     if constexpr (kMode != Epilogue::kStore) {
-      stage_for_workers(d, my_staging, staged, staging_free, local, consumer, r0, lane);
+      stage_for_workers(d, my_staging, local, consumer, r0, lane);
       continue;
     }
     // The previous tile's stores must have read the staging area.
@@ -345,6 +344,27 @@ void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf1
   p.ffn = static_cast<int>(ffn);
   launch<Epilogue::kSwiglu>("hopper_gemm_swiglu", tensor_map(x, m, k, kBM), tensor_map(w_gate_up, 2 * ffn, k, kBN / 2),
                             tensor_map(gate_up, m, 2 * ffn, 64), tensor_map(out, m, ffn, 64), p, stream);
+}
+
+bool hopper_gemm_rope_fits(int64_t m, int64_t n, int64_t k, int64_t seq, int64_t head_dim, int64_t rotated_cols) {
+  return hopper_gemm_fits(m, n, k) && seq > 0 && seq % kBM == 0 && m % seq == 0 && head_dim >= 16 &&
+         kBN % head_dim == 0 && rotated_cols >= 0 && rotated_cols <= n && rotated_cols % head_dim == 0;
+}
+
+void hopper_gemm_rope(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, const float* cos_sin,
+                      int64_t seq, int64_t head_dim, int64_t rotated_cols, cudaStream_t stream) {
+  SPW_CHECK(hopper_gemm_rope_fits(m, n, k, seq, head_dim, rotated_cols), "hopper_gemm_rope", "shape ", m, " x ", n,
+            " x ", k, " with seq ", seq, ", head_dim ", head_dim, ", ", rotated_cols,
+            " rotated columns is not whole tiles of ", kBM, " x ", kBN, " x ", kBK, " and heads");
+  SPW_CHECK(reinterpret_cast<uintptr_t>(cos_sin) % 16 == 0, "hopper_gemm_rope", "cos_sin is not 16-byte aligned");
+  Params p = tiling(m, n / kBN, k);
+  p.head_dim = static_cast<int>(head_dim);
+  p.rotated_cols = static_cast<int>(rotated_cols);
+  p.seq = static_cast<int>(seq);
+  p.cos_sin = cos_sin;
+  const CUtensorMap map_c = tensor_map(c, m, n, 64);
+  launch<Epilogue::kRope>("hopper_gemm_rope", tensor_map(a, m, k, kBM), tensor_map(b, n, k, kBN / 2), map_c, map_c, p,
+                          stream);
 }
 
 bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k) {

@@ -3,7 +3,8 @@
 // product's epilogue, where cuBLASLt offers no hook: the MLP's SwiGLU gate is
 // computed from the gate|up product while it is still in shared memory,
 // instead of reading the 2 x [tokens, ffn] product back from device memory,
-// and SwiGLU's backward from down_proj's dX product, which is never stored.
+// SwiGLU's backward from down_proj's dX product, which is never stored, and
+// RoPE's rotation of q and k from the q|k|v product before it is stored.
 //
 // Layout (row-major, contiguous): C[m, n] = A[m, k] * B[n, k]^T, i.e. the
 // forward of a linear layer, x * W^T with W stored [out, in] like
@@ -56,6 +57,16 @@ void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf1
 bool hopper_gemm_swiglu_backward_fits(int64_t m, int64_t ffn, int64_t k);
 void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16* gate_up, bf16* dgate_up,
                                  int64_t m, int64_t ffn, int64_t k, cudaStream_t stream);
+
+// The q|k|v projection with its RoPE: c[m, n] = a[m, k] * b[n, k]^T, then
+// the first rotated_cols columns of each row, heads of head_dim, rotated as
+// rope_forward_cuda rotates them (row r is the token at position pos0 +
+// r % seq), by cos_sin = rope_table_cuda(inv_freq, seq, head_dim, pos0):
+// bit-identical to the product followed by the rope kernel. Needs seq and
+// m whole tiles of rows and head_dim dividing the tile's columns.
+bool hopper_gemm_rope_fits(int64_t m, int64_t n, int64_t k, int64_t seq, int64_t head_dim, int64_t rotated_cols);
+void hopper_gemm_rope(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, const float* cos_sin,
+                      int64_t seq, int64_t head_dim, int64_t rotated_cols, cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "ops/gemm_hopper_handoff.cuh"
 #include "ops/gemm_hopper_tiles.cuh"
 #include "ops/hopper_ptx.cuh"
 #include "ops/swiglu_math.cuh"
@@ -18,20 +19,6 @@
 namespace spillway::ops::hopper {
 
 using swiglu_math::silu_times;  // swiglu_cuda.cu's, so the fused gate gives the same bits
-
-// The fused epilogues' consumers: the tile (gate|up, or dout rounded to
-// bf16 as the separate kernel reads it) into the staging area, once the
-// workers are done with the previous one, then handed to them.
-__device__ __forceinline__ void stage_for_workers(const float (&d)[128], uint8_t* staging, uint64_t* staged,
-                                                  uint64_t* staging_free, int local, int consumer, int r0, int lane) {
-  mbar_wait(staging_free, (local & 1) ^ 1);
-  stage_tile(d, staging, r0, lane);
-  fence_async_shared();  // the workers' leader stores gate|up from here by TMA
-  warpgroup_sync(consumer);
-  if (threadIdx.x % 128 == 0) mbar_arrive(staged);
-}
-
-__device__ __forceinline__ void worker_sync() { asm volatile("bar.sync 3, %0;" ::"n"(kWorkerThreads) : "memory"); }
 
 // kSwiglu's workers. The leader stores the staged gate|up tile (its gate
 // columns in boxes 0-1 of each consumer's half, their up columns in 2-3);
@@ -43,17 +30,16 @@ __device__ __forceinline__ void worker_sync() { asm volatile("bar.sync 3, %0;" :
 inline constexpr int kGateBatch = 4;
 
 __device__ void swiglu_gate_worker(const CUtensorMap* map_gate_up, const CUtensorMap* map_out, const Params& p,
-                                   uint8_t* staging, uint64_t* staged, uint64_t* staging_free) {
+                                   uint8_t* staging) {
   const int w = threadIdx.x - 32;
   const bool leader = w == kWorkerThreads - 1;  // one with the fewest vectors to compute
   constexpr int kHalf = kStagingBytes / kConsumers;
   constexpr int kVectors = kBM * (kBN / 2) / 8;  // the tile's gate values, 8 at a time
   const int tiles = p.num_m * p.num_n;
-  int local = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     int mb, nb;
     tile_of(t, p, mb, nb);
-    mbar_wait(staged, local & 1);
+    workers_take_tile();
     if (leader) {
       for (int c = 0; c < kConsumers; ++c) {
         for (int j = 0; j < 4; ++j) {
@@ -103,8 +89,8 @@ __device__ void swiglu_gate_worker(const CUtensorMap* map_gate_up, const CUtenso
       }
       tma_store_commit();
       tma_store_wait_read();
-      mbar_arrive(staging_free);
     }
+    workers_release_staging(t + static_cast<int>(gridDim.x) < tiles);
   }
   if (leader) tma_store_wait_all();
 }
@@ -167,7 +153,7 @@ __device__ __forceinline__ void swiglu_backward_chunk(const uint8_t* dout, uint8
 // the chunk loads wait for L2, not for device memory.
 __device__ void swiglu_backward_worker(const CUtensorMap* map_dgate_up, const CUtensorMap* map_gate_up,
                                        const Params& p, const uint8_t* staging, uint8_t* buffers,
-                                       uint64_t* staged, uint64_t* staging_free, uint64_t* loaded) {
+                                       uint64_t* loaded) {
   const int w = threadIdx.x - 32;
   const bool leader = w == kWorkerThreads - 1;  // one with the fewest vectors to compute
   const int tiles = p.num_m * p.num_n;
@@ -186,8 +172,7 @@ __device__ void swiglu_backward_worker(const CUtensorMap* map_dgate_up, const CU
   };
   if (leader && static_cast<int>(blockIdx.x) < tiles) load(origin(blockIdx.x), 0, 0);
   int q = 0;  // chunks taken so far: buffer q % 2, its (q / 2)-th use
-  int local = 0;
-  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++local) {
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
     const int next_tile = t + static_cast<int>(gridDim.x);
     const int2 here = origin(t);
     const int2 next = next_tile < tiles ? origin(next_tile) : here;
@@ -199,7 +184,7 @@ __device__ void swiglu_backward_worker(const CUtensorMap* map_dgate_up, const CU
         }
       }
     }
-    mbar_wait(staged, local & 1);
+    workers_take_tile();
     for (int c = 0; c < kWorkerChunks; ++c, ++q) {
       const int buffer = q & 1;
       if (leader) {
@@ -223,8 +208,7 @@ __device__ void swiglu_backward_worker(const CUtensorMap* map_dgate_up, const CU
         tma_store_commit();
       }
     }
-    // Every worker has read this tile's dout (worker_sync after the last chunk).
-    if (leader) mbar_arrive(staging_free);
+    workers_release_staging(next_tile < tiles);  // this tile's dout read
   }
   if (leader) tma_store_wait_all();
 }

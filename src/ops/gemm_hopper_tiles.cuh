@@ -31,8 +31,9 @@ inline constexpr int kGroupM = 16;
 
 // kSwigluBackward: the product is the gradient of the MLP's SwiGLU output
 // (dout = dy * W_down, B stored [k, n]); instead of dout the kernel writes
-// dgate|dup from it and the forward's gate|up.
-enum class Epilogue { kStore, kSwiglu, kSwigluBackward };
+// dgate|dup from it and the forward's gate|up. kRope: the q|k|v projection,
+// its q and k heads rotated before they are stored.
+enum class Epilogue { kStore, kSwiglu, kSwigluBackward, kRope };
 
 // The fused epilogues' elementwise work runs on warps 1-3 of the producer
 // warpgroup (the workers), idle otherwise, while the consumers multiply the
@@ -45,7 +46,7 @@ inline constexpr int kWorkerRows = 32;
 inline constexpr int kWorkerBoxBytes = kWorkerRows * 64 * 2;                // 4 KiB
 inline constexpr int kWorkerBytes = 2 * 2 * kWorkerBoxBytes;                // two buffers of gate and up
 inline constexpr int kWorkerChunks = (kBM / kWorkerRows) * (kBN / 64);     // 16 a tile
-inline constexpr int kBarriers = 2 * kStages + 4;  // full, empty; staged, staging free, two buffers loaded
+inline constexpr int kBarriers = 2 * kStages + 2;  // full, empty; kSwigluBackward's two buffers loaded
 
 template <Epilogue kMode>
 constexpr int smem_bytes() {
@@ -57,6 +58,11 @@ constexpr int smem_bytes() {
 struct Params {
   int num_m = 0, num_n = 0, k_blocks = 0;
   int ffn = 0;  // kSwiglu, kSwigluBackward: the gate's width (gate_up is [m, 2 * ffn])
+  // kRope: the product's columns [0, rotated_cols) are heads of head_dim
+  // to rotate; row r is the token at position r % seq (from pos0, which
+  // cos_sin holds: [2][seq][head_dim / 2], its cosines then its sines).
+  int head_dim = 0, rotated_cols = 0, seq = 0;
+  const float* cos_sin = nullptr;
 };
 
 __device__ __forceinline__ void tile_of(int t, const Params& p, int& mb, int& nb) {

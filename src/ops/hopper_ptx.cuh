@@ -131,5 +131,16 @@ __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy
 __device__ __forceinline__ void warpgroup_sync(int consumer) {
   asm volatile("bar.sync %0, 128;" ::"r"(1 + consumer) : "memory");
 }
+// Named barrier `id` among `threads` threads (whole warps, each warp
+// converged): arrive marks this warp's arrival without waiting; sync waits
+// for all of them. The writes a thread makes before it arrives are visible
+// to the threads past the sync, which is how a warp hands shared memory to
+// another: unlike an mbarrier handoff, compute-sanitizer's racecheck models it.
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 }  // namespace spillway::ops::hopper

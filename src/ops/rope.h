@@ -68,5 +68,12 @@ void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, 
                         int64_t head_dim, const float* inv_freq, int64_t pos0,
                         cudaStream_t stream, int64_t rotated_heads = -1);
 
+// The cosines and sines rope_forward_cuda rotates by at positions pos0 ..
+// pos0 + seq - 1, bit for bit: cos_sin [2][seq][head_dim / 2], the cosines
+// then the sines. For kernels that rotate in another op's epilogue
+// (ops/gemm_hopper.h's hopper_gemm_rope).
+void rope_table_cuda(const float* inv_freq, int64_t seq, int64_t head_dim, int64_t pos0, float* cos_sin,
+                     cudaStream_t stream);
+
 }  // namespace spillway::ops
 #endif

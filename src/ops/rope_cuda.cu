@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "ops/rope.h"
+#include "ops/rope_math.cuh"
 
 namespace spillway::ops {
 
@@ -101,8 +102,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < V; ++k) {
           const float c = cos_t[angle_at[u] + k];
           const float s = sin_t[angle_at[u] + k];
-          new_lo[k] = l[k] * c - h[k] * s;
-          new_hi[k] = h[k] * c + l[k] * s;
+          rope_math::rotate(l[k], h[k], c, s, new_lo[k], new_hi[k]);
         }
         store_narrowed(out + at[u], new_lo);
         store_narrowed(out + at[u] + half, new_hi);
@@ -115,9 +115,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = threadIdx.x; q < block_tokens * half; q += kThreads) {
     const int t = q / half;
     const int i = q - t * half;
-    // The CPU's angle: float(pos) * inv_freq[i], one fp32 product.
-    const float pos = static_cast<float>(pos0 + (token0 + t) % seq);
-    const float angle = pos * inv_freq[i];
+    const float angle = rope_math::angle(pos0 + (token0 + t) % seq, inv_freq[i]);
     cos_t[q] = cosf(angle);
     sin_t[q] = sign * sinf(angle);
   }
@@ -171,7 +169,26 @@ void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
   }
 }
 
+__global__ void rope_table_kernel(const float* __restrict__ inv_freq, int64_t seq, int half, int64_t pos0,
+                                  float* cos_sin) {
+  const int64_t q = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (q >= seq * half) return;
+  const float angle = rope_math::angle(pos0 + q / half, inv_freq[q % half]);
+  cos_sin[q] = cosf(angle);
+  cos_sin[seq * half + q] = sinf(angle);
+}
+
 }  // namespace
+
+void rope_table_cuda(const float* inv_freq, int64_t seq, int64_t head_dim, int64_t pos0, float* cos_sin,
+                     cudaStream_t stream) {
+  SPW_CHECK(seq > 0 && head_dim > 0 && head_dim % 2 == 0, "rope_table", "needs seq > 0 and an even head_dim > 0, got seq ",
+            seq, ", head_dim ", head_dim);
+  const int64_t entries = seq * (head_dim / 2);
+  rope_table_kernel<<<static_cast<unsigned>((entries + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      inv_freq, seq, static_cast<int>(head_dim / 2), pos0, cos_sin);
+  SPW_CUDA(cudaGetLastError());
+}
 
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
                        int64_t head_dim, const float* inv_freq, int64_t pos0, cudaStream_t stream,

@@ -1,7 +1,7 @@
 // spillway's Hopper GEMM against the CPU product and against cuBLASLt, and
-// its fused SwiGLU gate (forward) and gradient (backward) against the
-// separate kernels: outputs poisoned first, so an element a tile fails to
-// store shows up as NaN.
+// its fused SwiGLU gate (forward) and gradient (backward) and its fused
+// RoPE against the separate kernels: outputs poisoned first, so an element
+// a tile fails to store shows up as NaN.
 #include "ops/gemm_hopper.h"
 
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 #include "device/cuda/cuda_device.h"
 #include "ops/matmul.h"
 #include "ops/matmul_cuda.h"
+#include "ops/rope.h"
 #include "ops/swiglu.h"
 #include "testing/cuda_arrays.h"
 #include "testing/numeric.h"
@@ -127,6 +128,40 @@ TEST_F(HopperGemmTest, FusedSwigluBackwardEqualsTheProductThenTheGradient) {
   }
 }
 
+// The q|k|v product with its q and k heads rotated by the workers equals
+// the product followed by the separate rope kernel, bit for bit: one tile
+// holding q, k and v columns; head_dim 128 over several sequences from a
+// position other than 0; more tiles than SMs (each CTA's workers take
+// several); the 1B step's layout (32 q, 8 k, 8 v heads of 64) with fewer rows.
+TEST_F(HopperGemmTest, FusedRopeEqualsTheProductThenTheRope) {
+  struct Case {
+    int64_t m, n, k, seq, head_dim, rotated_heads, pos0;
+  };
+  for (const Case c : {Case{128, 256, 64, 128, 64, 3, 0}, Case{512, 768, 128, 256, 128, 4, 7},
+                       Case{4096, 3072, 256, 1024, 64, 40, 0}, Case{1024, 3072, 2048, 512, 64, 40, 0}}) {
+    const auto rows = static_cast<size_t>(c.m);
+    const auto x = random_bf16(c.m * c.k, 10 + c.m, -1, 1), w = random_bf16(c.n * c.k, 11 + c.n, -1, 1);
+    const std::vector<float> inv_freq = rope_inv_freq(c.head_dim, 500000.0, RopeScaling{});
+    DeviceArray<float> d_inv_freq(inv_freq), cos_sin(static_cast<size_t>(c.seq * c.head_dim));
+    rope_table_cuda(d_inv_freq.get(), c.seq, c.head_dim, c.pos0, cos_sin.get(), nullptr);
+    DeviceArray<bf16> dx(x), dw(w), fused(rows * c.n), separate(rows * c.n);
+    hopper_gemm_rope(dx.get(), dw.get(), fused.get(), c.m, c.n, c.k, cos_sin.get(), c.seq, c.head_dim,
+                     c.rotated_heads * c.head_dim, nullptr);
+    hopper_gemm(dx.get(), dw.get(), separate.get(), c.m, c.n, c.k, nullptr);
+    const int64_t heads = c.n / c.head_dim;
+    rope_forward_cuda(separate.get(), separate.get(), c.m / c.seq, c.seq, heads, c.head_dim, d_inv_freq.get(), c.pos0,
+                      nullptr, c.rotated_heads);
+    const std::string at = std::to_string(c.m) + " x " + std::to_string(c.n) + " x " + std::to_string(c.k);
+    EXPECT_EQ(bits_of(fused.download()), bits_of(separate.download())) << at;
+    // And against the CPU's rope of the CPU product.
+    std::vector<float> want(rows * c.n);
+    matmul<float>(false, true, c.m, c.n, c.k, 1.0f, widen(x).data(), widen(w).data(), 0.0f, want.data());
+    rope_forward<float>(want.data(), want.data(), c.m / c.seq, c.seq, heads, c.head_dim, inv_freq.data(), c.pos0,
+                        c.rotated_heads);
+    EXPECT_LT(rel_error(as_double(widen(fused.download())), as_double(want)), 1e-2) << at;
+  }
+}
+
 TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
   EXPECT_TRUE(hopper_gemm_fits(128, 256, 64));
   EXPECT_FALSE(hopper_gemm_fits(100, 256, 64));
@@ -137,6 +172,10 @@ TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
   EXPECT_TRUE(hopper_gemm_swiglu_backward_fits(128, 256, 64));
   EXPECT_FALSE(hopper_gemm_swiglu_backward_fits(128, 128, 64));
   EXPECT_FALSE(hopper_gemm_swiglu_backward_fits(64, 256, 64));
+  EXPECT_TRUE(hopper_gemm_rope_fits(256, 256, 64, 128, 64, 128));
+  EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 64, 64, 128));   // a sequence shorter than a tile
+  EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 128, 96, 192));  // heads straddling tiles
+  EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 128, 64, 96));   // part of a head rotated
   DeviceArray<bf16> a(100 * 64), b(256 * 64), c(100 * 256);
   try {
     hopper_gemm(a.get(), b.get(), c.get(), 100, 256, 64, nullptr);

@@ -134,31 +134,32 @@ TEST(CudaEngine, RunsAreBitwiseRepeatable) {
   EXPECT_EQ(losses[0], losses[1]);
 }
 
-// The MLP's gate|up product with its SwiGLU gate, and down's dX product with
-// SwiGLU's backward, in the own Hopper GEMM (the small model's shapes are
-// whole tiles) against cuBLASLt and the separate kernels: the same bits,
-// step after step. Elsewhere both runs take cuBLASLt.
+// The q|k|v product with its RoPE, the MLP's gate|up product with its
+// SwiGLU gate, and down's dX product with SwiGLU's backward, in the own
+// Hopper GEMM (the small model's shapes are whole tiles at seq 128) against
+// cuBLASLt and the separate kernels: the same bits, step after step.
+// Elsewhere both runs take cuBLASLt.
 TEST(CudaEngine, OwnGemmGivesCublasLtsBits) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto config = small();
   auto run = [&](bool own_gemm) {
     EngineOptions o;
     o.batch = 2;
-    o.seq = 64;
+    o.seq = 128;
     o.own_gemm = own_gemm;
     auto w = model::LlamaWeights::random(config, 8, 0.05);
     AdamW opt(config);
     auto e = make_cuda_engine(w, opt, o);
-    // The description says which kernel runs the 2 layers' gate|up and down dX.
+    // The description says which kernel runs the 2 layers' q|k|v, gate|up and down dX.
     const bool own = own_gemm && ops::hopper_gemm_available(0);
     const std::string count = std::string(" in the own Hopper GEMM in ") + (own ? "2" : "0") + " of 2 nodes";
-    EXPECT_NE(e->description().find("gate|up with its SwiGLU gate" + count), std::string::npos) << e->description();
-    EXPECT_NE(e->description().find("down's dX with SwiGLU's backward" + count), std::string::npos)
-        << e->description();
+    for (const char* what : {"q|k|v with its RoPE", "gate|up with its SwiGLU gate", "down's dX with SwiGLU's backward"}) {
+      EXPECT_NE(e->description().find(std::string(what) + count), std::string::npos) << e->description();
+    }
     std::vector<double> losses;
     for (int step = 0; step < 3; ++step) {
-      auto tokens = testing::random_tokens(256, 40 + step, 1000);
-      std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
+      auto tokens = testing::random_tokens(512, 40 + step, 1000);
+      std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 256), targets(tokens.begin() + 256, tokens.end());
       losses.push_back(e->train_step(inputs, targets, 1, 1e-3).loss);
     }
     e->sync_to_host();

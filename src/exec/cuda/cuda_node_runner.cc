@@ -64,6 +64,20 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
   }
 }
 
+// The rope a matmul with NodeAttrs::rope applies to its [batch, seq,
+// heads * head_dim] output.
+struct RopedProduct {
+  int64_t batch, seq, head_dim, rotated_heads;
+  RopedProduct(const Graph& g, const Node& n) {
+    const Shape& s = g.value(n.outputs[0]).shape;
+    batch = s[0];
+    seq = s[1];
+    head_dim = s.last() / n.attrs.heads;
+    rotated_heads = n.attrs.rotated_heads > 0 ? n.attrs.rotated_heads : n.attrs.heads;
+  }
+  int64_t rotated_cols() const { return rotated_heads * head_dim; }
+};
+
 }  // namespace
 
 CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic,
@@ -96,6 +110,17 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
           // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h).
           use_hopper_gemm_[&n] = hopper && bf16_only && !n.attrs.trans_a && n.attrs.trans_b &&
                                  ops::hopper_gemm_swiglu_fits(m, cols / 2, k);
+        } else if (n.attrs.rope) {
+          // The q|k|v product and its rope (graph/fuse_matmul_rope.h).
+          const RopedProduct r(graph, n);
+          const bool own = hopper && bf16_only && !n.attrs.trans_a && n.attrs.trans_b &&
+                           ops::hopper_gemm_rope_fits(m, cols, k, r.seq, r.head_dim, r.rotated_cols());
+          use_hopper_gemm_rope_[&n] = own;
+          // Made now, not in the step (which may be captured as a CUDA graph).
+          if (own) {
+            const auto& inv_freq = *n.attrs.inv_freq;
+            rope_table_on_device(inv_freq, inv_freq_on_device(inv_freq), r.seq, r.head_dim, n.attrs.pos0);
+          }
         }
         break;
       }
@@ -153,6 +178,7 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
 CudaNodeRunner::~CudaNodeRunner() {
   SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
   for (auto& [key, ptr] : inv_freq_) memory_.free(ptr);
+  for (auto& [key, ptr] : rope_tables_) memory_.free(ptr);
   matmul_.reset();
   memory_.free(matmul_workspace_);
   memory_.free(workspace_);
@@ -173,9 +199,13 @@ std::string CudaNodeRunner::gemm_summary() const {
     const auto own = std::count_if(use.begin(), use.end(), [](const auto& p) { return p.second; });
     return what + " in the own Hopper GEMM in " + std::to_string(own) + " of " + std::to_string(use.size()) + " nodes";
   };
-  const std::string forward = count(use_hopper_gemm_, "gate|up with its SwiGLU gate");
-  const std::string backward = count(use_hopper_gemm_backward_, "down's dX with SwiGLU's backward");
-  return forward + (!forward.empty() && !backward.empty() ? "; " : "") + backward;
+  std::string summary;
+  for (const std::string& part : {count(use_hopper_gemm_rope_, "q|k|v with its RoPE"),
+                                  count(use_hopper_gemm_, "gate|up with its SwiGLU gate"),
+                                  count(use_hopper_gemm_backward_, "down's dX with SwiGLU's backward")}) {
+    if (!part.empty()) summary += (summary.empty() ? "" : "; ") + part;
+  }
+  return summary;
 }
 
 void CudaNodeRunner::synchronize() { SPW_CUDA(cudaStreamSynchronize(stream_)); }
@@ -187,6 +217,17 @@ const float* CudaNodeRunner::inv_freq_on_device(const std::vector<float>& inv_fr
   SPW_CUDA(cudaMemcpyAsync(ptr, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice, stream_));
   SPW_CUDA(cudaStreamSynchronize(stream_));  // the host vector may go before the copy runs otherwise
   inv_freq_[&inv_freq] = ptr;
+  return static_cast<const float*>(ptr);
+}
+
+const float* CudaNodeRunner::rope_table_on_device(const std::vector<float>& inv_freq, const float* inv_freq_device,
+                                                  int64_t seq, int64_t head_dim, int64_t pos0) {
+  const auto key = std::make_tuple(&inv_freq, seq, head_dim, pos0);
+  auto it = rope_tables_.find(key);
+  if (it != rope_tables_.end()) return static_cast<const float*>(it->second);
+  void* ptr = memory_.allocate(static_cast<uint64_t>(seq * head_dim) * sizeof(float), "rope cos/sin table");
+  ops::rope_table_cuda(inv_freq_device, seq, head_dim, pos0, static_cast<float*>(ptr), stream_);
+  rope_tables_[key] = ptr;
   return static_cast<const float*>(ptr);
 }
 
@@ -283,6 +324,22 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         // out = a·b + addend in the matmul's epilogue (graph/fuse_matmul_add.h).
         matmul_->run_with_addend(a.trans_a, a.trans_b, m, nn, k, in(0), va.dtype, in(1), vb.dtype, in(2), out(0),
                                  out0.dtype, stream_);
+      } else if (a.rope) {
+        // The q|k|v product and its rope (graph/fuse_matmul_rope.h): one
+        // Hopper kernel where the shape is whole tiles, else the product
+        // rotated in place by the rope kernel.
+        const RopedProduct r(g, n);
+        const float* freq = inv_freq_on_device(*a.inv_freq);
+        if (use_hopper_gemm_rope_.at(&n)) {
+          ops::hopper_gemm_rope(bf(in(0)), bf(in(1)), bf(out(0)), m, nn, k,
+                                rope_table_on_device(*a.inv_freq, freq, r.seq, r.head_dim, a.pos0), r.seq, r.head_dim,
+                                r.rotated_cols(), stream_);
+        } else {
+          matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0),
+                       out0.dtype, stream_);
+          ops::rope_forward_cuda(bf(out(0)), bf(out(0)), r.batch, r.seq, a.heads, r.head_dim, freq, a.pos0, stream_,
+                                 r.rotated_heads);
+        }
       } else if (n.outputs.size() == 2) {
         // The product and its SwiGLU gate (graph/fuse_matmul_swiglu.h): one
         // Hopper kernel where the shape is whole tiles, else the two ops.

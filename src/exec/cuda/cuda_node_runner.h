@@ -7,8 +7,9 @@
 #include <cuda_runtime_api.h>
 
 #include <map>
-#include <string>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "device/memory_space.h"
@@ -27,8 +28,9 @@ class CudaNodeRunner final : public NodeRunner {
   // its atomic one. `matmul_candidates`: see CublasLtMatmul's timed_candidates.
   // `own_gemm`: a matmul that also writes its SwiGLU gate, or that writes
   // SwiGLU's backward instead of its product (graph/fuse_matmul_swiglu.h),
-  // runs as one kernel of ops/gemm_hopper.h on a Hopper GPU; off, or
-  // elsewhere, it is cuBLASLt then the separate SwiGLU kernel.
+  // or that rotates its product by RoPE (graph/fuse_matmul_rope.h), runs as
+  // one kernel of ops/gemm_hopper.h on a Hopper GPU; off, or elsewhere, it
+  // is cuBLASLt then the separate kernel.
   CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true,
                  int matmul_candidates = 1, bool own_gemm = true);
   ~CudaNodeRunner() override;
@@ -40,11 +42,11 @@ class CudaNodeRunner final : public NodeRunner {
   // as "attention through cuDNN in 64 of 64 nodes".
   int cudnn_attention_nodes() const;
   std::string attention_summary() const;
-  // How many gate|up projections with their SwiGLU gate, and down dX
-  // products with SwiGLU's backward, run as the own Hopper GEMM, as
-  // "gate|up with its SwiGLU gate in the own Hopper GEMM in 16 of 16 nodes;
-  // down's dX with SwiGLU's backward in the own Hopper GEMM in 16 of 16
-  // nodes"; each part left out when the graph has no such node.
+  // How many q|k|v projections with their RoPE, gate|up projections with
+  // their SwiGLU gate, and down dX products with SwiGLU's backward run as
+  // the own Hopper GEMM, as "q|k|v with its RoPE in the own Hopper GEMM in
+  // 16 of 16 nodes; gate|up with its SwiGLU gate in the own Hopper GEMM in
+  // 16 of 16 nodes; ..."; each part left out when the graph has no such node.
   std::string gemm_summary() const;
 
   // While on, nodes that add into an accumulated value (NodeAttrs::accumulate)
@@ -55,6 +57,10 @@ class CudaNodeRunner final : public NodeRunner {
 
  private:
   const float* inv_freq_on_device(const std::vector<float>& inv_freq);
+  // The cosines and sines of ops::rope_table_cuda for a matmul with its rope
+  // folded in, made on first use and kept.
+  const float* rope_table_on_device(const std::vector<float>& inv_freq, const float* inv_freq_device, int64_t seq,
+                                    int64_t head_dim, int64_t pos0);
   // Attention over a packed q|k|v: cuDNN reads the column blocks in place;
   // the own kernels get dense copies made in the workspace. Forward passes
   // out and lse; backward passes dout, out_in, lse_in and dqkv.
@@ -69,6 +75,7 @@ class CudaNodeRunner final : public NodeRunner {
   std::map<const graph::Node*, bool> use_cudnn_;
   void* workspace_ = nullptr;
   std::map<const std::vector<float>*, void*> inv_freq_;
+  std::map<std::tuple<const std::vector<float>*, int64_t, int64_t, int64_t>, void*> rope_tables_;
   bool overwrite_accumulated_ = false;
   // Per matmul that also writes its SwiGLU gate: whether the own Hopper
   // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
@@ -76,6 +83,8 @@ class CudaNodeRunner final : public NodeRunner {
   std::map<const graph::Node*, bool> use_hopper_gemm_;
   // Down's dX with SwiGLU's backward (NodeAttrs::swiglu_backward): on the own Hopper GEMM, or not.
   std::map<const graph::Node*, bool> use_hopper_gemm_backward_;
+  // The q|k|v product with its rope folded in (NodeAttrs::rope): on the own Hopper GEMM, or not.
+  std::map<const graph::Node*, bool> use_hopper_gemm_rope_;
 };
 
 }  // namespace spillway::exec

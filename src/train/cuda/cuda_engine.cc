@@ -27,6 +27,7 @@
 #include "device/cuda/cuda_device.h"
 #include "exec/cuda/cuda_node_runner.h"
 #include "graph/autodiff.h"
+#include "graph/fuse_matmul_rope.h"
 #include "graph/fuse_matmul_swiglu.h"
 #include "graph/fuse_step.h"
 #include "model/llama_graph.h"
@@ -265,7 +266,7 @@ class CudaEngine final : public Engine {
     if (with_backward) {
       s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, graph::GradientOutput::accumulated);
     }
-    s.graph = graph::fuse_matmul_swiglu(graph::fuse_step(s.graph)).graph;
+    s.graph = graph::fuse_matmul_rope(graph::fuse_matmul_swiglu(graph::fuse_step(s.graph)).graph).graph;
     MemorySpace& mem = device_->device_memory();
     s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic,
                                                       options_.matmul_candidates, options_.own_gemm);

@@ -347,7 +347,8 @@ void hopper_gemm_swiglu(const bf16* x, const bf16* w_gate_up, bf16* gate_up, bf1
 }
 
 bool hopper_gemm_rope_fits(int64_t m, int64_t n, int64_t k, int64_t seq, int64_t head_dim, int64_t rotated_cols) {
-  return hopper_gemm_fits(m, n, k) && seq > 0 && seq % kBM == 0 && m % seq == 0 && head_dim >= 16 &&
+  // At most kRopeMaxHeads heads a tile (head_dim 64, 128 or 256).
+  return hopper_gemm_fits(m, n, k) && seq > 0 && seq % kBM == 0 && m % seq == 0 && head_dim >= 64 &&
          kBN % head_dim == 0 && rotated_cols >= 0 && rotated_cols <= n && rotated_cols % head_dim == 0;
 }
 

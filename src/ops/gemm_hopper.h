@@ -63,7 +63,7 @@ void hopper_gemm_swiglu_backward(const bf16* dy, const bf16* w_down, const bf16*
 // rope_forward_cuda rotates them (row r is the token at position pos0 +
 // r % seq), by cos_sin = rope_table_cuda(inv_freq, seq, head_dim, pos0):
 // bit-identical to the product followed by the rope kernel. Needs seq and
-// m whole tiles of rows and head_dim dividing the tile's columns.
+// m whole tiles of rows and head_dim 64, 128 or 256.
 bool hopper_gemm_rope_fits(int64_t m, int64_t n, int64_t k, int64_t seq, int64_t head_dim, int64_t rotated_cols);
 void hopper_gemm_rope(const bf16* a, const bf16* b, bf16* c, int64_t m, int64_t n, int64_t k, const float* cos_sin,
                       int64_t seq, int64_t head_dim, int64_t rotated_cols, cudaStream_t stream);

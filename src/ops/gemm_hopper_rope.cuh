@@ -27,16 +27,21 @@ __device__ __forceinline__ int staged_at(int row, int col) {
   return (row / 64) * (kStagingBytes / kConsumers) + (col / 64) * 8192 + r * 128 + ((((col % 64) / 8) ^ (r % 8)) * 16);
 }
 
-// A thread loads kRopeBatch vectors (8 pairs each, with their cosines and
-// sines) before rotating any, so their latencies overlap.
-inline constexpr int kRopeBatch = 2;
+// A tile holds 256 / head_dim heads of each of its 128 rows (tokens), and
+// a token's heads share their cosines and sines: a worker takes one row and
+// 8 consecutive pairs (i, i + half) and rotates them in every head of the
+// tile, so each cosine and sine is loaded once a tile, not once a head
+// (4 times for head_dim 64; the loads come from L2, the table being 1 MiB
+// for the 1B model). All the heads' values are loaded before any is
+// rotated, so their latencies overlap.
+inline constexpr int kRopeMaxHeads = kBN / 64;  // per tile, for head_dim 64; fewer for larger heads
 
 __device__ void rope_worker(const CUtensorMap* map_c, const Params& p, uint8_t* staging) {
   const int w = threadIdx.x - 32;
-  const bool leader = w == kWorkerThreads - 1;  // one with the fewest vectors to rotate
+  const bool leader = w == kWorkerThreads - 1;  // one with the fewest items to rotate
   const int half = p.head_dim / 2;
-  // A tile row's 256 columns hold 128 pairs (i, i + half) of its heads: 16 vectors of 8.
-  constexpr int kVectors = kBM * (kBN / 2) / 8;
+  const int heads = kBN / p.head_dim;
+  const int items = kBM * (half / 8);  // (row, 8 pairs)
   const float* cos_t = p.cos_sin;
   const float* sin_t = p.cos_sin + static_cast<int64_t>(p.seq) * half;
   const int tiles = p.num_m * p.num_n;
@@ -44,54 +49,49 @@ __device__ void rope_worker(const CUtensorMap* map_c, const Params& p, uint8_t* 
     int mb, nb;
     tile_of(t, p, mb, nb);
     const int col0 = nb * kBN;
+    // The tile's heads to rotate (q and k); the rest (v) is stored as it is.
+    const int rotated = min(heads, max(0, (p.rotated_cols - col0) / p.head_dim));
     workers_take_tile();
-    if (col0 < p.rotated_cols) {  // else all v: stored as it is
+    if (rotated > 0) {
       const int first_pos = (mb * kBM) % p.seq;  // seq is whole tiles: the rows are consecutive positions
-      for (int base = w; base < kVectors; base += kWorkerThreads * kRopeBatch) {
-        uint4 lo[kRopeBatch], hi[kRopeBatch];
-        float4 c[kRopeBatch][2], s[kRopeBatch][2];
-        int at_lo[kRopeBatch], at_hi[kRopeBatch];
-        bool rotates[kRopeBatch];
+      for (int item = w; item < items; item += kWorkerThreads) {
+        const int row = item / (half / 8), i0 = 8 * (item % (half / 8));
+        const int64_t angle_at = static_cast<int64_t>(first_pos + row) * half + i0;
+        float4 c[2], s[2];
 #pragma unroll
-        for (int b = 0; b < kRopeBatch; ++b) {
-          const int v = base + kWorkerThreads * b;
-          const int row = v / 16, e = 8 * (v % 16);
-          const int i0 = e % half, col = (e / half) * p.head_dim + i0;
-          rotates[b] = v < kVectors && col0 + col < p.rotated_cols;
-          if (rotates[b]) {
-            at_lo[b] = staged_at(row, col);
-            at_hi[b] = staged_at(row, col + half);
-            lo[b] = *reinterpret_cast<const uint4*>(staging + at_lo[b]);
-            hi[b] = *reinterpret_cast<const uint4*>(staging + at_hi[b]);
-            const int64_t angle_at = static_cast<int64_t>(first_pos + row) * half + i0;
+        for (int q = 0; q < 2; ++q) {
+          c[q] = __ldg(reinterpret_cast<const float4*>(cos_t + angle_at) + q);
+          s[q] = __ldg(reinterpret_cast<const float4*>(sin_t + angle_at) + q);
+        }
+        uint4 lo[kRopeMaxHeads], hi[kRopeMaxHeads];
 #pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              c[b][q] = __ldg(reinterpret_cast<const float4*>(cos_t + angle_at) + q);
-              s[b][q] = __ldg(reinterpret_cast<const float4*>(sin_t + angle_at) + q);
-            }
+        for (int h = 0; h < kRopeMaxHeads; ++h) {
+          if (h < rotated) {
+            lo[h] = *reinterpret_cast<const uint4*>(staging + staged_at(row, h * p.head_dim + i0));
+            hi[h] = *reinterpret_cast<const uint4*>(staging + staged_at(row, h * p.head_dim + half + i0));
           }
         }
+        const float cs[8] = {c[0].x, c[0].y, c[0].z, c[0].w, c[1].x, c[1].y, c[1].z, c[1].w};
+        const float sn[8] = {s[0].x, s[0].y, s[0].z, s[0].w, s[1].x, s[1].y, s[1].z, s[1].w};
 #pragma unroll
-        for (int b = 0; b < kRopeBatch; ++b) {
-          if (!rotates[b]) continue;
-          const auto* l2 = reinterpret_cast<const __nv_bfloat162*>(&lo[b]);
-          const auto* h2 = reinterpret_cast<const __nv_bfloat162*>(&hi[b]);
-          const float cs[8] = {c[b][0].x, c[b][0].y, c[b][0].z, c[b][0].w, c[b][1].x, c[b][1].y, c[b][1].z, c[b][1].w};
-          const float sn[8] = {s[b][0].x, s[b][0].y, s[b][0].z, s[b][0].w, s[b][1].x, s[b][1].y, s[b][1].z, s[b][1].w};
+        for (int h = 0; h < kRopeMaxHeads; ++h) {
+          if (h >= rotated) continue;
+          const auto* l2 = reinterpret_cast<const __nv_bfloat162*>(&lo[h]);
+          const auto* h2 = reinterpret_cast<const __nv_bfloat162*>(&hi[h]);
           uint4 new_lo, new_hi;
           auto* nl2 = reinterpret_cast<__nv_bfloat162*>(&new_lo);
           auto* nh2 = reinterpret_cast<__nv_bfloat162*>(&new_hi);
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            const float2 l = __bfloat1622float2(l2[k]), h = __bfloat1622float2(h2[k]);
+            const float2 l = __bfloat1622float2(l2[k]), hv = __bfloat1622float2(h2[k]);
             float l0, h0, l1, h1;
-            rope_math::rotate(l.x, h.x, cs[2 * k], sn[2 * k], l0, h0);
-            rope_math::rotate(l.y, h.y, cs[2 * k + 1], sn[2 * k + 1], l1, h1);
+            rope_math::rotate(l.x, hv.x, cs[2 * k], sn[2 * k], l0, h0);
+            rope_math::rotate(l.y, hv.y, cs[2 * k + 1], sn[2 * k + 1], l1, h1);
             nl2[k] = __floats2bfloat162_rn(l0, l1);
             nh2[k] = __floats2bfloat162_rn(h0, h1);
           }
-          *reinterpret_cast<uint4*>(staging + at_lo[b]) = new_lo;
-          *reinterpret_cast<uint4*>(staging + at_hi[b]) = new_hi;
+          *reinterpret_cast<uint4*>(staging + staged_at(row, h * p.head_dim + i0)) = new_lo;
+          *reinterpret_cast<uint4*>(staging + staged_at(row, h * p.head_dim + half + i0)) = new_hi;
         }
       }
     }

@@ -131,14 +131,16 @@ TEST_F(HopperGemmTest, FusedSwigluBackwardEqualsTheProductThenTheGradient) {
 // The q|k|v product with its q and k heads rotated by the workers equals
 // the product followed by the separate rope kernel, bit for bit: one tile
 // holding q, k and v columns; head_dim 128 over several sequences from a
-// position other than 0; more tiles than SMs (each CTA's workers take
-// several); the 1B step's layout (32 q, 8 k, 8 v heads of 64) with fewer rows.
+// position other than 0; head_dim 256, one head a tile; more tiles than SMs
+// (each CTA's workers take several); the 1B step's layout (32 q, 8 k, 8 v
+// heads of 64) with fewer rows.
 TEST_F(HopperGemmTest, FusedRopeEqualsTheProductThenTheRope) {
   struct Case {
     int64_t m, n, k, seq, head_dim, rotated_heads, pos0;
   };
   for (const Case c : {Case{128, 256, 64, 128, 64, 3, 0}, Case{512, 768, 128, 256, 128, 4, 7},
-                       Case{4096, 3072, 256, 1024, 64, 40, 0}, Case{1024, 3072, 2048, 512, 64, 40, 0}}) {
+                       Case{256, 512, 64, 128, 256, 1, 3}, Case{4096, 3072, 256, 1024, 64, 40, 0},
+                       Case{1024, 3072, 2048, 512, 64, 40, 0}}) {
     const auto rows = static_cast<size_t>(c.m);
     const auto x = random_bf16(c.m * c.k, 10 + c.m, -1, 1), w = random_bf16(c.n * c.k, 11 + c.n, -1, 1);
     const std::vector<float> inv_freq = rope_inv_freq(c.head_dim, 500000.0, RopeScaling{});
@@ -175,6 +177,7 @@ TEST_F(HopperGemmTest, RejectsShapesThatAreNotWholeTiles) {
   EXPECT_TRUE(hopper_gemm_rope_fits(256, 256, 64, 128, 64, 128));
   EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 64, 64, 128));   // a sequence shorter than a tile
   EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 128, 96, 192));  // heads straddling tiles
+  EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 128, 32, 128));  // more heads a tile than the workers take
   EXPECT_FALSE(hopper_gemm_rope_fits(256, 256, 64, 128, 64, 96));   // part of a head rotated
   DeviceArray<bf16> a(100 * 64), b(256 * 64), c(100 * 256);
   try {

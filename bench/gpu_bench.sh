@@ -23,7 +23,8 @@ power=${OUT:-/tmp}/power.csv phases=${OUT:-/tmp}/phases.txt
 nvidia-smi --query-gpu=timestamp,power.draw,power.limit,clocks.sm,clocks_event_reasons.sw_power_cap \
   --format=csv,noheader,nounits -lms 100 > "$power" 2>/dev/null &
 sampler=$!
-trap 'kill $sampler 2>/dev/null' EXIT
+# The sampler may be gone already: a failed kill must not become the exit status.
+trap 'kill $sampler 2>/dev/null || true' EXIT
 phase() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$phases"; }
 for mode in "" --nondeterministic "--nondeterministic --bf16-moments"; do
   phase "spillway${mode:+ $mode}"
@@ -47,5 +48,5 @@ for compiled in (False, True):
 PY
 fi
 phase end
-kill $sampler 2>/dev/null
+kill $sampler 2>/dev/null || true
 python3 bench/power_summary.py "$power" "$phases"

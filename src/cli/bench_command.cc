@@ -196,7 +196,7 @@ Runner add_bench(CLI::App& app) {
                   "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)")
       ->capture_default_str();
   cmd->add_flag("--cublaslt-only", a->cublaslt_only,
-                "GPU: every matmul through cuBLASLt (no own Hopper GEMM with SwiGLU's forward or backward fused in)");
+                "GPU: every matmul through cuBLASLt (no own Hopper GEMM with RoPE or SwiGLU fused in)");
   cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");

@@ -49,11 +49,12 @@ struct EngineOptions {
   // cap and did not gain (1B: 255.6 against 255.0 ms; 8B: 25.60 against
   // 25.66 s), while timing cost the first step 3.5 s (1B) and 2.7 s (8B).
   int matmul_candidates = 1;
-  // All-on-device GPU engine: the MLP's gate|up product with its SwiGLU
-  // gate, and down's dX product with SwiGLU's backward, each as one kernel
-  // of spillway's own Hopper GEMM (ops/gemm_hopper.h,
-  // graph/fuse_matmul_swiglu.h) where the GPU is Hopper; false keeps
-  // cuBLASLt and the separate SwiGLU kernels. The bits are the same either way.
+  // All-on-device GPU engine: the q|k|v product with its RoPE, the MLP's
+  // gate|up product with its SwiGLU gate, and down's dX product with
+  // SwiGLU's backward, each as one kernel of spillway's own Hopper GEMM
+  // (ops/gemm_hopper.h, graph/fuse_matmul_rope.h, graph/fuse_matmul_swiglu.h)
+  // where the GPU is Hopper; false keeps cuBLASLt and the separate kernels.
+  // The bits are the same either way.
   bool own_gemm = true;
   // GPU: q|k|v and gate|up as one matmul each over stacked weights
   // (model/llama_graph.h): fused, separate, or auto: fused in the

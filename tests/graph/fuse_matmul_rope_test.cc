@@ -27,12 +27,7 @@
 namespace spillway::graph {
 namespace {
 
-testing::LlamaStep<float> build_step(GradientOutput output) {
-  return testing::build_llama_step<float>(testing::llama_config(13, 16, 24, 2, 4, 2), 2, 7, output,
-                                          {.fused_projections = true});
-}
-
-const testing::LlamaStepInputs kInputs = {.token_seed = 1, .target_seed = 2, .parameter_seed = 40};
+using testing::kFusionTestInputs;
 
 uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 
@@ -42,17 +37,10 @@ int roped_products(const Graph& g) {
   return count;
 }
 
-const Node* first_rope(const Graph& g) {
-  for (const Node& n : g.nodes()) {
-    if (n.kind == OpKind::rope) return &n;
-  }
-  return nullptr;
-}
-
 class FuseMatmulRope : public ::testing::TestWithParam<GradientOutput> {};
 
 TEST_P(FuseMatmulRope, OneFusionPerLayerGivesTheSameStepBitForBit) {
-  const auto s = build_step(GetParam());
+  const auto s = testing::fusion_test_step(GetParam());
   const Graph g = fuse_step(s.graph);  // as the resident GPU engine runs it
   ASSERT_EQ(testing::count_nodes(g, OpKind::rope), 2);
   ASSERT_EQ(testing::count_nodes(g, OpKind::rope_backward), 2);
@@ -100,7 +88,8 @@ TEST_P(FuseMatmulRope, OneFusionPerLayerGivesTheSameStepBitForBit) {
   // product's buffer already: the peak does not grow.
   EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
 
-  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kFusionTestInputs),
+                            testing::run_llama_step(g, s, kFusionTestInputs), s);
   // Folding again finds nothing.
   EXPECT_EQ(fuse_matmul_rope(f.graph).fused, 0);
 }
@@ -108,7 +97,7 @@ TEST_P(FuseMatmulRope, OneFusionPerLayerGivesTheSameStepBitForBit) {
 // The order the resident GPU engine applies them in: the SwiGLU fusion
 // first, then the rope's. Neither takes the other's matmul.
 TEST_P(FuseMatmulRope, AfterTheSwigluFusionGivesTheSameStepBitForBit) {
-  const auto s = build_step(GetParam());
+  const auto s = testing::fusion_test_step(GetParam());
   const Graph g = fuse_step(s.graph);
   const SwigluFused swiglu = fuse_matmul_swiglu(g);
   ASSERT_EQ(swiglu.fused, 2);
@@ -125,7 +114,8 @@ TEST_P(FuseMatmulRope, AfterTheSwigluFusionGivesTheSameStepBitForBit) {
     }
   }
   EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
-  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kFusionTestInputs),
+                            testing::run_llama_step(g, s, kFusionTestInputs), s);
 }
 
 INSTANTIATE_TEST_SUITE_P(FreshAndAccumulated, FuseMatmulRope,
@@ -134,15 +124,16 @@ INSTANTIATE_TEST_SUITE_P(FreshAndAccumulated, FuseMatmulRope,
 // A product that something else reads (here: the caller, as a graph output)
 // must stay a value: that layer's rope is not folded, the other is.
 TEST(FuseMatmulRopeRules, KeepsAProductThatIsAGraphOutput) {
-  const auto s = build_step(GradientOutput::fresh);
+  const auto s = testing::fusion_test_step(GradientOutput::fresh);
   Graph g = fuse_step(s.graph);
-  const Node* rope = first_rope(g);
+  const Node* rope = testing::first_node(g, OpKind::rope);
   ASSERT_NE(rope, nullptr);
   g.mark_output(rope->inputs[0]);
   const RopeFused f = fuse_matmul_rope(g);
   EXPECT_EQ(f.fused, 1);
   EXPECT_EQ(testing::count_nodes(f.graph, OpKind::rope), 1);
-  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kFusionTestInputs),
+                            testing::run_llama_step(g, s, kFusionTestInputs), s);
 }
 
 // One projection and its rope, [2, 3, 4 heads * 4], on its own; the roped

@@ -21,12 +21,7 @@
 namespace spillway::graph {
 namespace {
 
-testing::LlamaStep<float> build_step(GradientOutput output) {
-  return testing::build_llama_step<float>(testing::llama_config(13, 16, 24, 2, 4, 2), 2, 7, output,
-                                          {.fused_projections = true});
-}
-
-const testing::LlamaStepInputs kInputs = {.token_seed = 1, .target_seed = 2, .parameter_seed = 40};
+using testing::kFusionTestInputs;
 
 uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 
@@ -36,17 +31,10 @@ int forward_swiglus(const Graph& g) {
   return count;
 }
 
-const Node* first_swiglu_backward(const Graph& g) {
-  for (const Node& n : g.nodes()) {
-    if (n.kind == OpKind::swiglu_backward) return &n;
-  }
-  return nullptr;
-}
-
 class FuseMatmulSwiglu : public ::testing::TestWithParam<GradientOutput> {};
 
 TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
-  const auto s = build_step(GetParam());
+  const auto s = testing::fusion_test_step(GetParam());
   const Graph g = fuse_step(s.graph);  // as the resident GPU engine runs it
   ASSERT_EQ(forward_swiglus(g), 2);
 
@@ -103,7 +91,8 @@ TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
   // does not grow.
   EXPECT_LE(analyze_liveness(f.graph, allocator_cost).peak_bytes, analyze_liveness(g, allocator_cost).peak_bytes);
 
-  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kFusionTestInputs),
+                            testing::run_llama_step(g, s, kFusionTestInputs), s);
   // Folding again finds nothing.
   const SwigluFused again = fuse_matmul_swiglu(f.graph);
   EXPECT_EQ(again.fused, 0);
@@ -113,16 +102,17 @@ TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
 // A dout that something else reads (here: the caller, as a graph output)
 // must stay a value: that layer's backward is not folded, the other is.
 TEST(FuseMatmulSwigluRules, KeepsADoutThatIsRead) {
-  const auto s = build_step(GradientOutput::fresh);
+  const auto s = testing::fusion_test_step(GradientOutput::fresh);
   Graph g = fuse_step(s.graph);
-  const Node* backward = first_swiglu_backward(g);
+  const Node* backward = testing::first_node(g, OpKind::swiglu_backward);
   ASSERT_NE(backward, nullptr);
   g.mark_output(backward->inputs[0]);
   const SwigluFused f = fuse_matmul_swiglu(g);
   EXPECT_EQ(f.fused, 2);
   EXPECT_EQ(f.fused_backward, 1);
   EXPECT_EQ(testing::count_nodes(f.graph, OpKind::swiglu_backward), 1);
-  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kInputs), testing::run_llama_step(g, s, kInputs), s);
+  testing::expect_same_bits(testing::run_llama_step(f.graph, s, kFusionTestInputs),
+                            testing::run_llama_step(g, s, kFusionTestInputs), s);
 }
 
 INSTANTIATE_TEST_SUITE_P(FreshAndAccumulated, FuseMatmulSwiglu,

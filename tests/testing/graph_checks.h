@@ -18,6 +18,14 @@ inline int count_nodes(const graph::Graph& g, graph::OpKind kind) {
   return n;
 }
 
+// The first node of `kind`, or nullptr.
+inline const graph::Node* first_node(const graph::Graph& g, graph::OpKind kind) {
+  for (const graph::Node& node : g.nodes()) {
+    if (node.kind == kind) return &node;
+  }
+  return nullptr;
+}
+
 // Every computed value a node reads is made by an earlier node. A read of a
 // value nobody makes fails fatally: call it under ASSERT_NO_FATAL_FAILURE.
 inline void expect_producers_first(const graph::Graph& g) {

@@ -68,6 +68,13 @@ struct LlamaStepInputs {
   uint64_t accumulated_seed = 0;
 };
 
+// The small LLaMA step with stacked q|k|v and gate|up projections, and its
+// inputs, that the epilogue-fusion tests (graph/fuse_matmul_*) rewrite.
+inline LlamaStep<float> fusion_test_step(graph::GradientOutput output) {
+  return build_llama_step<float>(llama_config(13, 16, 24, 2, 4, 2), 2, 7, output, {.fused_projections = true});
+}
+inline const LlamaStepInputs kFusionTestInputs = {.token_seed = 1, .target_seed = 2, .parameter_seed = 40};
+
 template <typename T>
 struct LlamaStepResult {
   std::vector<std::vector<T>> losses;  // one a micro-batch

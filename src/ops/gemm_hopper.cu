@@ -26,10 +26,10 @@
 // (the consumers computing the gate during their next mainloop: 1.79-1.82;
 // cuBLASLt and the gate kernel: 1.87); down's dX with SwiGLU's backward
 // 1.06 ms (cuBLASLt's dout and the separate kernel: 1.25-1.27); q|k|v with
-// RoPE 0.342 ms (cuBLASLt and the rope kernel: 0.378). The backward done by
-// the consumers in the epilogue took 1.25 ms, deferred into their next
-// mainloop 1.56-1.80 ms (both stall the tensor cores), and on the workers
-// with per-thread global loads instead of TMA 1.53-2.21 ms.
+// RoPE 0.331-0.342 ms (cuBLASLt and the rope kernel: 0.378-0.388). The
+// backward done by the consumers in the epilogue took 1.25 ms, deferred
+// into their next mainloop 1.56-1.80 ms (both stall the tensor cores), and
+// on the workers with per-thread global loads instead of TMA 1.53-2.21 ms.
 #include "ops/gemm_hopper.h"
 
 #include <cuda.h>

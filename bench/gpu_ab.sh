@@ -6,6 +6,10 @@
 # with the data and the power limit, more than many changes are worth.
 # Prints every run's median and mean step and the mean of each mode's means.
 # Builds first unless BUILD=0. JSON lines go to $OUT/ab.jsonl.
+# A mode's SPILLWAY_BIN=path runs that binary instead of the tree's, to
+# compare commits in one lease: e.g. `git archive <commit> | tar -x -C
+# .scratch/base` on the dev machine, carry .scratch, and build it there
+# first with `(cd .scratch/base && ln -s ../../.deps . && scripts/gpu_build.sh spillway)`.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -17,12 +21,16 @@ IFS=, read -ra modes <<< "${MODES:?MODES: bench flags per mode, separated by com
 for round in $(seq "${ROUNDS:-3}"); do
   for i in "${!modes[@]}"; do
     # A mode's NAME=value words set environment variables; the rest are flags.
-    envs=() flags=()
-    for word in ${modes[$i]}; do [[ "$word" =~ ^[A-Z_][A-Z0-9_]*= ]] && envs+=("$word") || flags+=("$word"); done
-    env "${envs[@]}" build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" \
+    envs=() flags=() bin=build/gpu/src/spillway
+    for word in ${modes[$i]}; do
+      if [[ "$word" == SPILLWAY_BIN=* ]]; then bin=${word#SPILLWAY_BIN=}
+      elif [[ "$word" =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$word")
+      else flags+=("$word"); fi
+    done
+    env "${envs[@]}" "$bin" bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" \
       --warmup 2 --json "$OUT/ab.jsonl" "${flags[@]}" > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
     echo "round $round mode $i (${modes[$i]}): $(tail -1 "$OUT/ab.jsonl" | python3 -c \
-      'import json,sys; j=json.load(sys.stdin); print(f"median {j["step_s"]*1e3:.1f} ms, mean {j["mean_step_s"]*1e3:.1f} ms")')"
+      'import json,sys; j=json.load(sys.stdin); print("median %.1f ms, mean %.1f ms" % (j["step_s"]*1e3, j["mean_step_s"]*1e3))')"
   done
 done
 python3 - "$OUT/ab.jsonl" "${#modes[@]}" <<'EOF'

@@ -127,22 +127,21 @@ void run_typed(const Graph& g, const Node& n, const std::vector<void*>& data) {
       // The product is rotated in place by the rope folded in (graph/fuse_matmul_rope.h),
       // as that rope's [batch, seq, heads * head_dim] output.
       if (a.rope) {
-        const Shape& s = x.out_shape(0);
-        const int64_t head_dim = s.last() / a.heads;
-        const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
-        ops::rope_forward(x.out(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
+        const graph::RopeDims r = graph::rope_dims(g, n);
+        ops::rope_forward(x.out(0), x.out(0), r.batch, r.seq, r.heads, r.head_dim, a.inv_freq->data(), a.pos0,
+                          r.rotated_heads);
       }
       break;
     }
     case OpKind::rope:
     case OpKind::rope_backward: {
-      const Shape& s = x.in_shape(0);
-      int64_t head_dim = s.last() / a.heads;
-      const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
+      const graph::RopeDims r = graph::rope_dims(g, n);
       if (n.kind == OpKind::rope) {
-        ops::rope_forward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
+        ops::rope_forward(x.in(0), x.out(0), r.batch, r.seq, r.heads, r.head_dim, a.inv_freq->data(), a.pos0,
+                          r.rotated_heads);
       } else {
-        ops::rope_backward(x.in(0), x.out(0), s[0], s[1], a.heads, head_dim, a.inv_freq->data(), a.pos0, rotated);
+        ops::rope_backward(x.in(0), x.out(0), r.batch, r.seq, r.heads, r.head_dim, a.inv_freq->data(), a.pos0,
+                           r.rotated_heads);
       }
       break;
     }

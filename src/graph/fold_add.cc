@@ -8,10 +8,7 @@ namespace spillway::graph {
 FusedGraph fold_adds(const Graph& g, const AddFold& rule) {
   const auto& nodes = g.nodes();
   const auto& values = g.values();
-  std::vector<int> readers(values.size(), 0);
-  for (const Node& n : nodes) {
-    for (Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   // For each producer that absorbs an add: the add, and which of its inputs
   // the producer takes. The fused node runs where the producer ran, so that
   // input must exist by then.

@@ -7,10 +7,7 @@ namespace spillway::graph {
 LossGradientFused fuse_loss_gradient(const Graph& g) {
   const auto& nodes = g.nodes();
   const auto& values = g.values();
-  std::vector<int> readers(values.size(), 0);
-  for (const Node& n : nodes) {
-    for (Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   auto producer = [&](Value v) { return values[static_cast<size_t>(v.id)].producer; };
 
   // For each cross_entropy that absorbs a backward: that backward node. The

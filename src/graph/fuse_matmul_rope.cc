@@ -16,10 +16,7 @@ bool plain_rope(const Graph& g, const Node& n) {
 
 RopeFused fuse_matmul_rope(const Graph& g) {
   const auto& nodes = g.nodes();
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : nodes) {
-    for (const Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   // For each matmul that absorbs a rope: that rope.
   std::vector<const Node*> rope_of(nodes.size(), nullptr);
   std::vector<bool> gone(nodes.size(), false);

@@ -16,10 +16,7 @@ bool plain_packed(const Graph& g, const Node& n, OpKind kind, size_t inputs) {
 
 SwigluFused fuse_matmul_swiglu(const Graph& g) {
   const auto& nodes = g.nodes();
-  std::vector<int> readers(g.values().size(), 0);
-  for (const Node& n : nodes) {
-    for (const Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
-  }
+  const std::vector<int> readers = reader_counts(g);
   // For each matmul that absorbs a swiglu: the swiglu's output; for each
   // that absorbs a swiglu_backward: that node.
   std::vector<Value> gate_of(nodes.size());

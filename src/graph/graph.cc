@@ -152,6 +152,20 @@ MatmulDims matmul_dims(const Graph& g, const Node& n) {
                     n.attrs.trans_a ? a.rows() : a.last()};
 }
 
+RopeDims rope_dims(const Graph& g, const Node& n) {
+  const Shape& s = g.value(n.outputs[0]).shape;  // the rotated rows: a rope's output has its input's shape
+  const int64_t heads = n.attrs.heads;
+  return RopeDims{s[0], s[1], heads, s.last() / heads, n.attrs.rotated_heads > 0 ? n.attrs.rotated_heads : heads};
+}
+
+std::vector<int> reader_counts(const Graph& g) {
+  std::vector<int> readers(g.values().size(), 0);
+  for (const Node& n : g.nodes()) {
+    for (const Value v : n.inputs) ++readers[static_cast<size_t>(v.id)];
+  }
+  return readers;
+}
+
 bool is_plain_product(const Graph& g, const Node& n) {
   return n.kind == OpKind::matmul && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.attrs.accumulate &&
          !n.attrs.swiglu_backward && !n.attrs.rope && !g.value(n.outputs[0]).accumulated;

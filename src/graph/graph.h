@@ -121,9 +121,20 @@ struct MatmulDims {
   double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
+// What a rope, a rope_backward or a matmul with its rope folded in
+// (NodeAttrs::rope) rotates: [batch, seq, heads * head_dim] rows, the first
+// rotated_heads heads of each (NodeAttrs::rotated_heads, 0 meaning all).
+struct RopeDims {
+  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0, rotated_heads = 0;
+  int64_t rotated_cols() const { return rotated_heads * head_dim; }
+};
+
 class Graph;
 AttentionDims attention_dims(const Graph& g, const Node& n);
 MatmulDims matmul_dims(const Graph& g, const Node& n);
+RopeDims rope_dims(const Graph& g, const Node& n);
+// How many node inputs read each value, by value id.
+std::vector<int> reader_counts(const Graph& g);
 // A two-input matmul that overwrites its one output with the product and
 // nothing else (no addend, accumulation, folded SwiGLU backward or rope):
 // what a fusion into the product's epilogue can start from.

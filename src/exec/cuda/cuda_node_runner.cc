@@ -64,20 +64,6 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
   }
 }
 
-// The rope a matmul with NodeAttrs::rope applies to its [batch, seq,
-// heads * head_dim] output.
-struct RopedProduct {
-  int64_t batch, seq, head_dim, rotated_heads;
-  RopedProduct(const Graph& g, const Node& n) {
-    const Shape& s = g.value(n.outputs[0]).shape;
-    batch = s[0];
-    seq = s[1];
-    head_dim = s.last() / n.attrs.heads;
-    rotated_heads = n.attrs.rotated_heads > 0 ? n.attrs.rotated_heads : n.attrs.heads;
-  }
-  int64_t rotated_cols() const { return rotated_heads * head_dim; }
-};
-
 }  // namespace
 
 CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic,
@@ -112,7 +98,7 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
                                  ops::hopper_gemm_swiglu_fits(m, cols / 2, k);
         } else if (n.attrs.rope) {
           // The q|k|v product and its rope (graph/fuse_matmul_rope.h).
-          const RopedProduct r(graph, n);
+          const graph::RopeDims r = graph::rope_dims(graph, n);
           const bool own = hopper && bf16_only && !n.attrs.trans_a && n.attrs.trans_b &&
                            ops::hopper_gemm_rope_fits(m, cols, k, r.seq, r.head_dim, r.rotated_cols());
           use_hopper_gemm_rope_[&n] = own;
@@ -328,7 +314,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         // The q|k|v product and its rope (graph/fuse_matmul_rope.h): one
         // Hopper kernel where the shape is whole tiles, else the product
         // rotated in place by the rope kernel.
-        const RopedProduct r(g, n);
+        const graph::RopeDims r = graph::rope_dims(g, n);
         const float* freq = inv_freq_on_device(*a.inv_freq);
         if (use_hopper_gemm_rope_.at(&n)) {
           ops::hopper_gemm_rope(bf(in(0)), bf(in(1)), bf(out(0)), m, nn, k,
@@ -337,7 +323,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         } else {
           matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype, 0.0f, out(0),
                        out0.dtype, stream_);
-          ops::rope_forward_cuda(bf(out(0)), bf(out(0)), r.batch, r.seq, a.heads, r.head_dim, freq, a.pos0, stream_,
+          ops::rope_forward_cuda(bf(out(0)), bf(out(0)), r.batch, r.seq, r.heads, r.head_dim, freq, a.pos0, stream_,
                                  r.rotated_heads);
         }
       } else if (n.outputs.size() == 2) {
@@ -359,15 +345,14 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     }
     case OpKind::rope:
     case OpKind::rope_backward: {
-      const Shape& s = g.value(n.inputs[0]).shape;
-      const int64_t head_dim = s.last() / a.heads;
+      const graph::RopeDims r = graph::rope_dims(g, n);
       const float* freq = inv_freq_on_device(*a.inv_freq);
-      const int64_t rotated = a.rotated_heads > 0 ? a.rotated_heads : a.heads;
       if (n.kind == OpKind::rope) {
-        ops::rope_forward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_, rotated);
+        ops::rope_forward_cuda(bf(in(0)), bf(out(0)), r.batch, r.seq, r.heads, r.head_dim, freq, a.pos0, stream_,
+                               r.rotated_heads);
       } else {
-        ops::rope_backward_cuda(bf(in(0)), bf(out(0)), s[0], s[1], a.heads, head_dim, freq, a.pos0, stream_,
-                                rotated);
+        ops::rope_backward_cuda(bf(in(0)), bf(out(0)), r.batch, r.seq, r.heads, r.head_dim, freq, a.pos0, stream_,
+                                r.rotated_heads);
       }
       break;
     }

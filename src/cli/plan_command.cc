@@ -139,9 +139,10 @@ int run_plan(const PlanArgs& a) {
               p->micro.h2d_seconds, p->micro.d2h_seconds, p->optimizer_seconds, p->step_seconds, p->tokens_per_second, p->mfu);
   if (plan::fits_on_device(req.config, batch, a.seq, req.device_budget)) {
     // The all-on-device engine runs this step (--offload auto): no copies,
-    // and AdamW reads and writes fp32 master, moments and gradients and the
-    // bf16 copy in device memory (30 bytes per parameter).
-    const double optimizer = static_cast<double>(p->parameters) * 30.0 / req.rates.memory_bytes;
+    // and AdamW reads and writes the fp32 master (held as the bf16 copy and
+    // a 16-bit remainder), moments and gradients in device memory (28 bytes
+    // per parameter).
+    const double optimizer = static_cast<double>(p->parameters) * 28.0 / req.rates.memory_bytes;
     const double step = static_cast<double>(micro_batches) * p->micro.compute_seconds + optimizer;
     const double tokens = static_cast<double>(batch * a.seq * micro_batches);
     std::printf("the whole state fits the device, so the all-on-device engine runs it: predicted %.3f s per step "

@@ -54,7 +54,9 @@ namespace spillway::ops {
 // operation (the step's scalars are formed on the host in double and rounded
 // to float; no multiply-add is fused), on fp32 master weights and moments.
 // When param_bf16 is not null it also receives the updated parameter rounded
-// to bf16, the copy the forward pass reads.
+// to bf16, the copy the forward pass reads, rounded as ops/master_split.h
+// rounds it (to nearest, ties away from zero), so that the engines keeping
+// the master whole and those keeping it split train the same bits.
 void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16* param_bf16,
                        int64_t n, const AdamWHyper& hp, cudaStream_t stream);
 
@@ -64,6 +66,15 @@ void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16
 void adamw_update_bf16_moments_cuda(float* param, const float* grad, bf16* m, bf16* v,
                                     bf16* param_bf16, int64_t n, const AdamWHyper& hp,
                                     cudaStream_t stream);
+
+// The two updates above on a master held split (ops/master_split.h): the
+// master is joined from `working` and `remainder`, updated with the same
+// arithmetic, and split back into them. Bit for bit what the fp32-master
+// update gives on the joined master, with its bf16 copy in `working`.
+void adamw_update_split_cuda(bf16* working, uint16_t* remainder, const float* grad, float* m, float* v, int64_t n,
+                             const AdamWHyper& hp, cudaStream_t stream);
+void adamw_update_split_bf16_moments_cuda(bf16* working, uint16_t* remainder, const float* grad, bf16* m, bf16* v,
+                                          int64_t n, const AdamWHyper& hp, cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -9,6 +10,7 @@
 #include "device/cuda/cuda_check.h"
 #include "ops/cuda_elementwise.cuh"
 #include "ops/adamw.h"
+#include "ops/master_split.h"
 
 namespace spillway::ops {
 
@@ -51,17 +53,68 @@ __device__ inline void store_moments4(bf16* p, float4 x) {
   *reinterpret_cast<uint2*>(p) = packed;
 }
 
+// Where the master weight lives: FloatMaster reads and writes fp32, and
+// writes the optional bf16 working copy beside it; SplitMaster holds it as
+// the working copy plus a remainder (ops/master_split.h). Both round the
+// working copy the one way (ties away from zero), so the engines that keep
+// the master either way train the same bits.
+struct FloatMaster {
+  float* param;
+  uint16_t* working;  // null: no copy wanted
+
+  __device__ float4 load4(int64_t i) const { return *reinterpret_cast<const float4*>(param + i); }
+  __device__ void store4(int64_t i, float4 p) const {
+    *reinterpret_cast<float4*>(param + i) = p;
+    if (working == nullptr) return;
+    const uint32_t w[4] = {split_master_bits(__float_as_uint(p.x)).working, split_master_bits(__float_as_uint(p.y)).working,
+                           split_master_bits(__float_as_uint(p.z)).working, split_master_bits(__float_as_uint(p.w)).working};
+    *reinterpret_cast<uint2*>(working + i) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+  }
+  __device__ float load(int64_t i) const { return param[i]; }
+  __device__ void store(int64_t i, float p) const {
+    param[i] = p;
+    if (working != nullptr) working[i] = split_master_bits(__float_as_uint(p)).working;
+  }
+};
+
+struct SplitMaster {
+  uint16_t* working;
+  uint16_t* remainder;
+
+  __device__ float4 load4(int64_t i) const {
+    const uint2 w = *reinterpret_cast<const uint2*>(working + i);
+    const uint2 r = *reinterpret_cast<const uint2*>(remainder + i);
+    auto join = [](uint32_t w2, uint32_t r2, int half) {
+      return __uint_as_float(join_master_bits(uint16_t(w2 >> (16 * half)), uint16_t(r2 >> (16 * half))));
+    };
+    return make_float4(join(w.x, r.x, 0), join(w.x, r.x, 1), join(w.y, r.y, 0), join(w.y, r.y, 1));
+  }
+  __device__ void store4(int64_t i, float4 p) const {
+    const MasterHalves h[4] = {split_master_bits(__float_as_uint(p.x)), split_master_bits(__float_as_uint(p.y)),
+                               split_master_bits(__float_as_uint(p.z)), split_master_bits(__float_as_uint(p.w))};
+    *reinterpret_cast<uint2*>(working + i) = make_uint2(h[0].working | (uint32_t(h[1].working) << 16),
+                                                        h[2].working | (uint32_t(h[3].working) << 16));
+    *reinterpret_cast<uint2*>(remainder + i) = make_uint2(h[0].remainder | (uint32_t(h[1].remainder) << 16),
+                                                          h[2].remainder | (uint32_t(h[3].remainder) << 16));
+  }
+  __device__ float load(int64_t i) const { return __uint_as_float(join_master_bits(working[i], remainder[i])); }
+  __device__ void store(int64_t i, float p) const {
+    const MasterHalves h = split_master_bits(__float_as_uint(p));
+    working[i] = h.working;
+    remainder[i] = h.remainder;
+  }
+};
+
 // adamw_cpu.cc's expressions in its evaluation order, each operation rounded
 // on its own (the _rn intrinsics are never fused into multiply-adds), so the
 // GPU and the CPU agree to the last bit wherever the CPU does not fuse either.
 // The parameter update uses the unrounded new moments, as on the CPU.
-template <typename M>
+template <typename M, typename Master>
 struct AdamWStep {
-  float* param;
+  Master master;
   const float* grad;
   M* m;
   M* v;
-  __nv_bfloat16* param_bf16;
   AdamWScalars s;
 
   __device__ float update(float& p, float grad, float& mi, float& vi) const {
@@ -74,7 +127,7 @@ struct AdamWStep {
     return p;
   }
   __device__ void vector(int64_t i) const {
-    float4 p = *reinterpret_cast<const float4*>(param + i);
+    float4 p = master.load4(i);
     const float4 g = *reinterpret_cast<const float4*>(grad + i);
     float4 mi = load_moments4(m + i);
     float4 vi = load_moments4(v + i);
@@ -82,31 +135,24 @@ struct AdamWStep {
     update(p.y, g.y, mi.y, vi.y);
     update(p.z, g.z, mi.z, vi.z);
     update(p.w, g.w, mi.w, vi.w);
-    *reinterpret_cast<float4*>(param + i) = p;
+    master.store4(i, p);
     store_moments4(m + i, mi);
     store_moments4(v + i, vi);
-    if (param_bf16 != nullptr) {
-      uint2 packed;
-      *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(p.x, p.y);
-      *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(p.z, p.w);
-      *reinterpret_cast<uint2*>(param_bf16 + i) = packed;
-    }
   }
   __device__ void scalar(int64_t i) const {
-    float p = param[i], mi = load_moment(m[i]), vi = load_moment(v[i]);
+    float p = master.load(i), mi = load_moment(m[i]), vi = load_moment(v[i]);
     update(p, grad[i], mi, vi);
-    param[i] = p;
+    master.store(i, p);
     store_moment(m[i], mi);
     store_moment(v[i], vi);
-    if (param_bf16 != nullptr) param_bf16[i] = __float2bfloat16_rn(p);
   }
 };
 
-// One kernel template, two instantiations: fp32 moments (float4 per vector)
-// and bf16 moments (4 x 16 bits per vector).
-template <typename M>
-void launch_adamw(float* param, const float* grad, M* m, M* v, bf16* param_bf16, int64_t n,
-                  const AdamWHyper& hp, cudaStream_t stream) {
+// One kernel template, four instantiations: fp32 or bf16 moments (float4 or
+// 4 x 16 bits per vector), fp32 or split master.
+template <typename M, typename Master>
+void launch_adamw(const Master& master, std::array<std::pair<const void*, int>, 2> at,
+                  const float* grad, M* m, M* v, int64_t n, const AdamWHyper& hp, cudaStream_t stream) {
   SPW_CHECK(hp.step >= 1, "adamw", "step counts from 1, got ", hp.step);
   const double t = static_cast<double>(hp.step);
   const AdamWScalars s{
@@ -120,25 +166,36 @@ void launch_adamw(float* param, const float* grad, M* m, M* v, bf16* param_bf16,
       static_cast<float>(hp.eps),
       static_cast<float>(hp.grad_scale),
   };
-  const AdamWStep<M> op{param, grad, m, v, reinterpret_cast<__nv_bfloat16*>(param_bf16), s};
+  const AdamWStep<M, Master> op{master, grad, m, v, s};
   constexpr int kMoment = static_cast<int>(sizeof(M));
-  launch_elementwise<4>(
-      "adamw", op, n,
-      vector_head({{param, 4}, {grad, 4}, {m, kMoment}, {v, kMoment}, {param_bf16, 2}}, 4),
-      stream);
+  launch_elementwise<4>("adamw", op, n, vector_head({at[0], at[1], {grad, 4}, {m, kMoment}, {v, kMoment}}, 4), stream);
 }
 
 }  // namespace
 
 void adamw_update_cuda(float* param, const float* grad, float* m, float* v, bf16* param_bf16,
                        int64_t n, const AdamWHyper& hp, cudaStream_t stream) {
-  launch_adamw<float>(param, grad, m, v, param_bf16, n, hp, stream);
+  launch_adamw(FloatMaster{param, reinterpret_cast<uint16_t*>(param_bf16)}, {{{param, 4}, {param_bf16, 2}}}, grad, m,
+               v, n, hp, stream);
 }
 
 void adamw_update_bf16_moments_cuda(float* param, const float* grad, bf16* m, bf16* v,
                                     bf16* param_bf16, int64_t n, const AdamWHyper& hp,
                                     cudaStream_t stream) {
-  launch_adamw<bf16>(param, grad, m, v, param_bf16, n, hp, stream);
+  launch_adamw(FloatMaster{param, reinterpret_cast<uint16_t*>(param_bf16)}, {{{param, 4}, {param_bf16, 2}}}, grad, m,
+               v, n, hp, stream);
+}
+
+void adamw_update_split_cuda(bf16* working, uint16_t* remainder, const float* grad, float* m, float* v, int64_t n,
+                             const AdamWHyper& hp, cudaStream_t stream) {
+  launch_adamw(SplitMaster{reinterpret_cast<uint16_t*>(working), remainder}, {{{working, 2}, {remainder, 2}}}, grad, m,
+               v, n, hp, stream);
+}
+
+void adamw_update_split_bf16_moments_cuda(bf16* working, uint16_t* remainder, const float* grad, bf16* m, bf16* v,
+                                          int64_t n, const AdamWHyper& hp, cudaStream_t stream) {
+  launch_adamw(SplitMaster{reinterpret_cast<uint16_t*>(working), remainder}, {{{working, 2}, {remainder, 2}}}, grad, m,
+               v, n, hp, stream);
 }
 
 }  // namespace spillway::ops

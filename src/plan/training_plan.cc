@@ -159,9 +159,10 @@ bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq
   g.mark_output(m.loss);
   graph::append_backward(b, m.loss, m.parameters, graph::GradientOutput::accumulated);
   const uint64_t params = static_cast<uint64_t>(model::parameter_count(config));
-  // bf16 weights, fp32 master, two fp32 moments and fp32 gradients; the
-  // graph's own peak; about a gigabyte of kernel workspaces.
-  const uint64_t need = params * 18 + graph::analyze_liveness(g, accounted).peak_bytes + (1ull << 30);
+  // bf16 weights, the rest of the fp32 master (2 bytes: ops/master_split.h),
+  // two fp32 moments and fp32 gradients; the graph's own peak; about a
+  // gigabyte of kernel workspaces.
+  const uint64_t need = params * 16 + graph::analyze_liveness(g, accounted).peak_bytes + (1ull << 30);
   return need <= device_budget;
 }
 

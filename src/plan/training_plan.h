@@ -82,8 +82,8 @@ void choose_layout(TrainingPlan& plan, const TrainingPlanRequest& request);
 // Both.
 std::unique_ptr<TrainingPlan> plan_training(const TrainingPlanRequest& request);
 
-// Whether the whole training state (bf16 weights, fp32 master, moments and
-// gradients) and the step's activations fit `device_budget` without any
+// Whether the whole training state (bf16 weights, the fp32 master's other
+// half, moments and gradients) and the step's activations fit `device_budget` without any
 // planning: the case for the all-on-device engine.
 bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq, uint64_t device_budget);
 

@@ -1,11 +1,15 @@
 // GPU AdamW against the CPU kernel (fp32, to 1e-5) over several steps, with
 // and without the bf16 copy, at odd sizes and unaligned starts; with bf16
-// moments, bit for bit.
+// moments, bit for bit; with the master held split (ops/master_split.h), bit
+// for bit the whole master's update.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -14,6 +18,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
 #include "ops/adamw.h"
+#include "ops/master_split.h"
 #include "testing/cuda_arrays.h"
 #include "testing/numeric.h"
 
@@ -36,6 +41,9 @@ std::vector<uint32_t> float_bits_of(const std::vector<float>& v) {
   for (float f : v) out.push_back(float_bits(f));
   return out;
 }
+
+// The bf16 working copy of a master: ties away from zero (ops/master_split.h).
+uint16_t working_bits(float master) { return split_master_bits(float_bits(master)).working; }
 
 const int64_t kSizes[] = {1, 7, 8, 129, 4097, (1 << 20) + 3};
 
@@ -71,7 +79,7 @@ TEST(AdamWCuda, MatchesCpuOverSteps) {
         for (int64_t i = 0; i < n + offset; ++i) {
           // The copy is the updated parameter rounded once; untouched (still
           // poison) without it, and before the start.
-          const uint16_t want = with_copy && i >= offset ? to_bf16(got_param[i]).bits : 0xffff;
+          const uint16_t want = with_copy && i >= offset ? working_bits(got_param[i]) : 0xffff;
           ASSERT_EQ(copy[i].bits, want) << "bf16 copy at " << i << ", n " << n << what;
         }
       }
@@ -145,10 +153,88 @@ TEST(AdamWCuda, Bf16MomentsBitwiseEqualToCpu) {
             << "v, n " << n << " offsets " << po << "," << mo << what;
         const auto copy = dcopy.download();
         for (int64_t i = 0; i < n + po; ++i) {
-          const uint16_t want = with_copy && i >= po ? to_bf16(param[i]).bits : 0xffff;
+          const uint16_t want = with_copy && i >= po ? working_bits(param[i]) : 0xffff;
           ASSERT_EQ(copy[i].bits, want) << "bf16 copy at " << i << ", n " << n << what;
         }
       }
+    }
+  }
+}
+
+// The split master (working copy + remainder) against the whole fp32 master
+// with its bf16 copy, over steps, fp32 and bf16 moments, aligned and not:
+// the joined master, the working copy and the moments, every bit. About 1 in
+// 2^17 updated parameters lands on a rounding tie, so the million-element
+// case crosses several each step.
+template <typename M>
+void split_master_case(int64_t n, int64_t offset) {
+  using spillway::testing::bits_of;
+  AdamWHyper hp;
+  hp.lr = 1e-3;
+  hp.weight_decay = 0.1;
+  hp.grad_scale = 0.7;
+  const auto param = random_vector<float>(n + offset, 31 + n);
+  std::vector<bf16> working(param.size());
+  std::vector<uint16_t> remainder(param.size());
+  split_master(param.data(), working.data(), remainder.data(), n + offset);
+  std::vector<M> m(param.size()), v(param.size());
+  for (size_t i = 0; i < param.size(); ++i) {
+    const double mi = 0.01 * std::sin(static_cast<double>(i)), vi = 1e-4 * std::cos(static_cast<double>(i)) + 1e-4;
+    if constexpr (std::is_same_v<M, float>) {
+      m[i] = static_cast<float>(mi);
+      v[i] = static_cast<float>(vi);
+    } else {
+      m[i] = to_bf16(static_cast<float>(mi));
+      v[i] = to_bf16(static_cast<float>(vi));
+    }
+  }
+  DeviceArray<float> dparam(param);
+  DeviceArray<bf16> dcopy(param.size()), dworking(working);
+  DeviceArray<uint16_t> dremainder(remainder);
+  DeviceArray<M> dm_whole(m), dv_whole(v), dm_split(m), dv_split(v);
+  for (int64_t step = 1; step <= 3; ++step) {
+    hp.step = step;
+    DeviceArray<float> dgrad(random_vector<float>(n + offset, 40 * step + n, -3, 3));
+    const float* g = dgrad.get() + offset;
+    if constexpr (std::is_same_v<M, float>) {
+      adamw_update_cuda(dparam.get() + offset, g, dm_whole.get() + offset, dv_whole.get() + offset,
+                        dcopy.get() + offset, n, hp, nullptr);
+      adamw_update_split_cuda(dworking.get() + offset, dremainder.get() + offset, g, dm_split.get() + offset,
+                              dv_split.get() + offset, n, hp, nullptr);
+    } else {
+      adamw_update_bf16_moments_cuda(dparam.get() + offset, g, dm_whole.get() + offset, dv_whole.get() + offset,
+                                     dcopy.get() + offset, n, hp, nullptr);
+      adamw_update_split_bf16_moments_cuda(dworking.get() + offset, dremainder.get() + offset, g,
+                                           dm_split.get() + offset, dv_split.get() + offset, n, hp, nullptr);
+    }
+  }
+  const auto whole = dparam.download();
+  const auto got_working = dworking.download();
+  const auto got_remainder = dremainder.download();
+  std::vector<float> joined(whole.size());
+  join_master(got_working.data(), got_remainder.data(), joined.data(), n + offset);
+  const std::string what = "n " + std::to_string(n) + ", offset " + std::to_string(offset);
+  // The element before the start was never touched: the initial split joins back.
+  EXPECT_EQ(float_bits_of(joined), float_bits_of(whole)) << what;
+  const auto copy = dcopy.download();
+  for (int64_t i = offset; i < n + offset; ++i) {
+    ASSERT_EQ(got_working[static_cast<size_t>(i)].bits, copy[static_cast<size_t>(i)].bits) << "at " << i << ", " << what;
+  }
+  if constexpr (std::is_same_v<M, float>) {
+    EXPECT_EQ(float_bits_of(dm_split.download()), float_bits_of(dm_whole.download())) << what;
+    EXPECT_EQ(float_bits_of(dv_split.download()), float_bits_of(dv_whole.download())) << what;
+  } else {
+    EXPECT_EQ(bits_of(dm_split.download()), bits_of(dm_whole.download())) << what;
+    EXPECT_EQ(bits_of(dv_split.download()), bits_of(dv_whole.download())) << what;
+  }
+}
+
+TEST(AdamWCuda, SplitMasterUpdatesAsTheWholeMaster) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (int64_t n : kSizes) {
+    for (int64_t offset : {0, 1, 2}) {
+      split_master_case<float>(n, offset);
+      split_master_case<bf16>(n, offset);
     }
   }
 }

@@ -1,7 +1,9 @@
 // The CUDA engine: the step graph in bf16 on one stream; fp32 master
 // weights, fp32 gradients and AdamW moments (fp32, or bf16 with
 // EngineOptions::bf16_moments) stay on the GPU, and the optimizer writes the
-// bf16 working copy the next step's graph reads.
+// bf16 working copy the next step's graph reads. The master is held as that
+// working copy plus a 16-bit remainder (ops/master_split.h): every bit of it,
+// in 2 bytes a parameter beside the working copy instead of 4.
 //
 // Gradients: one fp32 buffer per parameter, carved from one allocation and
 // bound to the step graph's accumulated gradients
@@ -32,7 +34,7 @@
 #include "graph/fuse_step.h"
 #include "model/llama_graph.h"
 #include "ops/adamw.h"
-#include "ops/cast.h"
+#include "ops/master_split.h"
 #include "ops/grad_norm.h"
 #include "train/cuda/cuda_engine_common.h"
 #include "train/engine.h"
@@ -74,7 +76,7 @@ class CudaEngine final : public Engine {
       const uint64_t n = static_cast<uint64_t>(t.shape.numel());
       Param p;
       p.n = static_cast<int64_t>(n);
-      p.master = static_cast<float*>(mem.allocate(n * 4, t.name + " (fp32 master)"));
+      p.remainder = static_cast<uint16_t*>(mem.allocate(n * 2, t.name + " (fp32 master, low half)"));
       const uint64_t moment_bytes = n * (o.bf16_moments ? 2 : 4);
       p.m = mem.allocate(moment_bytes, t.name + " (AdamW m)");
       p.v = mem.allocate(moment_bytes, t.name + " (AdamW v)");
@@ -158,11 +160,11 @@ class CudaEngine final : public Engine {
       const Param& p = params_[i];
       const ops::AdamWHyper hp = optimizer_.hyper(lr, grad_scale, p.decay);
       if (options_.bf16_moments) {
-        ops::adamw_update_bf16_moments_cuda(p.master, p.grad, static_cast<bf16*>(p.m), static_cast<bf16*>(p.v),
-                                            p.working, p.n, hp, stream_);
+        ops::adamw_update_split_bf16_moments_cuda(p.working, p.remainder, p.grad, static_cast<bf16*>(p.m),
+                                                  static_cast<bf16*>(p.v), p.n, hp, stream_);
       } else {
-        ops::adamw_update_cuda(p.master, p.grad, static_cast<float*>(p.m), static_cast<float*>(p.v), p.working, p.n,
-                               hp, stream_);
+        ops::adamw_update_split_cuda(p.working, p.remainder, p.grad, static_cast<float*>(p.m),
+                                     static_cast<float*>(p.v), p.n, hp, stream_);
       }
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -186,11 +188,17 @@ class CudaEngine final : public Engine {
       optimizer_.m = model::LlamaWeights::zeros(weights_.config());
       optimizer_.v = model::LlamaWeights::zeros(weights_.config());
     }
-    std::vector<bf16> narrow;
+    std::vector<bf16> narrow, working;
+    std::vector<uint16_t> remainder;
     for (size_t i = 0; i < params_.size(); ++i) {
       const Param& p = params_[i];
       const size_t bytes = static_cast<size_t>(p.n) * 4;
-      SPW_CUDA(cudaMemcpyAsync(weights_.tensors()[i].data.data(), p.master, bytes, cudaMemcpyDeviceToHost, stream_));
+      working.resize(static_cast<size_t>(p.n));
+      remainder.resize(static_cast<size_t>(p.n));
+      SPW_CUDA(cudaMemcpyAsync(working.data(), p.working, bytes / 2, cudaMemcpyDeviceToHost, stream_));
+      SPW_CUDA(cudaMemcpyAsync(remainder.data(), p.remainder, bytes / 2, cudaMemcpyDeviceToHost, stream_));
+      SPW_CUDA(cudaStreamSynchronize(stream_));
+      ops::join_master(working.data(), remainder.data(), weights_.tensors()[i].data.data(), p.n);
       for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
         float* to = host->tensors()[i].data.data();
         if (!options_.bf16_moments) {
@@ -222,8 +230,8 @@ class CudaEngine final : public Engine {
  private:
   struct Param {
     int64_t n = 0;
-    float* master = nullptr;
-    bf16* working = nullptr;
+    bf16* working = nullptr;     // the master's bf16 rounding, which the step reads
+    uint16_t* remainder = nullptr;  // the rest of the fp32 master (ops/master_split.h)
     void *m = nullptr, *v = nullptr;  // AdamW moments: fp32, or bf16 with bf16_moments
     float* grad = nullptr;  // the sum of this optimizer step's micro-batch gradients
     bool decay = false;
@@ -234,11 +242,17 @@ class CudaEngine final : public Engine {
   void upload_state() {
     const bool have_moments = !optimizer_.m.tensors().empty();
     if (!have_moments && !options_.bf16_moments) optimizer_ = AdamW(weights_.config());
-    std::vector<bf16> narrow;
+    std::vector<bf16> narrow, working;
+    std::vector<uint16_t> remainder;
     for (size_t i = 0; i < params_.size(); ++i) {
       const Param& p = params_[i];
       const size_t bytes = static_cast<size_t>(p.n) * 4;
-      SPW_CUDA(cudaMemcpyAsync(p.master, weights_.tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
+      SPW_CUDA(cudaStreamSynchronize(stream_));  // `working` and `remainder` are reused
+      working.resize(static_cast<size_t>(p.n));
+      remainder.resize(static_cast<size_t>(p.n));
+      ops::split_master(weights_.tensors()[i].data.data(), working.data(), remainder.data(), p.n);
+      SPW_CUDA(cudaMemcpyAsync(p.working, working.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
+      SPW_CUDA(cudaMemcpyAsync(p.remainder, remainder.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
       for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
         if (!options_.bf16_moments) {
           SPW_CUDA(cudaMemcpyAsync(moment, host->tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
@@ -252,7 +266,6 @@ class CudaEngine final : public Engine {
           SPW_CUDA(cudaMemcpyAsync(moment, narrow.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
         }
       }
-      ops::cast_cuda(p.master, DType::f32, p.working, DType::bf16, p.n, stream_);
     }
     SPW_CUDA(cudaStreamSynchronize(stream_));
   }

@@ -35,7 +35,7 @@
 #include "graph/fuse_step.h"
 #include "model/llama_graph.h"
 #include "ops/adamw.h"
-#include "ops/cast.h"
+#include "ops/master_split.h"
 #include "ops/grad_norm.h"
 #include "plan/timeline_svg.h"
 #include "plan/training_plan.h"
@@ -375,7 +375,7 @@ class CudaOffloadEngine final : public Engine {
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
       bf16* out = plan_->weights_resident ? p.working + off : slot.working;
-      ops::cast_cuda(slot.master, DType::f32, out, DType::bf16, len, compute_);
+      ops::split_master_cuda(slot.master, out, nullptr, len, compute_);
       SPW_CUDA(cudaEventRecord(slot.updated, compute_));
       SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
       if (!plan_->weights_resident) {

@@ -15,8 +15,8 @@
 namespace spillway::train {
 namespace {
 
-model::LlamaConfig small() {
-  return testing::llama_config(1000, 256, 512, 3, 4, 2);
+model::LlamaConfig small(bool tied = false) {
+  return testing::llama_config(1000, 256, 512, 3, 4, 2, tied);
 }
 
 struct TrainedRun {
@@ -29,9 +29,9 @@ struct TrainedRun {
 };
 
 // Three steps of o.micro_batches micro-batches each, then an evaluation.
-TrainedRun train(EngineOptions o) {
+TrainedRun train(EngineOptions o, bool tied = false) {
   const int64_t micro_batches = o.micro_batches;
-  const auto config = small();
+  const auto config = small(tied);
   TrainedRun r;
   r.weights = model::LlamaWeights::random(config, 5, 0.05);
   if (!o.bf16_moments) r.optimizer = AdamW(config);
@@ -115,6 +115,28 @@ TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForB
   EXPECT_TRUE(same_bits(a.weights, b.weights));
   EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
   EXPECT_TRUE(same_bits(a.optimizer.v, b.optimizer.v));
+}
+
+// A tied embedding: the resident engine writes lm_head's weight gradient
+// straight into the table's gradient and adds the batch's rows there when a
+// step's first micro-batch overwrites the sums
+// (CudaNodeRunner::set_tied_gradient_in_place); the planned engine keeps the
+// product apart and adds it whole. One micro-batch and two (the second adds).
+TEST(CudaOffloadEngine, TiedEmbeddingsTrainAsInTheResidentEngineBitForBit) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (int64_t micro_batches : {1, 2}) {
+    TrainedRun a = train(options("off", micro_batches), /*tied=*/true);
+    TrainedRun b = train(options("on", micro_batches), /*tied=*/true);
+    EXPECT_NE(b.description.find("planned: weights and gradients on the device"), std::string::npos) << b.description;
+    EXPECT_NE(a.description.find("lm_head's dW written into the tied embedding's gradient"), std::string::npos)
+        << a.description;
+    EXPECT_EQ(b.description.find("tied embedding"), std::string::npos) << b.description;
+    EXPECT_EQ(a.losses, b.losses) << micro_batches;
+    EXPECT_EQ(a.norms, b.norms) << micro_batches;
+    EXPECT_TRUE(same_bits(a.weights, b.weights)) << micro_batches;
+    EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m)) << micro_batches;
+    EXPECT_TRUE(same_bits(a.optimizer.v, b.optimizer.v)) << micro_batches;
+  }
 }
 
 // Stacked q|k|v and gate|up: the planned engine lays each stack's tensors

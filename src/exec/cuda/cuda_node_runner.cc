@@ -22,6 +22,7 @@ namespace spillway::exec {
 using graph::Graph;
 using graph::Node;
 using graph::OpKind;
+using graph::Value;
 
 namespace {
 
@@ -75,6 +76,17 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
   matmul_workspace_ = memory_.allocate(ops::CublasLtMatmul::kDefaultWorkspaceBytes, "cuBLASLt workspace");
   matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, ops::CublasLtMatmul::kDefaultWorkspaceBytes,
                                                   matmul_candidates);
+  const std::vector<int> readers = graph::reader_counts(graph);
+  for (const Node& n : graph.nodes()) {
+    if (n.kind != OpKind::embedding_backward || n.inputs.size() != 3 || !graph.is_accumulated(n.outputs[0])) continue;
+    const Value base = n.inputs[2];
+    const int32_t p = graph.value(base).producer;
+    if (p < 0 || readers[static_cast<size_t>(base.id)] != 1 || graph.is_output(base)) continue;
+    const Node& product = graph.nodes()[static_cast<size_t>(p)];
+    if (!graph::is_plain_product(graph, product)) continue;
+    scatter_of_product_[&product] = &n;
+    product_of_scatter_[&n] = &product;
+  }
   uint64_t need = 0;
   for (const Node& n : graph.nodes()) {
     const auto& in0 = graph.value(n.inputs.empty() ? n.outputs[0] : n.inputs[0]).shape;
@@ -191,6 +203,9 @@ std::string CudaNodeRunner::gemm_summary() const {
                                   count(use_hopper_gemm_backward_, "down's dX with SwiGLU's backward")}) {
     if (!part.empty()) summary += (summary.empty() ? "" : "; ") + part;
   }
+  if (tied_gradient_in_place_ && !scatter_of_product_.empty()) {
+    summary += std::string(summary.empty() ? "" : "; ") + "lm_head's dW written into the tied embedding's gradient";
+  }
   return summary;
 }
 
@@ -250,6 +265,14 @@ void CudaNodeRunner::run_packed_attention(const Node& n, const ops::AttentionSha
   copy_blocks(b, grads, false, static_cast<bf16*>(dqkv), stream_);
 }
 
+bool CudaNodeRunner::tied_in_place(const Node& n, const std::map<const Node*, const Node*>& pairs) const {
+  if (!tied_gradient_in_place_) return false;
+  const auto it = pairs.find(&n);
+  if (it == pairs.end()) return false;
+  const Node& scatter = n.kind == OpKind::embedding_backward ? n : *it->second;
+  return !scatter.attrs.accumulate || overwrite_accumulated_;
+}
+
 void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>& data) {
   auto in = [&](size_t i) { return data[static_cast<size_t>(n.inputs[i].id)]; };
   auto out = [&](size_t i) { return data[static_cast<size_t>(n.outputs[i].id)]; };
@@ -270,12 +293,15 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
                                   table[1], stream_);
       break;
     }
-    case OpKind::embedding_backward:
-      // A third input is added to dtable (graph/fuse_embedding_add.h).
+    case OpKind::embedding_backward: {
+      // A third input is added to dtable (graph/fuse_embedding_add.h); when
+      // its product was written into dtable already, the rows are added there.
+      const bool base_in_place = tied_in_place(n, product_of_scatter_);
       ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
-                                   out0.shape[0], out0.shape[1], workspace_, stream_, accumulate,
-                                   n.inputs.size() == 3 ? f32(in(2)) : nullptr);
+                                   out0.shape[0], out0.shape[1], workspace_, stream_, accumulate || base_in_place,
+                                   n.inputs.size() == 3 && !base_in_place ? f32(in(2)) : nullptr);
       break;
+    }
     case OpKind::rmsnorm: {
       const Shape& x = g.value(n.inputs[0]).shape;
       ops::rmsnorm_forward_cuda(bf(in(0)), bf(in(1)), bf(out(0)), f32(out(1)), x.rows(), x.last(),
@@ -338,8 +364,11 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
           ops::swiglu_packed_forward_cuda(bf(out(0)), bf(out(1)), m, ffn, stream_);
         }
       } else {
+        // A tied embedding's product goes straight to its gradient (set_tied_gradient_in_place).
+        void* to = tied_in_place(n, scatter_of_product_) ? data[static_cast<size_t>(scatter_of_product_.at(&n)->outputs[0].id)]
+                                                          : out(0);
         matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype,
-                     accumulate ? 1.0f : 0.0f, out(0), out0.dtype, stream_);
+                     accumulate ? 1.0f : 0.0f, to, out0.dtype, stream_);
       }
       break;
     }

@@ -47,6 +47,8 @@ class CudaNodeRunner final : public NodeRunner {
   // the own Hopper GEMM, as "q|k|v with its RoPE in the own Hopper GEMM in
   // 16 of 16 nodes; gate|up with its SwiGLU gate in the own Hopper GEMM in
   // 16 of 16 nodes; ..."; each part left out when the graph has no such node.
+  // A tied embedding's gradient made in place (set_tied_gradient_in_place)
+  // is said last.
   std::string gemm_summary() const;
 
   // While on, nodes that add into an accumulated value (NodeAttrs::accumulate)
@@ -55,7 +57,23 @@ class CudaNodeRunner final : public NodeRunner {
   // Adding a result to zero gives the result's bits, so nothing else changes.
   void set_overwrite_accumulated(bool on) { overwrite_accumulated_ = on; }
 
+  // For a caller whose accumulated values stay bound to its buffers for the
+  // whole step (the all-on-device engine). While overwriting (above), a
+  // tied embedding's gradient skips a pass over the table: the product that
+  // is the embedding_backward's base (lm_head's dW, graph/fuse_embedding_add.h)
+  // is written straight into the gradient's buffer, and the scatter then adds
+  // the batch's rows there, instead of the product going to a buffer of its
+  // own that the scatter reads whole to write base + sum. The same bits,
+  // except that a row no token uses keeps a product of -0 where base + 0
+  // would make it +0 (as overwriting itself keeps a -0 that 0 + -0 would
+  // not): AdamW and the gradient norm treat the two zeros alike.
+  void set_tied_gradient_in_place(bool on) { tied_gradient_in_place_ = on; }
+
  private:
+  // Whether node n, a key of `pairs` (scatter_of_product_ or
+  // product_of_scatter_), writes the tied gradient in place this run: on,
+  // and its embedding_backward overwriting rather than adding.
+  bool tied_in_place(const graph::Node& n, const std::map<const graph::Node*, const graph::Node*>& pairs) const;
   const float* inv_freq_on_device(const std::vector<float>& inv_freq);
   // The cosines and sines of ops::rope_table_cuda for a matmul with its rope
   // folded in, made on first use and kept.
@@ -77,6 +95,11 @@ class CudaNodeRunner final : public NodeRunner {
   std::map<const std::vector<float>*, void*> inv_freq_;
   std::map<std::tuple<const std::vector<float>*, int64_t, int64_t, int64_t>, void*> rope_tables_;
   bool overwrite_accumulated_ = false;
+  bool tied_gradient_in_place_ = false;
+  // A plain product read only as the base of an embedding_backward that
+  // writes an accumulated value: that embedding_backward, and back.
+  std::map<const graph::Node*, const graph::Node*> scatter_of_product_;
+  std::map<const graph::Node*, const graph::Node*> product_of_scatter_;
   // Per matmul that also writes its SwiGLU gate: whether the own Hopper
   // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
   // tiles) or cuBLASLt and the gate kernel.

@@ -283,6 +283,8 @@ class CudaEngine final : public Engine {
     MemorySpace& mem = device_->device_memory();
     s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic,
                                                       options_.matmul_candidates, options_.own_gemm);
+    // The executor keeps the gradients bound for the whole step.
+    s.runner->set_tied_gradient_in_place(true);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
     // A stacked parameter starts where its first tensor does.
     for (size_t i = 0; i < s.model.parameters.size(); ++i) {

@@ -65,10 +65,7 @@ struct FloatMaster {
   __device__ float4 load4(int64_t i) const { return *reinterpret_cast<const float4*>(param + i); }
   __device__ void store4(int64_t i, float4 p) const {
     *reinterpret_cast<float4*>(param + i) = p;
-    if (working == nullptr) return;
-    const uint32_t w[4] = {split_master_bits(__float_as_uint(p.x)).working, split_master_bits(__float_as_uint(p.y)).working,
-                           split_master_bits(__float_as_uint(p.z)).working, split_master_bits(__float_as_uint(p.w)).working};
-    *reinterpret_cast<uint2*>(working + i) = make_uint2(w[0] | (w[1] << 16), w[2] | (w[3] << 16));
+    if (working != nullptr) *reinterpret_cast<uint2*>(working + i) = split_master4(p).working;
   }
   __device__ float load(int64_t i) const { return param[i]; }
   __device__ void store(int64_t i, float p) const {
@@ -90,12 +87,9 @@ struct SplitMaster {
     return make_float4(join(w.x, r.x, 0), join(w.x, r.x, 1), join(w.y, r.y, 0), join(w.y, r.y, 1));
   }
   __device__ void store4(int64_t i, float4 p) const {
-    const MasterHalves h[4] = {split_master_bits(__float_as_uint(p.x)), split_master_bits(__float_as_uint(p.y)),
-                               split_master_bits(__float_as_uint(p.z)), split_master_bits(__float_as_uint(p.w))};
-    *reinterpret_cast<uint2*>(working + i) = make_uint2(h[0].working | (uint32_t(h[1].working) << 16),
-                                                        h[2].working | (uint32_t(h[3].working) << 16));
-    *reinterpret_cast<uint2*>(remainder + i) = make_uint2(h[0].remainder | (uint32_t(h[1].remainder) << 16),
-                                                          h[2].remainder | (uint32_t(h[3].remainder) << 16));
+    const MasterHalves4 h = split_master4(p);
+    *reinterpret_cast<uint2*>(working + i) = h.working;
+    *reinterpret_cast<uint2*>(remainder + i) = h.remainder;
   }
   __device__ float load(int64_t i) const { return __uint_as_float(join_master_bits(working[i], remainder[i])); }
   __device__ void store(int64_t i, float p) const {

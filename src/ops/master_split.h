@@ -51,6 +51,22 @@ SPW_MASTER_SPLIT_FN uint32_t join_master_bits(uint16_t working, uint16_t remaind
          static_cast<uint32_t>(static_cast<int32_t>(static_cast<int16_t>(remainder)));
 }
 
+#if defined(__CUDACC__)
+// Four masters split at once, each half's four 16-bit patterns packed in
+// order: what the elementwise kernels store in 8 bytes a half.
+struct MasterHalves4 {
+  uint2 working, remainder;
+};
+
+__device__ inline MasterHalves4 split_master4(float4 x) {
+  const MasterHalves h[4] = {split_master_bits(__float_as_uint(x.x)), split_master_bits(__float_as_uint(x.y)),
+                             split_master_bits(__float_as_uint(x.z)), split_master_bits(__float_as_uint(x.w))};
+  auto pack = [](uint16_t lo, uint16_t hi) { return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16); };
+  return {make_uint2(pack(h[0].working, h[1].working), pack(h[2].working, h[3].working)),
+          make_uint2(pack(h[0].remainder, h[1].remainder), pack(h[2].remainder, h[3].remainder))};
+}
+#endif
+
 // Host: the split of n masters (remainder may be null: the working copy
 // alone), and the join back.
 void split_master(const float* master, bf16* working, uint16_t* remainder, int64_t n);

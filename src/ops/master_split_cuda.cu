@@ -17,15 +17,9 @@ struct SplitMaster {
   uint16_t* remainder;  // null: the working copy alone
 
   __device__ void vector(int64_t i) const {
-    const float4 x = *reinterpret_cast<const float4*>(master + i);
-    const MasterHalves h[4] = {split_master_bits(__float_as_uint(x.x)), split_master_bits(__float_as_uint(x.y)),
-                               split_master_bits(__float_as_uint(x.z)), split_master_bits(__float_as_uint(x.w))};
-    *reinterpret_cast<uint2*>(working + i) = make_uint2(h[0].working | (uint32_t(h[1].working) << 16),
-                                                        h[2].working | (uint32_t(h[3].working) << 16));
-    if (remainder != nullptr) {
-      *reinterpret_cast<uint2*>(remainder + i) = make_uint2(h[0].remainder | (uint32_t(h[1].remainder) << 16),
-                                                            h[2].remainder | (uint32_t(h[3].remainder) << 16));
-    }
+    const MasterHalves4 h = split_master4(*reinterpret_cast<const float4*>(master + i));
+    *reinterpret_cast<uint2*>(working + i) = h.working;
+    if (remainder != nullptr) *reinterpret_cast<uint2*>(remainder + i) = h.remainder;
   }
   __device__ void scalar(int64_t i) const {
     const MasterHalves h = split_master_bits(__float_as_uint(master[i]));

@@ -127,7 +127,7 @@ int run_plan(const PlanArgs& a) {
   std::printf("device: %s resident + %s planned peak + %s workspaces of %s\n", format_bytes(p->resident_bytes).c_str(),
               format_bytes(p->placement.device_peak).c_str(), format_bytes(req.device_reserved).c_str(),
               format_bytes(req.device_budget).c_str());
-  std::printf("host: %s state (fp32 master, %s AdamW moments%s) + %s offloaded values of %s\n",
+  std::printf("host: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values of %s\n",
               format_bytes(p->host_state_bytes).c_str(), a.bf16_moments ? "bf16" : "fp32",
               p->weights_resident ? "" : ", bf16 weights",
               format_bytes(p->placement.host_peak).c_str(), format_bytes(req.host_budget).c_str());

@@ -64,9 +64,10 @@ Planned state_of(const TrainingPlan& p, const TrainingPlanRequest& r, Layout lay
   }
   SPW_CHECK(layout.grads != Grads::vocab || (out.grad_elements_at_home > 0 && out.grad_elements_at_home < p.parameters),
             "planner", "no vocabulary-sized gradient to keep apart");
-  // fp32 master and moments always live at home, and the bf16 weights and
-  // the fp32 gradient sums when they are not on the device.
-  out.host_state_bytes = p.parameters * (r.bf16_moments ? 8 : 12) + (layout.weights ? 0 : p.parameters * 2) +
+  // The fp32 masters' remainders (ops/master_split.h) and the moments always
+  // live at home, and the bf16 weights and the fp32 gradient sums when they
+  // are not on the device.
+  out.host_state_bytes = p.parameters * (r.bf16_moments ? 6 : 10) + (layout.weights ? 0 : p.parameters * 2) +
                          out.grad_elements_at_home * 4;
   out.resident = std::move(resident);
   return out;
@@ -182,11 +183,12 @@ Placement plan_gpu_placement(const graph::Graph& g, uint64_t device_budget, uint
 double optimizer_seconds(uint64_t parameters, bool weights_resident, uint64_t grad_elements_at_home,
                          bool bf16_moments, const MachineRates& rates) {
   const double n = static_cast<double>(parameters);
-  // Up: master and both moments (and the gradient when it lives at home);
-  // down: the same three (and the bf16 weights when they live at home).
-  const double state = 4.0 + (bf16_moments ? 4.0 : 8.0);
+  // Up: the masters' remainders and both moments (and the gradient when it
+  // lives at home); down: the same three; both ways the bf16 weights when
+  // they live at home (AdamW joins the master from them).
+  const double state = 2.0 + (bf16_moments ? 4.0 : 8.0) + (weights_resident ? 0.0 : 2.0);
   const double up = n * state + static_cast<double>(grad_elements_at_home) * 4.0;
-  const double down = n * (state + (weights_resident ? 0.0 : 2.0));
+  const double down = n * state;
   return std::max(up / rates.h2d_bytes, down / rates.d2h_bytes);
 }
 

@@ -4,9 +4,10 @@
 // predicted time. `spillway plan` prints it; the GPU engine runs it, so the
 // prediction and the run describe the same program.
 //
-// The fp32 master weights and AdamW moments live at home in pinned host
-// memory; the optimizer streams them through the GPU once per optimizer
-// step. The bf16 working weights and the fp32 gradient accumulators stay on
+// The fp32 master weights (as the bf16 working copy plus a 16-bit
+// remainder, ops/master_split.h) and AdamW moments live at home in pinned
+// host memory; the optimizer streams the remainders and the moments through
+// the GPU once per optimizer step. The bf16 working weights and the fp32 gradient accumulators stay on
 // the device when they fit ("resident"), otherwise they live in host memory
 // too: the placement loads the weights for the stretches that use them, and
 // loads each gradient's running sum just before the node that adds to it
@@ -62,7 +63,7 @@ struct TrainingPlan {
   Placement placement;
   uint64_t parameters = 0;
   uint64_t resident_bytes = 0;    // weights + gradients kept on the device
-  uint64_t host_state_bytes = 0;  // master weights, moments, host-side weights and gradients
+  uint64_t host_state_bytes = 0;  // masters' remainders, moments, host-side weights and gradients
   StepPrediction micro;           // one micro-batch
   double optimizer_seconds = 0;   // streaming the state through the GPU once
   double step_seconds = 0;        // micro_batches micro-batches + the optimizer
@@ -94,8 +95,9 @@ bool fits_on_device(const model::LlamaConfig& config, int64_t batch, int64_t seq
 Placement plan_gpu_placement(const graph::Graph& graph, uint64_t device_budget, uint64_t host_budget,
                              std::vector<bool> resident, const MachineRates& rates);
 
-// The time the optimizer takes to stream master weights and moments (and
-// gradients or weights that live at home) through the GPU and back.
+// The time the optimizer takes to stream the masters' remainders and the
+// moments (and gradients or weights that live at home) through the GPU and
+// back.
 double optimizer_seconds(uint64_t parameters, bool weights_resident, uint64_t grad_elements_at_home,
                          bool bf16_moments, const MachineRates& rates);
 

@@ -1,17 +1,22 @@
 // The planned GPU engine, for training state larger than the device.
 //
-// Home of the state is host memory: the caller's own fp32 master weights
-// and AdamW moments, pinned where they lie (no second copy of tens of
-// gigabytes), or with bf16 moments the engine's own pinned bf16 arrays. The
+// Home of the state is host memory: the fp32 master weights as the bf16
+// working copy plus the engine's pinned 16-bit remainders
+// (ops/master_split.h; 2 bytes a parameter each way through PCIe instead of
+// 4), and the caller's own fp32 AdamW moments, pinned where they lie (no
+// second copy of tens of gigabytes), or with bf16 moments the engine's own
+// pinned bf16 arrays. The
 // step graph runs under a plan (plan/training_plan.h) on three streams: bf16
 // working weights and fp32 gradient sums stay on the device when the plan
 // says they fit; otherwise the weights are loaded for the stretches that use
 // them, and each gradient's running sum is loaded just before the node that
 // adds to it and goes back home right after; activations go home and come
-// back where the budget needs it. The optimizer streams master weights and
-// moments through the GPU in chunks, three chunks in flight (one loading,
-// one updating, one going home), and runs the same AdamW kernel as the
-// all-on-device engine.
+// back where the budget needs it. The optimizer streams the masters'
+// remainders and the moments (and the working copy, where it lives at home)
+// through the GPU in chunks, three chunks in flight (one loading, one
+// updating, one going home), and runs the same AdamW kernel as the
+// all-on-device engine. The caller's fp32 master arrays are read at the
+// start and written by sync_to_host.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -140,7 +145,7 @@ class CudaOffloadEngine final : public Engine {
     for (int s = 0; s < kSlots; ++s) {
       Slot& slot = slots_[s];
       const auto chunk = static_cast<uint64_t>(chunk_);
-      slot.master = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (master)"));
+      slot.remainder = static_cast<uint16_t*>(mem.allocate(chunk * 2, "optimizer staging (master's low half)"));
       slot.m = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (m)"));
       slot.v = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (v)"));
       slot.grad = static_cast<float*>(mem.allocate(chunk * 4, "optimizer staging (gradient)"));
@@ -181,6 +186,7 @@ class CudaOffloadEngine final : public Engine {
       for (cudaEvent_t e : {slot.loaded, slot.updated, slot.free}) SPW_CUDA_WARN(cudaEventDestroy(e));
     }
     if (host_working_) SPW_CUDA_WARN(cudaFreeHost(host_working_));
+    if (host_remainders_) SPW_CUDA_WARN(cudaFreeHost(host_remainders_));
     if (host_ids_) SPW_CUDA_WARN(cudaFreeHost(host_ids_));
     if (host_moments_) SPW_CUDA_WARN(cudaFreeHost(host_moments_));
     if (host_grads_) SPW_CUDA_WARN(cudaFreeHost(host_grads_));
@@ -210,6 +216,7 @@ class CudaOffloadEngine final : public Engine {
                                                      &stats.grad_norm);
     ++optimizer_.steps_taken;
     stream_optimizer(lr, grad_scale);
+    host_current_ = false;
     if (profiling_) {
       optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
       ++profiled_steps_;
@@ -221,10 +228,24 @@ class CudaOffloadEngine final : public Engine {
     return run(*eval_.executor, eval_.model, inputs, targets);
   }
 
-  // The master weights (and fp32 moments) are the caller's own memory,
+  // The master weights are joined from the working copies and remainders
+  // into the caller's arrays; fp32 moments are the caller's own memory,
   // updated in place by every step; bf16 moments are widened into the
   // caller's fp32 ones, which are made if the caller had none.
   void sync_to_host() override {
+    if (host_current_) return;
+    for (cudaStream_t s : {compute_, h2d_, d2h_}) SPW_CUDA(cudaStreamSynchronize(s));
+    std::vector<bf16> working;
+    for (const Param& p : params_) {
+      const bf16* at_home = p.working;
+      if (plan_->weights_resident) {
+        working.resize(static_cast<size_t>(p.n));
+        SPW_CUDA(cudaMemcpy(working.data(), p.working, static_cast<size_t>(p.n) * 2, cudaMemcpyDeviceToHost));
+        at_home = working.data();
+      }
+      ops::join_master(at_home, p.remainder, p.master, p.n);
+    }
+    host_current_ = true;
     if (!options_.bf16_moments) return;
     if (optimizer_.m.tensors().empty()) {
       optimizer_.m = model::LlamaWeights::zeros(weights_.config());
@@ -268,7 +289,8 @@ class CudaOffloadEngine final : public Engine {
 
   struct Param {
     int64_t n = 0;
-    float* master = nullptr;          // host, the caller's
+    float* master = nullptr;          // host, the caller's: read at the start, written by sync_to_host
+    uint16_t* remainder = nullptr;    // pinned host: the rest of the master (ops/master_split.h)
     char *m = nullptr, *v = nullptr;  // AdamW moments at home: the caller's fp32, or the engine's pinned bf16
     bf16* working = nullptr;  // device (resident) or pinned host
     float* grad = nullptr;    // the sum of the micro-batches' gradients: device, or pinned host
@@ -276,7 +298,8 @@ class CudaOffloadEngine final : public Engine {
     bool decay = false;
   };
   struct Slot {
-    float *master = nullptr, *m = nullptr, *v = nullptr, *grad = nullptr;
+    uint16_t* remainder = nullptr;
+    float *m = nullptr, *v = nullptr, *grad = nullptr;
     bf16* working = nullptr;
     cudaEvent_t loaded = nullptr, updated = nullptr, free = nullptr;
   };
@@ -329,12 +352,16 @@ class CudaOffloadEngine final : public Engine {
     if (options_.bf16_moments) {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
     }
+    SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_remainders_), weights_.numel() * 2, cudaHostAllocDefault));
+    uint16_t* next_remainder = host_remainders_;
     PinnedRanges& pins = pinned_;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const uint64_t wo = working_at[i] * 2;
       Param p;
       p.n = tensors[i].shape.numel();
       p.master = tensors[i].data.data();
+      p.remainder = next_remainder;
+      next_remainder += p.n;
       const bool have_fp32_moments = !optimizer_.m.tensors().empty();
       float* m32 = have_fp32_moments ? optimizer_.m.tensors()[i].data.data() : nullptr;
       float* v32 = have_fp32_moments ? optimizer_.v.tensors()[i].data.data() : nullptr;
@@ -357,7 +384,6 @@ class CudaOffloadEngine final : public Engine {
       p.grad_on_device = grad_on_device[i];
       p.grad = p.grad_on_device ? reinterpret_cast<float*>(grads_) + device_grad_at[i]
                                 : reinterpret_cast<float*>(host_grads_) + home_grad_at[i];
-      pins.add(p.master, static_cast<size_t>(p.n) * 4);
       if (!host_moments_) {
         for (char* h : {p.m, p.v}) pins.add(h, static_cast<size_t>(p.n) * 4);
       }
@@ -365,23 +391,22 @@ class CudaOffloadEngine final : public Engine {
     }
     const auto pin_start = std::chrono::steady_clock::now();
     pins.pin();
-    log_info("pinned " + format_bytes(weights_.numel() * (host_moments_ ? 4ull : 12ull)) +
-             " of master weights" + (host_moments_ ? "" : " and moments") + " in place in " +
-             std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - pin_start).count()) + " s");
-    // The bf16 working copy, rounded from the master weights on the GPU (the
-    // rounding AdamW uses for every later update).
-    for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
-      SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, static_cast<size_t>(len) * 4, cudaMemcpyHostToDevice, h2d_));
-      SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
-      SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
-      bf16* out = plan_->weights_resident ? p.working + off : slot.working;
-      ops::split_master_cuda(slot.master, out, nullptr, len, compute_);
-      SPW_CUDA(cudaEventRecord(slot.updated, compute_));
-      SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
+    if (!host_moments_) {
+      log_info("pinned " + format_bytes(weights_.numel() * 8ull) + " of moments in place in " +
+               std::to_string(std::chrono::duration<double>(std::chrono::steady_clock::now() - pin_start).count()) +
+               " s");
+    }
+    // The bf16 working copies and the remainders, split from the caller's masters.
+    std::vector<bf16> split_working;
+    for (const Param& p : params_) {
       if (!plan_->weights_resident) {
-        SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
+        ops::split_master(p.master, p.working, p.remainder, p.n);
+        continue;
       }
-    });
+      split_working.resize(static_cast<size_t>(p.n));
+      ops::split_master(p.master, split_working.data(), p.remainder, p.n);
+      SPW_CUDA(cudaMemcpy(p.working, split_working.data(), static_cast<size_t>(p.n) * 2, cudaMemcpyHostToDevice));
+    }
   }
 
   // Runs `body(param, offset, length, slot)` over every parameter in chunks,
@@ -404,36 +429,42 @@ class CudaOffloadEngine final : public Engine {
 
   void stream_optimizer(double lr, double grad_scale) {
     // Moments at home are fp32 or bf16; a gradient sum is on the device or
-    // at home too (Param::grad), and then comes up with the chunk.
+    // at home too (Param::grad), and then comes up with the chunk; so does
+    // the working copy where it lives at home, since the master is joined
+    // from it.
     const size_t moment_size = host_moments_ ? 2 : 4;
+    const bool working_at_home = !plan_->weights_resident;
     for_each_chunk([&](const Param& p, int64_t off, int64_t len, Slot& slot) {
-      const size_t bytes = static_cast<size_t>(len) * 4;
+      const size_t halves = static_cast<size_t>(len) * 2;
       const size_t moment_bytes = static_cast<size_t>(len) * moment_size;
       const size_t moment_off = static_cast<size_t>(off) * moment_size;
-      SPW_CUDA(cudaMemcpyAsync(slot.master, p.master + off, bytes, cudaMemcpyHostToDevice, h2d_));
+      SPW_CUDA(cudaMemcpyAsync(slot.remainder, p.remainder + off, halves, cudaMemcpyHostToDevice, h2d_));
+      if (working_at_home) {
+        SPW_CUDA(cudaMemcpyAsync(slot.working, p.working + off, halves, cudaMemcpyHostToDevice, h2d_));
+      }
       SPW_CUDA(cudaMemcpyAsync(slot.m, p.m + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
       SPW_CUDA(cudaMemcpyAsync(slot.v, p.v + moment_off, moment_bytes, cudaMemcpyHostToDevice, h2d_));
       if (!p.grad_on_device) {
-        SPW_CUDA(cudaMemcpyAsync(slot.grad, p.grad + off, bytes, cudaMemcpyHostToDevice, h2d_));
+        SPW_CUDA(cudaMemcpyAsync(slot.grad, p.grad + off, 2 * halves, cudaMemcpyHostToDevice, h2d_));
       }
       SPW_CUDA(cudaEventRecord(slot.loaded, h2d_));
       SPW_CUDA(cudaStreamWaitEvent(compute_, slot.loaded));
       const ops::AdamWHyper h = optimizer_.hyper(lr, grad_scale, p.decay);
-      bf16* out = plan_->weights_resident ? p.working + off : slot.working;
+      bf16* working = working_at_home ? slot.working : p.working + off;
       const float* grad = p.grad_on_device ? p.grad + off : slot.grad;
       if (host_moments_) {
-        ops::adamw_update_bf16_moments_cuda(slot.master, grad, reinterpret_cast<bf16*>(slot.m),
-                                            reinterpret_cast<bf16*>(slot.v), out, len, h, compute_);
+        ops::adamw_update_split_bf16_moments_cuda(working, slot.remainder, grad, reinterpret_cast<bf16*>(slot.m),
+                                                  reinterpret_cast<bf16*>(slot.v), len, h, compute_);
       } else {
-        ops::adamw_update_cuda(slot.master, grad, slot.m, slot.v, out, len, h, compute_);
+        ops::adamw_update_split_cuda(working, slot.remainder, grad, slot.m, slot.v, len, h, compute_);
       }
       SPW_CUDA(cudaEventRecord(slot.updated, compute_));
       SPW_CUDA(cudaStreamWaitEvent(d2h_, slot.updated));
-      SPW_CUDA(cudaMemcpyAsync(p.master + off, slot.master, bytes, cudaMemcpyDeviceToHost, d2h_));
+      SPW_CUDA(cudaMemcpyAsync(p.remainder + off, slot.remainder, halves, cudaMemcpyDeviceToHost, d2h_));
       SPW_CUDA(cudaMemcpyAsync(p.m + moment_off, slot.m, moment_bytes, cudaMemcpyDeviceToHost, d2h_));
       SPW_CUDA(cudaMemcpyAsync(p.v + moment_off, slot.v, moment_bytes, cudaMemcpyDeviceToHost, d2h_));
-      if (!plan_->weights_resident) {
-        SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost, d2h_));
+      if (working_at_home) {
+        SPW_CUDA(cudaMemcpyAsync(p.working + off, slot.working, halves, cudaMemcpyDeviceToHost, d2h_));
       }
     });
   }
@@ -562,6 +593,8 @@ class CudaOffloadEngine final : public Engine {
   std::vector<Param> params_;
   PinnedRanges pinned_;
   char* host_working_ = nullptr;
+  uint16_t* host_remainders_ = nullptr;  // every Param::remainder, one pinned allocation
+  bool host_current_ = true;            // the caller's master arrays hold the engine's masters
   int32_t* host_ids_ = nullptr;  // pinned staging for a micro-batch's tokens, then its targets
   char* host_moments_ = nullptr;  // bf16 m and v, one pinned allocation
   char* host_grads_ = nullptr;    // gradient sums when they do not fit the device

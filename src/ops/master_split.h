@@ -53,7 +53,7 @@ SPW_MASTER_SPLIT_FN uint32_t join_master_bits(uint16_t working, uint16_t remaind
 
 #if defined(__CUDACC__)
 // Four masters split at once, each half's four 16-bit patterns packed in
-// order: what the elementwise kernels store in 8 bytes a half.
+// order: what AdamW's vector path stores in 8 bytes a half.
 struct MasterHalves4 {
   uint2 working, remainder;
 };
@@ -67,20 +67,9 @@ __device__ inline MasterHalves4 split_master4(float4 x) {
 }
 #endif
 
-// Host: the split of n masters (remainder may be null: the working copy
-// alone), and the join back.
+// Host: the split of n masters, and the join back (the engines split at
+// start-up and join for sync_to_host; AdamW splits on the GPU).
 void split_master(const float* master, bf16* working, uint16_t* remainder, int64_t n);
 void join_master(const bf16* working, const uint16_t* remainder, float* master, int64_t n);
 
 }  // namespace spillway::ops
-
-#ifdef SPILLWAY_HAS_CUDA
-#include <cuda_runtime_api.h>
-
-namespace spillway::ops {
-
-// GPU split_master, bit for bit; remainder may be null.
-void split_master_cuda(const float* master, bf16* working, uint16_t* remainder, int64_t n, cudaStream_t stream);
-
-}  // namespace spillway::ops
-#endif

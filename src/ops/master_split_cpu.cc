@@ -7,7 +7,7 @@ void split_master(const float* master, bf16* working, uint16_t* remainder, int64
   for (int64_t i = 0; i < n; ++i) {
     const MasterHalves h = split_master_bits(float_bits(master[i]));
     working[i].bits = h.working;
-    if (remainder != nullptr) remainder[i] = h.remainder;
+    remainder[i] = h.remainder;
   }
 }
 

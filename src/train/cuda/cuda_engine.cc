@@ -70,39 +70,52 @@ class CudaEngine final : public Engine {
     name_ = cuda_engine_name(0);
     MemorySpace& mem = device_->device_memory();
 
-    // Parameters: fp32 master, AdamW moments, and (below) the bf16 working
-    // copy and the gradient, which the step graph reads and writes.
-    for (const auto& t : weights_.tensors()) {
-      const uint64_t n = static_cast<uint64_t>(t.shape.numel());
-      Param p;
-      p.n = static_cast<int64_t>(n);
-      p.remainder = static_cast<uint16_t*>(mem.allocate(n * 2, t.name + " (fp32 master, low half)"));
-      const uint64_t moment_bytes = n * (o.bf16_moments ? 2 : 4);
-      p.m = mem.allocate(moment_bytes, t.name + " (AdamW m)");
-      p.v = mem.allocate(moment_bytes, t.name + " (AdamW v)");
-      p.decay = t.shape.rank() >= 2;
-      params_.push_back(p);
-    }
+    for (const auto& t : weights_.tensors()) params_.push_back({.n = t.shape.numel(), .decay = t.shape.rank() >= 2});
     // The step graphs' parameters, each stacking one or more tensors.
     {
       graph::Graph g;
       graph::Builder b(g, DType::bf16);
       parts_ = model::build_llama(b, weights_.config(), 1, 1, graph_options()).parameter_parts;
     }
-    // Working copies and gradients: the tensors a graph parameter stacks lie
-    // back to back, so its matmul reads (and its gradient's matmul writes)
-    // them as one matrix; each stack 256-byte aligned (cuBLASLt's plans
-    // assume it).
+    // Every per-tensor array (working copy, master remainder, gradient,
+    // moments) has one layout. The tensors a graph parameter stacks lie back
+    // to back, so its matmul reads (and its gradient's matmul writes) them
+    // as one matrix, each stack 256-byte aligned (cuBLASLt's plans assume
+    // it). The stacks that take weight decay come first, so AdamW updates
+    // every parameter in two launches, not one per tensor (147 for the 1B
+    // model, most of them too small to fill the GPU); the gaps between
+    // stacks go through it too, zero, which an update leaves zero.
     std::vector<int64_t> numel;
     for (const Param& p : params_) numel.push_back(p.n);
-    const std::vector<uint64_t> offsets = model::stacked_offsets(parts_, numel, kStackAlign);
-    const uint64_t elements = offsets.back();
-    working_ = static_cast<bf16*>(mem.allocate(elements * 2, "weights (bf16)"));
-    grad_bytes_ = elements * 4;
-    grads_ = static_cast<char*>(mem.allocate(grad_bytes_, "gradients (fp32)"));
+    std::vector<std::vector<int>> stacks, plain;
+    for (const auto& stack : parts_) {
+      const bool decay = params_[static_cast<size_t>(stack.front())].decay;
+      for (int t : stack) {
+        SPW_CHECK(params_[static_cast<size_t>(t)].decay == decay, weights_.tensors()[static_cast<size_t>(t)].name,
+                  "is stacked with tensors of the other weight-decay setting");
+      }
+      (decay ? stacks : plain).push_back(stack);
+    }
+    decayed_elements_ = model::stacked_offsets(stacks, numel, kStackAlign).back();
+    stacks.insert(stacks.end(), plain.begin(), plain.end());
+    const std::vector<uint64_t> offsets = model::stacked_offsets(stacks, numel, kStackAlign);
+    elements_ = offsets.back();
+    const uint64_t moment_bytes = o.bf16_moments ? 2 : 4;
+    working_ = static_cast<bf16*>(mem.allocate(elements_ * 2, "weights (bf16)"));
+    remainder_ = static_cast<uint16_t*>(mem.allocate(elements_ * 2, "fp32 master, low halves"));
+    grads_ = static_cast<float*>(mem.allocate(elements_ * 4, "gradients (fp32)"));
+    m_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW m"));
+    v_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW v"));
+    for (const auto [array, bytes] : {std::pair<void*, uint64_t>{working_, 2}, {remainder_, 2}, {grads_, 4},
+                                      {m_, moment_bytes}, {v_, moment_bytes}}) {
+      SPW_CUDA(cudaMemsetAsync(array, 0, elements_ * bytes, stream_));
+    }
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i].working = working_ + offsets[i];
-      params_[i].grad = reinterpret_cast<float*>(grads_) + offsets[i];
+      params_[i].remainder = remainder_ + offsets[i];
+      params_[i].grad = grads_ + offsets[i];
+      params_[i].m = m_ + offsets[i] * moment_bytes;
+      params_[i].v = v_ + offsets[i] * moment_bytes;
     }
     upload_state();
 
@@ -156,17 +169,8 @@ class CudaEngine final : public Engine {
     const double grad_scale =
         accumulated_grad_scale(std::sqrt(sum_squares), micro_batches, options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Param& p = params_[i];
-      const ops::AdamWHyper hp = optimizer_.hyper(lr, grad_scale, p.decay);
-      if (options_.bf16_moments) {
-        ops::adamw_update_split_bf16_moments_cuda(p.working, p.remainder, p.grad, static_cast<bf16*>(p.m),
-                                                  static_cast<bf16*>(p.v), p.n, hp, stream_);
-      } else {
-        ops::adamw_update_split_cuda(p.working, p.remainder, p.grad, static_cast<float*>(p.m),
-                                     static_cast<float*>(p.v), p.n, hp, stream_);
-      }
-    }
+    update(0, decayed_elements_, optimizer_.hyper(lr, grad_scale, /*matrix=*/true));
+    update(decayed_elements_, elements_ - decayed_elements_, optimizer_.hyper(lr, grad_scale, /*matrix=*/false));
     SPW_CUDA(cudaStreamSynchronize(stream_));
     if (profiling_) {
       optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
@@ -236,6 +240,20 @@ class CudaEngine final : public Engine {
     float* grad = nullptr;  // the sum of this optimizer step's micro-batch gradients
     bool decay = false;
   };
+
+  // AdamW over elements [first, first + n) of the per-tensor arrays.
+  void update(uint64_t first, uint64_t n, const ops::AdamWHyper& hp) {
+    const auto count = static_cast<int64_t>(n);
+    if (options_.bf16_moments) {
+      ops::adamw_update_split_bf16_moments_cuda(working_ + first, remainder_ + first, grads_ + first,
+                                                reinterpret_cast<bf16*>(m_) + first,
+                                                reinterpret_cast<bf16*>(v_) + first, count, hp, stream_);
+    } else {
+      ops::adamw_update_split_cuda(working_ + first, remainder_ + first, grads_ + first,
+                                   reinterpret_cast<float*>(m_) + first, reinterpret_cast<float*>(v_) + first, count,
+                                   hp, stream_);
+    }
+  }
 
   // bf16 moments start from the caller's fp32 ones rounded (a resumed run),
   // or zero; fp32 moments are the caller's, made zero if it had none.
@@ -359,9 +377,14 @@ class CudaEngine final : public Engine {
   int32_t* tokens_ = nullptr;
   int32_t* targets_ = nullptr;
   std::vector<std::vector<int>> parts_;  // the tensors each graph parameter stacks (LlamaGraph::parameter_parts)
-  bf16* working_ = nullptr;  // every tensor's bf16 working copy (Param::working), laid out by stacked_offsets()
-  char* grads_ = nullptr;    // every tensor's gradient (Param::grad), laid out the same way
-  uint64_t grad_bytes_ = 0;
+  // Every tensor's working copy, master remainder, gradient and moments
+  // (Param's pointers point into these), in one layout of elements_: the
+  // weight-decayed stacks in [0, decayed_elements_), the rest after.
+  uint64_t elements_ = 0, decayed_elements_ = 0;
+  bf16* working_ = nullptr;
+  uint16_t* remainder_ = nullptr;
+  float* grads_ = nullptr;
+  char *m_ = nullptr, *v_ = nullptr;  // fp32, or bf16 with bf16_moments
   ops::SumOfSquaresList norm_grads_;  // every Param::grad, in order
   double* norm_out_ = nullptr;
   CudaStep train_, eval_;

@@ -15,7 +15,8 @@ export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/u
 # Deterministic (the default), with cuDNN's atomic attention backward (as
 # PyTorch's flash backward), and with bf16 AdamW moments as well (PyTorch's
 # bf16 model keeps bf16 moments, weights and gradients; spillway still keeps
-# fp32 master weights and gradients). STEPS sets the timed steps (median).
+# fp32 master weights and gradients). STEPS sets the timed steps (median);
+# MODES (spillway flags per mode, separated by commas) replaces the three.
 # Power: nvidia-smi samples power, SM clock and the power-cap throttle every
 # 100 ms; bench/power_summary.py splits them by phase (each system's run).
 power=${OUT:-/tmp}/power.csv phases=${OUT:-/tmp}/phases.txt
@@ -26,7 +27,8 @@ sampler=$!
 # The sampler may be gone already: a failed kill must not become the exit status.
 trap 'kill $sampler 2>/dev/null || true' EXIT
 phase() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$phases"; }
-for mode in "" --nondeterministic "--nondeterministic --bf16-moments"; do
+IFS=, read -ra modes <<< "${MODES:-,--nondeterministic,--nondeterministic --bf16-moments}"
+for mode in "${modes[@]}"; do
   phase "spillway${mode:+ $mode}"
   build/gpu/src/spillway bench --config "$config" --seq "$seq" --batch "$batch" --steps "${STEPS:-6}" --warmup 2 \
     --json "$out" $mode | grep -E "median|step [0-9]+:" | tr '\n' ' ' | sed 's/  */ /g'

@@ -31,7 +31,7 @@ done
 echo "sanitizer: $(( $(date +%s) - start )) s"
 # BENCH_MODES: the 1B runs, separated by commas; a mode with --profile also
 # times each op (after its timed steps).
-IFS=, read -ra modes <<< "${BENCH_MODES:---profile,--nondeterministic --profile,--nondeterministic --cuda-graph,--nondeterministic --projections separate}"
+IFS=, read -ra modes <<< "${BENCH_MODES:---profile,--nondeterministic --profile,--nondeterministic --no-cuda-graph,--nondeterministic --projections separate}"
 [ "${BENCH:-1}" = 0 ] || for mode in "${modes[@]}"; do
   log="$OUT/bench1b$(echo "$mode" | tr -d ' -').log"
   build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps ${STEPS:-6} --warmup 2 --json "$OUT/bench.jsonl" \

@@ -43,7 +43,7 @@ struct BenchArgs {
   bool profile = false;
   bool bf16_moments = false;
   std::string recompute = "none";
-  bool cuda_graph = false;
+  bool cuda_graph = true;
   std::string projections = "auto";
   int matmul_candidates = train::EngineOptions{}.matmul_candidates;
   bool cublaslt_only = false;
@@ -187,7 +187,9 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_HOST_MEM");
   cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
       ->capture_default_str();
-  cmd->add_flag("--cuda-graph", a->cuda_graph, "all-on-device GPU engine: capture the step once, then replay it");
+  cmd->add_flag("--cuda-graph,!--no-cuda-graph", a->cuda_graph,
+                "all-on-device GPU engine: capture the step once, then replay it (the default; --no-cuda-graph: "
+                "launch every kernel every step)");
   cmd->add_option("--projections", a->projections,
                   "GPU: q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or "
                   "auto (fused all on the device, separate when planned)")

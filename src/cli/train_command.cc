@@ -44,6 +44,8 @@ void add_training_options(CLI::App* cmd, train::TrainOptions& o) {
          "--host-mem", [&o](const std::string& v) { o.host_memory = parse_bytes(v, "--host-mem"); },
          "pinned host memory budget for a planned GPU step (bytes, 100GiB, ...)")
       ->envname("SPILLWAY_HOST_MEM");
+  cmd->add_flag("--cuda-graph,!--no-cuda-graph", o.cuda_graph,
+                "GPU, all on the device: capture the step once and replay it (the default)");
   cmd->add_flag("--bf16-moments", o.bf16_moments,
                 "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");
   cmd->add_option("--offload", o.offload,

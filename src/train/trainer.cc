@@ -183,6 +183,7 @@ TrainResult train_model(TrainOptions o) {
   engine_options.offload = o.offload;
   engine_options.micro_batches = o.grad_accum;
   engine_options.bf16_moments = o.bf16_moments;
+  engine_options.cuda_graph = o.cuda_graph;
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.lr, o.min_lr, o.warmup, o.steps};
   const int64_t end_step = o.stop_after >= 0 ? std::min(o.steps, o.stop_after) : o.steps;

@@ -45,6 +45,7 @@ struct TrainOptions {
   uint64_t host_memory = 0;     // pinned host budget when the GPU step is planned; 0: 90% of what is available
   std::string offload = "auto";  // GPU: auto (plan when the state does not fit), on, off
   bool bf16_moments = false;     // GPU: AdamW moments in bf16 (the planned engine)
+  bool cuda_graph = true;        // GPU, all on the device: replay a captured step (EngineOptions::cuda_graph)
 
   // The options that define the run; a resumed run takes them from its
   // checkpoint, so a resume cannot silently change the training.

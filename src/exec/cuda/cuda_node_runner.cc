@@ -84,8 +84,8 @@ CudaNodeRunner::CudaNodeRunner(const Graph& graph, MemorySpace& memory, cudaStre
     if (p < 0 || readers[static_cast<size_t>(base.id)] != 1 || graph.is_output(base)) continue;
     const Node& product = graph.nodes()[static_cast<size_t>(p)];
     if (!graph::is_plain_product(graph, product)) continue;
-    scatter_of_product_[&product] = &n;
-    product_of_scatter_[&n] = &product;
+    tied_scatter_[&product] = &n;
+    tied_scatter_[&n] = &n;
   }
   uint64_t need = 0;
   for (const Node& n : graph.nodes()) {
@@ -203,7 +203,7 @@ std::string CudaNodeRunner::gemm_summary() const {
                                   count(use_hopper_gemm_backward_, "down's dX with SwiGLU's backward")}) {
     if (!part.empty()) summary += (summary.empty() ? "" : "; ") + part;
   }
-  if (tied_gradient_in_place_ && !scatter_of_product_.empty()) {
+  if (tied_gradient_in_place_ && !tied_scatter_.empty()) {
     summary += std::string(summary.empty() ? "" : "; ") + "lm_head's dW written into the tied embedding's gradient";
   }
   return summary;
@@ -265,12 +265,11 @@ void CudaNodeRunner::run_packed_attention(const Node& n, const ops::AttentionSha
   copy_blocks(b, grads, false, static_cast<bf16*>(dqkv), stream_);
 }
 
-bool CudaNodeRunner::tied_in_place(const Node& n, const std::map<const Node*, const Node*>& pairs) const {
-  if (!tied_gradient_in_place_) return false;
-  const auto it = pairs.find(&n);
-  if (it == pairs.end()) return false;
-  const Node& scatter = n.kind == OpKind::embedding_backward ? n : *it->second;
-  return !scatter.attrs.accumulate || overwrite_accumulated_;
+const Node* CudaNodeRunner::tied_in_place(const Node& n) const {
+  if (!tied_gradient_in_place_) return nullptr;
+  const auto it = tied_scatter_.find(&n);
+  if (it == tied_scatter_.end()) return nullptr;
+  return !it->second->attrs.accumulate || overwrite_accumulated_ ? it->second : nullptr;
 }
 
 void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>& data) {
@@ -296,7 +295,7 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
     case OpKind::embedding_backward: {
       // A third input is added to dtable (graph/fuse_embedding_add.h); when
       // its product was written into dtable already, the rows are added there.
-      const bool base_in_place = tied_in_place(n, product_of_scatter_);
+      const bool base_in_place = tied_in_place(n) != nullptr;
       ops::embedding_backward_cuda(ids(in(0)), bf(in(1)), f32(out(0)), g.value(n.inputs[0]).shape.numel(),
                                    out0.shape[0], out0.shape[1], workspace_, stream_, accumulate || base_in_place,
                                    n.inputs.size() == 3 && !base_in_place ? f32(in(2)) : nullptr);
@@ -365,8 +364,8 @@ void CudaNodeRunner::run(const Graph& g, const Node& n, const std::vector<void*>
         }
       } else {
         // A tied embedding's product goes straight to its gradient (set_tied_gradient_in_place).
-        void* to = tied_in_place(n, scatter_of_product_) ? data[static_cast<size_t>(scatter_of_product_.at(&n)->outputs[0].id)]
-                                                          : out(0);
+        const Node* scatter = tied_in_place(n);
+        void* to = scatter ? data[static_cast<size_t>(scatter->outputs[0].id)] : out(0);
         matmul_->run(a.trans_a, a.trans_b, m, nn, k, 1.0f, in(0), va.dtype, in(1), vb.dtype,
                      accumulate ? 1.0f : 0.0f, to, out0.dtype, stream_);
       }

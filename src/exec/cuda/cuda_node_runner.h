@@ -70,10 +70,10 @@ class CudaNodeRunner final : public NodeRunner {
   void set_tied_gradient_in_place(bool on) { tied_gradient_in_place_ = on; }
 
  private:
-  // Whether node n, a key of `pairs` (scatter_of_product_ or
-  // product_of_scatter_), writes the tied gradient in place this run: on,
-  // and its embedding_backward overwriting rather than adding.
-  bool tied_in_place(const graph::Node& n, const std::map<const graph::Node*, const graph::Node*>& pairs) const;
+  // The embedding_backward whose tied gradient node n (it, or the product
+  // that is its base) writes in place this run: on, and that scatter
+  // overwriting rather than adding; null otherwise.
+  const graph::Node* tied_in_place(const graph::Node& n) const;
   const float* inv_freq_on_device(const std::vector<float>& inv_freq);
   // The cosines and sines of ops::rope_table_cuda for a matmul with its rope
   // folded in, made on first use and kept.
@@ -96,10 +96,10 @@ class CudaNodeRunner final : public NodeRunner {
   std::map<std::tuple<const std::vector<float>*, int64_t, int64_t, int64_t>, void*> rope_tables_;
   bool overwrite_accumulated_ = false;
   bool tied_gradient_in_place_ = false;
-  // A plain product read only as the base of an embedding_backward that
-  // writes an accumulated value: that embedding_backward, and back.
-  std::map<const graph::Node*, const graph::Node*> scatter_of_product_;
-  std::map<const graph::Node*, const graph::Node*> product_of_scatter_;
+  // An embedding_backward that writes an accumulated value from a plain
+  // product read only as its base: the product and the scatter, each to the
+  // scatter.
+  std::map<const graph::Node*, const graph::Node*> tied_scatter_;
   // Per matmul that also writes its SwiGLU gate: whether the own Hopper
   // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
   // tiles) or cuBLASLt and the gate kernel.

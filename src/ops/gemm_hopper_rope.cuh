@@ -19,14 +19,6 @@
 
 namespace spillway::ops::hopper {
 
-// The byte offset of column `col`'s 16-byte chunk of tile row `row` in the
-// staging area: each consumer's 64 rows as four 64 x 64 boxes, 128-byte
-// swizzled (stage_tile).
-__device__ __forceinline__ int staged_at(int row, int col) {
-  const int r = row % 64;
-  return (row / 64) * (kStagingBytes / kConsumers) + (col / 64) * 8192 + r * 128 + ((((col % 64) / 8) ^ (r % 8)) * 16);
-}
-
 // A tile holds 256 / head_dim heads of each of its 128 rows (tokens), and
 // a token's heads share their cosines and sines: a worker takes one row and
 // 8 consecutive pairs (i, i + half) and rotates them in every head of the

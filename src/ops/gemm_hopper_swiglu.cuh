@@ -57,8 +57,7 @@ __device__ void swiglu_gate_worker(const CUtensorMap* map_gate_up, const CUtenso
 #pragma unroll
       for (int i = 0; i < kGateBatch; ++i) {
         const int v = base + kWorkerThreads * i;
-        const int row = v / 16, chunk = v % 16, r = row % 64;
-        at[i] = (row / 64) * kHalf + (chunk / 8) * 8192 + r * 128 + (((chunk % 8) ^ (r % 8)) * 16);
+        at[i] = staged_at(v / 16, 8 * (v % 16));  // 16 vectors of 8 gate values a row
         if (v < kVectors) {
           g[i] = *reinterpret_cast<const uint4*>(staging + at[i]);
           u[i] = *reinterpret_cast<const uint4*>(staging + at[i] + 2 * 8192);

@@ -89,6 +89,14 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The byte offset of column `col`'s 16-byte chunk of tile row `row` in the
+// staging area: each consumer's 64 rows as four 64 x 64 boxes, 128-byte
+// swizzled (stage_tile).
+__device__ __forceinline__ int staged_at(int row, int col) {
+  const int r = row % 64;
+  return (row / 64) * (kStagingBytes / kConsumers) + (col / 64) * 8192 + r * 128 + ((((col % 64) / 8) ^ (r % 8)) * 16);
+}
+
 // A consumer's 64 x 256 accumulators, rounded to bf16, into `staging` as
 // four 64 x 64 boxes in TMA's 128-byte swizzle. Thread (warp w, lane l)
 // holds, for each 8-column chunk i, columns 8i + 2(l % 4) + {0, 1} of rows

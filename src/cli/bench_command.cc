@@ -148,7 +148,7 @@ int run_bench(const BenchArgs& a) {
                         {"deterministic", !a.nondeterministic},
                         {"bf16_moments", a.bf16_moments},
                         {"recompute", a.recompute},
-                        {"cuda_graph", a.cuda_graph},
+                        {"cuda_graph", engine->replays_cuda_graph()},
                         {"fused_projections", engine->fused_projections()},
                         {"matmul_candidates", a.matmul_candidates},
                         {"own_gemm", !a.cublaslt_only},

@@ -90,6 +90,10 @@ class Engine {
   // The last profiled step as a picture of what each stream did (SVG);
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
+  // Whether training steps are replayed from a captured CUDA graph
+  // (EngineOptions::cuda_graph, on an engine that honours it, and no
+  // capture has failed).
+  virtual bool replays_cuda_graph() const { return false; }
   // Whether the step runs q|k|v and gate|up as single matmuls
   // (EngineOptions::projections; the CPU engine keeps them separate).
   virtual bool fused_projections() const { return false; }

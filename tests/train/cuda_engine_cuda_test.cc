@@ -193,9 +193,11 @@ TEST(CudaEngine, ReplayedStepsEqualEagerOnesBitForBit) {
       std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + n), targets(tokens.begin() + n, tokens.end());
       losses.push_back(gpu->train_step(inputs, targets, o.micro_batches, 1e-3).loss);
     }
+    EXPECT_EQ(gpu->replays_cuda_graph(), cuda_graph);
     gpu->sync_to_host();
     return w;
   };
+  EXPECT_TRUE(EngineOptions{}.cuda_graph);  // the default
   std::vector<double> eager_losses, replay_losses;
   const auto eager = run(false, eager_losses);
   // Step 1's first micro-batch eager, each mode captured on its next run, then replayed.

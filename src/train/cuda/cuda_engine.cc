@@ -220,6 +220,7 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
+  bool replays_cuda_graph() const override { return options_.cuda_graph; }
   bool fused_projections() const override { return train::fused_projections(options_, /*planned_engine=*/false); }
 
   void set_profiling(bool on) override {

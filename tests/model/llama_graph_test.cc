@@ -188,5 +188,26 @@ TEST(StackedOffsets, StacksLieBackToBackFromAlignedStarts) {
   EXPECT_EQ(stacked_offsets({}, numel, 4).back(), 0u);
 }
 
+// The GPU engine lays out the weight-decayed stacks first and the rest
+// after them, and updates [0, length of the first group's own layout) with
+// decay: that needs the first group to lie in the combined layout exactly as
+// it lies alone, and the rest to start at or after its length.
+TEST(StackedOffsets, ALeadingGroupLiesAsItDoesAlone) {
+  const std::vector<int64_t> numel = {5, 3, 2, 2, 7, 1};
+  const std::vector<std::vector<int>> first = {{1, 2, 3}, {4}}, rest = {{0}, {5}};
+  std::vector<std::vector<int>> all = first;
+  all.insert(all.end(), rest.begin(), rest.end());
+  for (uint64_t align : {1, 4, 128}) {
+    const std::vector<uint64_t> alone = stacked_offsets(first, numel, align);
+    const std::vector<uint64_t> combined = stacked_offsets(all, numel, align);
+    for (const auto& stack : first) {
+      for (int t : stack) EXPECT_EQ(combined[static_cast<size_t>(t)], alone[static_cast<size_t>(t)]) << t;
+    }
+    for (const auto& stack : rest) {
+      for (int t : stack) EXPECT_GE(combined[static_cast<size_t>(t)], alone.back()) << t;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spillway::model

@@ -257,7 +257,8 @@ class CudaEngine final : public Engine {
   }
 
   // bf16 moments start from the caller's fp32 ones rounded (a resumed run),
-  // or zero; fp32 moments are the caller's, made zero if it had none.
+  // or stay as allocated, zero; fp32 moments are the caller's, made zero if
+  // it had none.
   void upload_state() {
     const bool have_moments = !optimizer_.m.tensors().empty();
     if (!have_moments && !options_.bf16_moments) optimizer_ = AdamW(weights_.config());
@@ -275,9 +276,7 @@ class CudaEngine final : public Engine {
       for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
         if (!options_.bf16_moments) {
           SPW_CUDA(cudaMemcpyAsync(moment, host->tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-        } else if (!have_moments) {
-          SPW_CUDA(cudaMemsetAsync(moment, 0, bytes / 2, stream_));
-        } else {
+        } else if (have_moments) {
           const float* from = host->tensors()[i].data.data();
           SPW_CUDA(cudaStreamSynchronize(stream_));  // `narrow` is reused
           narrow.resize(static_cast<size_t>(p.n));

@@ -99,6 +99,25 @@ class PinnedRanges {
   std::vector<void*> pinned_;
 };
 
+// Pinned host memory of its own pages, for the engine's copies of the
+// working copies through host memory. A pageable buffer could start on a
+// page PinnedRanges registered (a page it shares with one of the caller's
+// vectors) and run past it, and CUDA refuses such a copy as an invalid
+// argument.
+class PinnedStaging {
+ public:
+  explicit PinnedStaging(int64_t elements) {
+    SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&data_), static_cast<size_t>(elements) * 2, cudaHostAllocDefault));
+  }
+  ~PinnedStaging() { SPW_CUDA_WARN(cudaFreeHost(data_)); }
+  PinnedStaging(const PinnedStaging&) = delete;
+  PinnedStaging& operator=(const PinnedStaging&) = delete;
+  bf16* data() const { return data_; }
+
+ private:
+  bf16* data_ = nullptr;
+};
+
 // A forward-only program for evaluation, planned like the training step.
 struct EvalProgram {
   graph::Graph graph;
@@ -235,15 +254,14 @@ class CudaOffloadEngine final : public Engine {
   void sync_to_host() override {
     if (host_current_) return;
     for (cudaStream_t s : {compute_, h2d_, d2h_}) SPW_CUDA(cudaStreamSynchronize(s));
-    std::vector<bf16> working;
-    for (const Param& p : params_) {
-      const bf16* at_home = p.working;
-      if (plan_->weights_resident) {
-        working.resize(static_cast<size_t>(p.n));
-        SPW_CUDA(cudaMemcpy(working.data(), p.working, static_cast<size_t>(p.n) * 2, cudaMemcpyDeviceToHost));
-        at_home = working.data();
-      }
-      ops::join_master(at_home, p.remainder, p.master, p.n);
+    if (!plan_->weights_resident) {
+      for (const Param& p : params_) ops::join_master(p.working, p.remainder, p.master, p.n);
+    } else {
+      const PinnedStaging staging(chunk_);
+      for_each_piece([&](const Param& p, int64_t off, int64_t len) {
+        SPW_CUDA(cudaMemcpy(staging.data(), p.working + off, static_cast<size_t>(len) * 2, cudaMemcpyDeviceToHost));
+        ops::join_master(staging.data(), p.remainder + off, p.master + off, len);
+      });
     }
     host_current_ = true;
     if (!options_.bf16_moments) return;
@@ -397,15 +415,23 @@ class CudaOffloadEngine final : public Engine {
                " s");
     }
     // The bf16 working copies and the remainders, split from the caller's masters.
-    std::vector<bf16> split_working;
+    if (!plan_->weights_resident) {
+      for (const Param& p : params_) ops::split_master(p.master, p.working, p.remainder, p.n);
+      return;
+    }
+    const PinnedStaging staging(chunk_);
+    for_each_piece([&](const Param& p, int64_t off, int64_t len) {
+      ops::split_master(p.master + off, staging.data(), p.remainder + off, len);
+      SPW_CUDA(cudaMemcpy(p.working + off, staging.data(), static_cast<size_t>(len) * 2, cudaMemcpyHostToDevice));
+    });
+  }
+
+  // Runs `body(param, offset, length)` over every parameter in pieces of at
+  // most chunk_ elements, in order.
+  template <typename Body>
+  void for_each_piece(Body body) const {
     for (const Param& p : params_) {
-      if (!plan_->weights_resident) {
-        ops::split_master(p.master, p.working, p.remainder, p.n);
-        continue;
-      }
-      split_working.resize(static_cast<size_t>(p.n));
-      ops::split_master(p.master, split_working.data(), p.remainder, p.n);
-      SPW_CUDA(cudaMemcpy(p.working, split_working.data(), static_cast<size_t>(p.n) * 2, cudaMemcpyHostToDevice));
+      for (int64_t off = 0; off < p.n; off += chunk_) body(p, off, std::min(chunk_, p.n - off));
     }
   }
 
@@ -415,15 +441,13 @@ class CudaOffloadEngine final : public Engine {
   template <typename Body>
   void for_each_chunk(Body body) {
     int64_t k = 0;
-    for (const Param& p : params_) {
-      for (int64_t off = 0; off < p.n; off += chunk_) {
-        Slot& slot = slots_[k % kSlots];
-        if (k >= kSlots) SPW_CUDA(cudaStreamWaitEvent(h2d_, slot.free));
-        body(p, off, std::min(chunk_, p.n - off), slot);
-        SPW_CUDA(cudaEventRecord(slot.free, d2h_));
-        ++k;
-      }
-    }
+    for_each_piece([&](const Param& p, int64_t off, int64_t len) {
+      Slot& slot = slots_[k % kSlots];
+      if (k >= kSlots) SPW_CUDA(cudaStreamWaitEvent(h2d_, slot.free));
+      body(p, off, len, slot);
+      SPW_CUDA(cudaEventRecord(slot.free, d2h_));
+      ++k;
+    });
     for (cudaStream_t s : {h2d_, compute_, d2h_}) SPW_CUDA(cudaStreamSynchronize(s));
   }
 

@@ -106,7 +106,7 @@ class CudaEngine final : public Engine {
     grads_ = static_cast<float*>(mem.allocate(elements_ * 4, "gradients (fp32)"));
     m_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW m"));
     v_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW v"));
-    for (const auto [array, bytes] : {std::pair<void*, uint64_t>{working_, 2}, {remainder_, 2}, {grads_, 4},
+    for (const auto& [array, bytes] : {std::pair<void*, uint64_t>{working_, 2}, {remainder_, 2}, {grads_, 4},
                                       {m_, moment_bytes}, {v_, moment_bytes}}) {
       SPW_CUDA(cudaMemsetAsync(array, 0, elements_ * bytes, stream_));
     }

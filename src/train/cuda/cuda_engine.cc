@@ -107,7 +107,7 @@ class CudaEngine final : public Engine {
     m_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW m"));
     v_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW v"));
     for (const auto& [array, bytes] : {std::pair<void*, uint64_t>{working_, 2}, {remainder_, 2}, {grads_, 4},
-                                      {m_, moment_bytes}, {v_, moment_bytes}}) {
+                                       {m_, moment_bytes}, {v_, moment_bytes}}) {
       SPW_CUDA(cudaMemsetAsync(array, 0, elements_ * bytes, stream_));
     }
     for (size_t i = 0; i < params_.size(); ++i) {

@@ -158,18 +158,19 @@ std::vector<double> start_times(const std::vector<double>& node_seconds) {
   return start_of;
 }
 
-// Adds `cost` to `profile` over nodes [from, to] for as many of them as fit
-// `budget`, walking from `to` towards `from` (`to` < `from`: the other way)
-// and stopping at the first that does not; returns the last node taken, or
-// the node before the first one when none fits.
-int32_t take_while_fits(std::vector<uint64_t>& profile, int32_t from, int32_t to, uint64_t cost, uint64_t budget) {
-  const int32_t step = from <= to ? -1 : 1;
-  int32_t taken = to - step;
-  for (int32_t k = to; step < 0 ? k >= from : k <= from; k += step) {
+// Adds `cost` to `profile` at nodes `first`, `first + step`, ... through
+// `last` (step is +1 or -1) for as many of them as fit `budget`, stopping at
+// the first that does not; returns the last node taken, or `first - step`
+// when none fits. The direction is given, not inferred from the ends: a
+// one-node walk would otherwise go the wrong way from its only node.
+int32_t take_while_fits(std::vector<uint64_t>& profile, int32_t first, int32_t last, int32_t step, uint64_t cost,
+                        uint64_t budget) {
+  int32_t taken = first - step;
+  for (int32_t k = first; step < 0 ? k >= last : k <= last; k += step) {
     if (profile[static_cast<size_t>(k)] + cost > budget) break;
     taken = k;
   }
-  for (int32_t k = to; k != taken + step; k += step) profile[static_cast<size_t>(k)] += cost;
+  for (int32_t k = first; k != taken + step; k += step) profile[static_cast<size_t>(k)] += cost;
   return taken;
 }
 
@@ -207,7 +208,7 @@ void schedule_loads(const Graph& g, std::vector<ValuePlan>& plans, const std::ve
     // The last node that begins at or before `start`.
     auto at = static_cast<int32_t>(std::upper_bound(start_of.begin(), start_of.end() - 1, start) - start_of.begin()) - 1;
     at = std::clamp(at, l.earliest, l.need);
-    if (at < l.need) at = take_while_fits(profile, at, l.need - 1, plans[l.value].cost, budget);
+    if (at < l.need) at = take_while_fits(profile, l.need - 1, at, -1, plans[l.value].cost, budget);
     at = std::min(at, l.need);
     plans[l.value].segments[l.segment].load = at;
     stream_free_from = std::max(start, start_of[static_cast<size_t>(at)]);
@@ -244,7 +245,7 @@ void hold_until_stored(const Graph& g, std::vector<ValuePlan>& plans, const std:
                                      start_of.begin()) - 1;
     if (plans[v].segments.size() > 1) done = std::min(done, plans[v].segments[1].load - 1);
     done = std::min(done, static_cast<int32_t>(node_seconds.size()) - 1);
-    if (done > s.last) s.last = take_while_fits(profile, done, s.last + 1, plans[v].cost, budget);
+    if (done > s.last) s.last = take_while_fits(profile, s.last + 1, done, +1, plans[v].cost, budget);
   }
 }
 

@@ -35,10 +35,14 @@ class Device {
   MemorySpace& host_memory() { return *host_memory_; }  // pinned on a GPU
   Stream& stream(StreamKind kind) { return *streams_[static_cast<int>(kind)]; }
 
-  virtual std::unique_ptr<Event> new_event() = 0;
+  // `timed`: the event can measure time (Event::seconds_since), which costs
+  // a little more to record.
+  virtual std::unique_ptr<Event> new_event(bool timed = false) = 0;
   // Copies `bytes` from `src` to `dst` in `stream`'s order; either pointer may
   // be in either memory space. `stream` must belong to this device's kind.
   virtual void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) = 0;
+  // Zeroes `bytes` at `dst` (either memory space) in `stream`'s order.
+  virtual void zero_async(void* dst, uint64_t bytes, Stream& stream) = 0;
 
   // Waits for every stream; rethrows the first error any of them reports.
   void synchronize();

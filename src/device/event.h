@@ -16,6 +16,9 @@ class Event {
   virtual void synchronize() = 0;
   // True when the latest recording has completed; never blocks.
   virtual bool query() = 0;
+  // Seconds from `earlier`'s latest recording to this one's, both complete;
+  // only between events made for timing (Device::new_event(true)).
+  virtual double seconds_since(const Event& earlier) const = 0;
 
  protected:
   Event() = default;

@@ -216,6 +216,7 @@ TEST(CpuStream, RejectsOtherBackendsEvents) {
    public:
     void synchronize() override {}
     bool query() override { return true; }
+    double seconds_since(const Event&) const override { return 0; }
   } foreign;
   CpuStream stream("cpu:compute");
   EXPECT_THROW(stream.record(foreign), Error);

@@ -71,7 +71,7 @@ CpuDevice::CpuDevice(uint64_t device_budget, uint64_t host_budget)
     : Device("cpu", make_host_heap_space("cpu:device", device_budget),
              make_host_heap_space("cpu:pinned_host", host_budget), make_cpu_streams()) {}
 
-std::unique_ptr<Event> CpuDevice::new_event() { return std::make_unique<CpuEvent>(); }
+std::unique_ptr<Event> CpuDevice::new_event(bool) { return std::make_unique<CpuEvent>(); }
 
 void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
   CpuStream& cpu = as_cpu_stream(stream);
@@ -79,6 +79,13 @@ void CpuDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& s
   SPW_CHECK(dst != nullptr && src != nullptr, cpu.name(), "copy of ", format_bytes(bytes),
             " with a null pointer");
   cpu.enqueue([dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+void CpuDevice::zero_async(void* dst, uint64_t bytes, Stream& stream) {
+  CpuStream& cpu = as_cpu_stream(stream);
+  if (bytes == 0) return;
+  SPW_CHECK(dst != nullptr, cpu.name(), "zeroing ", format_bytes(bytes), " at a null pointer");
+  cpu.enqueue([dst, bytes] { std::memset(dst, 0, bytes); });
 }
 
 std::unique_ptr<Device> make_cpu_device(uint64_t device_budget, uint64_t host_budget) {

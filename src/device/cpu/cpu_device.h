@@ -20,8 +20,9 @@ class CpuDevice final : public Device {
   CpuDevice(uint64_t device_budget, uint64_t host_budget);
 
   CpuStream& cpu_stream(StreamKind kind) { return as_cpu_stream(stream(kind)); }
-  std::unique_ptr<Event> new_event() override;
+  std::unique_ptr<Event> new_event(bool timed = false) override;
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  void zero_async(void* dst, uint64_t bytes, Stream& stream) override;
 };
 
 std::unique_ptr<Device> make_cpu_device(uint64_t device_budget = MemorySpace::kUnlimited,

@@ -6,6 +6,7 @@
 // high-water mark.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -26,12 +27,15 @@ class CpuEventState {
   void wait_for(uint64_t generation);
   bool is_complete(uint64_t generation);
   uint64_t latest_generation();
+  // When the latest completed recording completed.
+  std::chrono::steady_clock::time_point completed_at();
 
  private:
   std::mutex mutex_;
   std::condition_variable completed_;
   uint64_t latest_ = 0;
   std::set<uint64_t> pending_;
+  std::chrono::steady_clock::time_point completed_at_{};
 };
 
 class CpuEvent final : public Event {
@@ -39,6 +43,7 @@ class CpuEvent final : public Event {
   CpuEvent() : state_(std::make_shared<CpuEventState>()) {}
   void synchronize() override;
   bool query() override;
+  double seconds_since(const Event& earlier) const override;
   const std::shared_ptr<CpuEventState>& state() const { return state_; }
 
  private:

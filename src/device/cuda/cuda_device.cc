@@ -62,12 +62,18 @@ CudaDevice::CudaDevice(int ordinal, uint64_t device_budget, uint64_t host_budget
              make_cuda_streams(ordinal)),
       ordinal_(ordinal) {}
 
-std::unique_ptr<Event> CudaDevice::new_event() { return std::make_unique<CudaEvent>(ordinal_); }
+std::unique_ptr<Event> CudaDevice::new_event(bool timed) { return std::make_unique<CudaEvent>(ordinal_, timed); }
 
 void CudaDevice::copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) {
   CudaStream& cuda = as_cuda_stream(stream);
   if (bytes == 0) return;
   SPW_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cuda.handle()));
+}
+
+void CudaDevice::zero_async(void* dst, uint64_t bytes, Stream& stream) {
+  CudaStream& cuda = as_cuda_stream(stream);
+  if (bytes == 0) return;
+  SPW_CUDA(cudaMemsetAsync(dst, 0, bytes, cuda.handle()));
 }
 
 int cuda_device_count() {

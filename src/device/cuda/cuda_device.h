@@ -27,8 +27,9 @@ class CudaDevice final : public Device {
 
   int ordinal() const { return ordinal_; }
   CudaStream& cuda_stream(StreamKind kind) { return as_cuda_stream(stream(kind)); }
-  std::unique_ptr<Event> new_event() override;
+  std::unique_ptr<Event> new_event(bool timed = false) override;
   void copy_async(void* dst, const void* src, uint64_t bytes, Stream& stream) override;
+  void zero_async(void* dst, uint64_t bytes, Stream& stream) override;
 
  private:
   int ordinal_;

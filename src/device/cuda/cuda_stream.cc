@@ -15,9 +15,9 @@ const CudaEvent& as_cuda_event(const Event& event, const std::string& stream_nam
 
 }  // namespace
 
-CudaEvent::CudaEvent(int ordinal) {
+CudaEvent::CudaEvent(int ordinal, bool timed) {
   CudaDeviceGuard guard(ordinal);
-  SPW_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  SPW_CUDA(cudaEventCreateWithFlags(&event_, timed ? cudaEventDefault : cudaEventDisableTiming));
 }
 
 CudaEvent::~CudaEvent() { SPW_CUDA_WARN(cudaEventDestroy(event_)); }
@@ -29,6 +29,12 @@ bool CudaEvent::query() {
   if (status == cudaErrorNotReady) return false;
   SPW_CUDA(status);
   return true;
+}
+
+double CudaEvent::seconds_since(const Event& earlier) const {
+  float ms = 0;
+  SPW_CUDA(cudaEventElapsedTime(&ms, as_cuda_event(earlier, "timing").handle(), event_));
+  return ms * 1e-3;
 }
 
 CudaStream::CudaStream(std::string name, int ordinal) : Stream(std::move(name)) {

@@ -15,10 +15,11 @@ namespace spillway {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(int ordinal);
+  explicit CudaEvent(int ordinal, bool timed = false);
   ~CudaEvent() override;
   void synchronize() override;
   bool query() override;
+  double seconds_since(const Event& earlier) const override;
   cudaEvent_t handle() const { return event_; }
 
  private:

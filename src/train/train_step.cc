@@ -10,14 +10,13 @@ namespace spillway::train {
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
                      bool with_backward, std::optional<Offload> offload)
     : batch_(batch), seq_(seq) {
-  graph::Builder b(graph_, DType::f32);
+  graph::Graph forward;
+  graph::Builder b(forward, DType::f32);
   model_ = model::build_llama(b, config, batch, seq);
-  graph_.mark_output(model_.loss);
-  if (with_backward) {
-    grads_ = graph::append_backward(b, model_.loss, model_.parameters, graph::GradientOutput::accumulated);
-  } else {
-    graph_.mark_output(model_.logits);
-  }
+  if (!with_backward) forward.mark_output(model_.logits);
+  graph::StepGraph step = graph::make_step_graph(b, model_.loss, model_.parameters, {.backward = with_backward});
+  graph_ = std::move(step.graph);
+  grads_ = std::move(step.grads);
   if (offload) {
     auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
     plan::Placement placement = plan::plan_placement(graph_, offload->device_budget, offload->host->budget(), cost);

@@ -1,5 +1,6 @@
-// One micro-step of training on the CPU backend: the LLaMA graph with its
-// backward, compiled once for a batch shape and replayed on every batch.
+// One micro-step of training on the CPU backend: the LLaMA graph made into a
+// step by the recipe every backend uses (graph/step_recipe.h), compiled once
+// for a batch shape and replayed on every batch.
 #pragma once
 
 #include <memory>
@@ -9,7 +10,7 @@
 #include "device/memory_space.h"
 #include "exec/executor.h"
 #include "exec/planned_executor.h"
-#include "graph/autodiff.h"
+#include "graph/step_recipe.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
 

@@ -1,0 +1,39 @@
+// The one recipe that turns a model's forward graph into the step program
+// every backend runs and the planner predicts: autodiff appends the backward
+// pass with each parameter's gradient accumulated into caller memory, the
+// fusions of fuse_step fold adds and the loss's gradient into their
+// producers, and then either recomputation drops forward values for the
+// backward pass to remake (graph/recompute.h), or, when every activation is
+// kept, RoPE and the SwiGLU gate fold into the products that feed them
+// (fuse_matmul_rope, fuse_matmul_swiglu: remaking a dropped roped q|k|v or
+// SwiGLU output cheaply needs the product those folds remove).
+//
+// Every value keeps its id through the recipe, so the model's handles
+// (tokens, targets, parameters, loss, logits) name the same tensors in the
+// step program.
+#pragma once
+
+#include <vector>
+
+#include "graph/autodiff.h"
+#include "graph/builder.h"
+#include "graph/recompute.h"
+
+namespace spillway::graph {
+
+struct StepRecipe {
+  bool backward = true;  // false: the forward pass alone (evaluation)
+  RecomputePolicy recompute = RecomputePolicy::none;
+};
+
+struct StepGraph {
+  Graph graph;
+  Gradients grads;  // by parameter, accumulated into caller memory; empty without a backward pass
+};
+
+// `b` holds the forward graph; `loss` (one element) becomes its output, and
+// with a backward pass every value of `parameters` gets an accumulated
+// gradient. Values the caller marked as outputs before stay outputs.
+StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& parameters, const StepRecipe& recipe);
+
+}  // namespace spillway::graph

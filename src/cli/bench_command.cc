@@ -16,14 +16,12 @@
 #include "cli/commands.h"
 #include "device/power_monitor.h"
 #include "model/llama_config_json.h"
+#include "plan/machine_rates.h"
 #include "train/engine.h"
 
 namespace spillway::cli {
 
 namespace {
-
-// bf16 dense peak of an H100 or H200 SXM, the denominator of MFU (DESIGN.md).
-constexpr double kHopperPeakFlops = 989e12;
 
 struct BenchArgs {
   std::string config = "tiny";
@@ -83,7 +81,7 @@ int run_bench(const BenchArgs& a) {
   std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s\n",
               a.config.c_str(), std::to_string(model::parameter_count(config)).c_str(), static_cast<long long>(a.batch),
               static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum), n, engine->description().c_str());
-  const bool gpu = engine->description().rfind("cuda", 0) == 0;
+  const bool gpu = engine->on_gpu();
   // The engines run on GPU 0. Sampled over the timed steps only.
   std::string no_power;
   std::unique_ptr<PowerMonitor> power =
@@ -118,7 +116,7 @@ int run_bench(const BenchArgs& a) {
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
   const double flops = model::training_flops_per_token(config, a.seq) * tok_s;
-  const double mfu = flops / kHopperPeakFlops;
+  const double mfu = flops / plan::rates_for_gpu(engine->device_name()).peak_flops;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
@@ -185,21 +183,24 @@ Runner add_bench(CLI::App& app) {
       ->envname("SPILLWAY_DEVICE_MEM");
   cmd->add_option("--host-mem", a->host_mem, "pinned host memory budget for a planned GPU step")
       ->envname("SPILLWAY_HOST_MEM");
-  cmd->add_option("--offload", a->offload, "GPU: auto (plan when the state does not fit), on, off")
+  cmd->add_option("--offload", a->offload,
+                  "GPU: auto (the fastest layout that fits), on (the masters' rest and the moments at home), off "
+                  "(everything on the device), stream (weights and gradient sums at home too)")
       ->capture_default_str();
   cmd->add_flag("--cuda-graph,!--no-cuda-graph", a->cuda_graph,
-                "all-on-device GPU engine: capture the step once, then replay it (the default; --no-cuda-graph: "
-                "launch every kernel every step)");
+                "GPU, where the step copies nothing: capture the step once, then replay it (the default; "
+                "--no-cuda-graph: launch every kernel every step)");
   cmd->add_option("--projections", a->projections,
                   "GPU: q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or "
-                  "auto (fused all on the device, separate when planned)")
+                  "auto (fused where the step copies nothing)")
       ->capture_default_str();
   cmd->add_option("--matmul-candidates", a->matmul_candidates,
                   "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)")
       ->capture_default_str();
   cmd->add_flag("--cublaslt-only", a->cublaslt_only,
                 "GPU: every matmul through cuBLASLt (no own Hopper GEMM with RoPE or SwiGLU fused in)");
-  cmd->add_option("--recompute", a->recompute, "planned GPU engine: none, layers or selective")->capture_default_str();
+  cmd->add_option("--recompute", a->recompute, "GPU: none, layers, selective or auto (the fastest predicted)")
+      ->capture_default_str();
   cmd->add_flag("--bf16-moments", a->bf16_moments,
                 "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");

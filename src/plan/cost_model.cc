@@ -9,15 +9,6 @@ namespace spillway::plan {
 
 using graph::OpKind;
 
-MachineRates h100_rates() {
-  // Attention at head dim 64: cuDNN forward 370 and backward 315 TFLOP/s in
-  // the LLaMA-3.2-1B step (2026-11-22), 330 for the pair. Copies: the
-  // planned engine's 67-235 MB gradient-sum copies ran at 54.5 GB/s each way
-  // alone; both links together move 96 GB/s (DESIGN.md), and the offloaded
-  // steps keep both busy at once: 48 each.
-  return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 48e9, 48e9, 989e12};
-}
-
 NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRates& r) {
   NodeCost c;
   for (auto v : n.inputs) c.bytes += static_cast<double>(g.value(v).bytes());

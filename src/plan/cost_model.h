@@ -9,24 +9,10 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "plan/machine_rates.h"
 #include "plan/placement.h"
 
 namespace spillway::plan {
-
-struct MachineRates {
-  std::string name;
-  double gemm_flops;       // dense bf16 matmul at training shapes
-  double attention_flops;  // fused causal attention, forward and backward, head dim 128
-  double attention_flops_head_dim_64;  // the same at head dim 64 (less work per load)
-  double memory_bytes;     // device memory, bytes read + written per second
-  double h2d_bytes;        // pinned host -> device
-  double d2h_bytes;        // device -> pinned host
-  double peak_flops;       // the MFU denominator
-};
-
-// H100 80GB HBM3, measured 2026-11-22 (DESIGN.md; matmul rate: the LLaMA
-// step shapes through cuBLASLt).
-MachineRates h100_rates();
 
 struct NodeCost {
   double flops = 0;  // model FLOPs of the node (matmul, attention)

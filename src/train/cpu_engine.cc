@@ -1,8 +1,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstdio>
-#include <map>
 
 #include "base/bytes.h"
 #include "base/log.h"
@@ -10,11 +8,6 @@
 #include "device/cpu/cpu_device.h"
 #include "train/engine.h"
 #include "train/train_step.h"
-
-#ifdef SPILLWAY_HAS_CUDA
-#include "device/cuda/cuda_device.h"
-#include "plan/training_plan.h"
-#endif
 
 namespace spillway::train {
 
@@ -64,6 +57,8 @@ class CpuEngine final : public Engine {
     return eval_.run(weights_, inputs, targets);
   }
 
+  std::string device_name() const override { return "cpu"; }
+  bool on_gpu() const override { return false; }
   void sync_to_host() override {}
   uint64_t peak_device_bytes() const override { return space_->peak(); }
   void set_profiling(bool on) override {
@@ -97,110 +92,8 @@ class CpuEngine final : public Engine {
 
 }  // namespace
 
-std::string op_time_report(const graph::Graph& graph, const std::vector<double>& node_seconds, int steps,
-                           double other_seconds) {
-  std::map<std::string, double> by_kind;
-  double total = other_seconds;
-  for (size_t i = 0; i < node_seconds.size(); ++i) {
-    const graph::Node& n = graph.nodes()[i];
-    std::string kind(graph::op_name(n.kind));
-    if (n.kind == graph::OpKind::matmul) {
-      kind += n.name.find("lm_head") != std::string::npos ? " (lm_head" : " (layers";
-      kind += n.backward ? ", backward)" : ", forward)";
-    }
-    by_kind[kind] += node_seconds[i];
-    total += node_seconds[i];
-  }
-  if (other_seconds > 0) by_kind["optimizer (norm, clip, AdamW)"] = other_seconds;
-  std::string out;
-  char line[200];
-  for (const auto& [kind, secs] : by_kind) {
-    std::snprintf(line, sizeof line, "  %-36s %9.3f ms/step  %5.1f%%\n", kind.c_str(), secs * 1e3 / steps,
-                  100.0 * secs / total);
-    out += line;
-  }
-
-  // The same time by call signature (op, pass, shapes), heaviest first, with
-  // the rate each reaches: what to compare against the GEMM and HBM ceilings.
-  struct Signature {
-    double seconds = 0;
-    int nodes = 0;
-    double flops = 0;  // matmul only
-    double bytes = 0;  // every input and output, read or written once
-  };
-  std::map<std::string, Signature> by_call;
-  for (size_t i = 0; i < node_seconds.size(); ++i) {
-    const graph::Node& n = graph.nodes()[i];
-    std::string key = std::string(graph::op_name(n.kind)) + (n.backward ? " bwd " : " fwd ");
-    double bytes = 0;
-    for (size_t k = 0; k < n.inputs.size(); ++k) {
-      const graph::ValueInfo& v = graph.value(n.inputs[k]);
-      if (k) key += ',';
-      key += v.shape.str();
-      bytes += static_cast<double>(v.bytes());
-    }
-    for (const graph::Value o : n.outputs) bytes += static_cast<double>(graph.value(o).bytes());
-    if (n.kind == graph::OpKind::matmul) {
-      key += std::string(n.attrs.trans_a ? " Aᵀ" : "") + (n.attrs.trans_b ? " Bᵀ" : "") + (n.attrs.accumulate ? " +=" : "");
-    }
-    Signature& s = by_call[key];
-    s.seconds += node_seconds[i];
-    s.nodes += 1;
-    s.bytes += bytes;
-    if (n.kind == graph::OpKind::matmul) s.flops += graph::matmul_dims(graph, n).flops();
-  }
-  std::vector<std::pair<std::string, Signature>> heaviest(by_call.begin(), by_call.end());
-  std::sort(heaviest.begin(), heaviest.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });
-  if (heaviest.size() > 30) heaviest.resize(30);
-  out += "by call (heaviest first):\n";
-  for (const auto& [key, s] : heaviest) {
-    if (s.seconds <= 0) continue;
-    const double rate = s.flops > 0 ? s.flops / s.seconds / 1e12 : s.bytes / s.seconds / 1e9;
-    std::snprintf(line, sizeof line, "  %8.3f ms/step  %3d× %7.1f %s  %s\n", s.seconds * 1e3 / steps, s.nodes,
-                  rate, s.flops > 0 ? "TFLOP/s" : "GB/s   ", key.c_str());
-    out += line;
-  }
-  return out;
-}
-
-size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t> inputs,
-                          std::span<const int32_t> targets, int64_t micro_batches) {
-  const auto n = static_cast<size_t>(options.batch * options.seq);
-  SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
-            "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
-  return n;
-}
-
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   return std::make_unique<CpuEngine>(weights, optimizer, options);
-}
-
-std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
-  SPW_CHECK(options.device == "auto" || options.device == "cpu" || options.device == "cuda", "--device",
-            "unknown device '", options.device, "' (auto, cpu or cuda)");
-  SPW_CHECK(options.projections == "auto" || options.projections == "fused" || options.projections == "separate",
-            "--projections", "unknown value '", options.projections, "' (auto, fused or separate)");
-  SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
-                options.offload == "stream",
-            "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
-#ifdef SPILLWAY_HAS_CUDA
-  if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
-    // Recomputation is the planned engine's; bf16 moments both engines'.
-    bool offload = options.offload == "on" || options.offload == "stream" || options.recompute != "none";
-    if (options.offload == "auto" && !offload) {
-      const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);
-      offload = !plan::fits_on_device(weights.config(), options.batch, options.seq, budget);
-      if (offload) log_info("the training state does not fit " + format_bytes(budget) + " of GPU memory: planning offload");
-    }
-    return offload ? make_cuda_offload_engine(weights, optimizer, options) : make_cuda_engine(weights, optimizer, options);
-  }
-#else
-  SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
-#endif
-  SPW_CHECK(options.recompute == "none", "--recompute", "recomputation is a feature of the planned GPU engine");
-  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engines; "
-            "the CPU engine keeps fp32 moments");
-  return make_cpu_engine(weights, optimizer, options);
 }
 
 }  // namespace spillway::train

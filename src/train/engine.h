@@ -1,8 +1,9 @@
 // Where a training step runs. The trainer speaks to an Engine and never to
 // a backend: the CPU engine runs the step graph on host threads over the
-// host's float32 weights; the CUDA engine keeps bf16 working weights, fp32
-// master weights, gradients and AdamW moments on the GPU and copies them
-// back only for checkpoints.
+// host's float32 weights; the GPU engine (train/cuda/cuda_engine.cc) runs it
+// in bf16 with fp32 master weights, gradients and AdamW moments placed by a
+// plan across device and host memory, and copies them back only for
+// checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -29,49 +30,46 @@ struct EngineOptions {
   double grad_clip = 1.0;            // <= 0: no clipping
   std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
   uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
-  uint64_t host_memory = 0;          // pinned host budget of the planned GPU engine; 0: 90% of what is available
-  // GPU only. auto: plan the step across device and host memory when the
-  // whole training state does not fit the device budget; on: always; off:
-  // never; stream: always, with weights and gradients at home on the host.
+  uint64_t host_memory = 0;          // GPU: pinned host budget; 0: 90% of what is available
+  // GPU: which layouts of the state the plan may choose (plan::OffloadMode):
+  // auto, on, off or stream.
   std::string offload = "auto";
-  // GPU engines: AdamW moments kept in bf16 (half the moments' memory and
-  // traffic). The caller's AdamW may then hold no fp32 moments; sync_to_host
-  // fills them.
+  // GPU: AdamW moments kept in bf16 (half the moments' memory and traffic).
+  // The caller's AdamW may then hold no fp32 moments; sync_to_host fills them.
   bool bf16_moments = false;
-  // Planned GPU engine only: none, layers or selective (graph/recompute.h).
+  // GPU: none, layers or selective (graph/recompute.h), or auto: the
+  // fastest predicted.
   std::string recompute = "none";
   bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
-  // All-on-device GPU engine: capture the step once (after an eager first
-  // run has made every cuBLASLt plan and cuDNN graph) and replay it, the
-  // same bits with no per-kernel launches (1B: 250.1 against 250.8 ms a
-  // step); a step that cannot be captured stays eager, with a warning.
+  // GPU, where the step copies nothing: capture the step once (after an
+  // eager first run has made every cuBLASLt plan and cuDNN graph) and replay
+  // it, the same bits with no per-kernel launches; a step that cannot be
+  // captured stays eager, with a warning.
   bool cuda_graph = true;
   // GPU: how many of cuBLASLt's candidates each matmul shape times on its
   // first run, keeping the fastest (1: the heuristic's first). The choice
-  // does not change the bits (ops/matmul_cuda.h). 8 made the K = 2048
-  // matmuls 5-13% faster alone, but on an H100 the step runs at the power
-  // cap and did not gain (1B: 255.6 against 255.0 ms; 8B: 25.60 against
-  // 25.66 s), while timing cost the first step 3.5 s (1B) and 2.7 s (8B).
+  // does not change the bits (ops/matmul_cuda.h); at the power cap it did
+  // not pay (docs/performance.md).
   int matmul_candidates = 1;
-  // All-on-device GPU engine: the q|k|v product with its RoPE, the MLP's
-  // gate|up product with its SwiGLU gate, and down's dX product with
-  // SwiGLU's backward, each as one kernel of spillway's own Hopper GEMM
-  // (ops/gemm_hopper.h, graph/fuse_matmul_rope.h, graph/fuse_matmul_swiglu.h)
-  // where the GPU is Hopper; false keeps cuBLASLt and the separate kernels.
-  // The bits are the same either way.
+  // GPU: the q|k|v product with its RoPE, the MLP's gate|up product with
+  // its SwiGLU gate, and down's dX product with SwiGLU's backward, each as
+  // one kernel of spillway's own Hopper GEMM (ops/gemm_hopper.h) where the
+  // GPU is Hopper; false keeps cuBLASLt and the separate kernels. The bits
+  // are the same either way.
   bool own_gemm = true;
   // GPU: q|k|v and gate|up as one matmul each over stacked weights
-  // (model/llama_graph.h): fused, separate, or auto: fused in the
-  // all-on-device engine; separate in the planned one, whose placement of
-  // the larger stacked blocks ran LLaMA-3-8B at 76 GiB 9% slower (27.1 s
-  // against 24.95 s a step; 14.4 GiB offloaded per micro-batch, not 9).
+  // (model/llama_graph.h): fused, separate, or auto: fused where the step
+  // copies nothing, separate where the plan moves state or activations
+  // (the planner places the smaller blocks better: docs/performance.md).
   std::string projections = "auto";
 };
 
 class Engine {
  public:
   virtual ~Engine() = default;
-  virtual std::string description() const = 0;  // "cpu, 16 threads", "cuda:0 NVIDIA H100 80GB HBM3"
+  virtual std::string description() const = 0;  // "cpu, 16 threads", "cuda:0 NVIDIA H100 80GB HBM3 (...)"
+  virtual std::string device_name() const = 0;  // "cpu", "cuda:0 NVIDIA H100 80GB HBM3"
+  virtual bool on_gpu() const = 0;
 
   // One optimizer step over `micro_batches` micro-batches laid end to end in
   // inputs and targets (each micro-batch batch * seq tokens).
@@ -91,7 +89,7 @@ class Engine {
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
   // Whether training steps are replayed from a captured CUDA graph
-  // (EngineOptions::cuda_graph, on an engine that honours it, and no
+  // (EngineOptions::cuda_graph, where the step copies nothing, and no
   // capture has failed).
   virtual bool replays_cuda_graph() const { return false; }
   // Whether the step runs q|k|v and gate|up as single matmuls
@@ -118,11 +116,6 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
 #ifdef SPILLWAY_HAS_CUDA
 std::unique_ptr<Engine> make_cuda_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
-// The GPU engine for training state larger than the device: master weights
-// and moments in pinned host memory, the step run under a plan
-// (plan/training_plan.h).
-std::unique_ptr<Engine> make_cuda_offload_engine(model::LlamaWeights& weights, AdamW& optimizer,
-                                                 const EngineOptions& options);
 #endif
 
 }  // namespace spillway::train

@@ -108,8 +108,10 @@ TEST_F(BadInput, ImpossibleBudgetsAndUnknownOffloadMode) {
   expect_one_error_line(run_spillway("plan --config tiny --seq 64 --batch two"), {"--batch", "'two'"});
   expect_one_error_line(run_spillway("bench --config tiny --steps 1 --projections stacked"),
                         {"--projections", "unknown value 'stacked'"});
-  expect_one_error_line(run_spillway("plan --config tiny --seq 64 --projections auto"),
-                        {"--projections", "unknown value 'auto'"});
+  expect_one_error_line(run_spillway("plan --config tiny --seq 64 --projections stacked"),
+                        {"--projections", "unknown value 'stacked'"});
+  expect_one_error_line(run_spillway("plan --config tiny --seq 64 --offload sometimes"),
+                        {"--offload", "unknown value 'sometimes'"});
   expect_one_error_line(run_spillway("bench --config tiny --steps 1 --device cpu --bf16-moments"),
                         {"--bf16-moments", "GPU engines"});
   expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 2GiB --host-mem 125GiB --bf16-moments"),

@@ -1,6 +1,7 @@
 // Where the training state goes: the layouts the planner picks as the
 // device budget shrinks, what each costs in host memory, and how the
-// options move the plan.
+// options move the plan. The step is LLaMA's, the state AdamW's, as the GPU
+// engine describes them to the planner.
 #include "plan/training_plan.h"
 
 #include <gtest/gtest.h>
@@ -9,9 +10,55 @@
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "testing/llama.h"
+#include "train/step_plan.h"
 
 namespace spillway::plan {
 namespace {
+
+// The LLaMA step and AdamW's state (train/step_plan.h) as the planner gets
+// them, planned with the layouts that keep the optimizer's state at home
+// (--offload on) unless asked otherwise.
+struct TrainingPlanRequest {
+  model::LlamaConfig config;
+  int64_t batch = 1, seq = 1, micro_batches = 1;
+  uint64_t device_budget = 0, host_budget = 0;
+  bool stream_weights = false;
+  bool bf16_moments = false;
+  bool fused_projections = false;
+  graph::RecomputePolicy recompute = graph::RecomputePolicy::none;
+  OffloadMode offload = OffloadMode::on;
+  MachineRates rates;
+};
+
+struct PlannedLlama : TrainingPlan {
+  std::unique_ptr<train::LlamaStep> step;
+  TrainingStateSpec state;
+  const graph::Graph& graph;
+  const model::LlamaGraph& model;
+  PlannedLlama(TrainingPlan p, std::unique_ptr<train::LlamaStep> s, TrainingStateSpec spec)
+      : TrainingPlan(std::move(p)), step(std::move(s)), state(std::move(spec)), graph(step->step.graph),
+        model(step->model) {}
+};
+
+std::unique_ptr<train::LlamaStep> training_graph(const TrainingPlanRequest& r) {
+  return train::build_llama_step(r.config, r.batch, r.seq, r.fused_projections,
+                                 {.backward = true, .recompute = r.recompute}, DType::bf16);
+}
+
+std::unique_ptr<PlannedLlama> plan_training(const TrainingPlanRequest& r) {
+  auto step = training_graph(r);
+  TrainingStateSpec spec = train::adamw_state_spec(*step, r.config, r.bf16_moments);
+  plan::TrainingPlanRequest req;
+  req.device_budget = r.device_budget;
+  req.host_budget = r.host_budget;
+  req.micro_batches = r.micro_batches;
+  req.offload = r.stream_weights ? OffloadMode::stream : r.offload;
+  req.rates = r.rates;
+  req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
+  req.flops_per_token = model::training_flops_per_token(r.config, r.seq);
+  TrainingPlan p = plan::plan_training(step->step.graph, spec, req);
+  return std::make_unique<PlannedLlama>(std::move(p), std::move(step), std::move(spec));
+}
 
 TrainingPlanRequest request(uint64_t device_budget) {
   TrainingPlanRequest r;
@@ -35,9 +82,11 @@ TEST(TrainingPlan, LayoutsGiveWayAsTheBudgetShrinks) {
   EXPECT_EQ(roomy->host_state_bytes, params * 10);  // the masters' 16-bit remainders and two fp32 moments
 
   // A little below the whole state with the step: activations go home
-  // first, the fastest way to fit.
+  // first, the fastest way to fit. (An eighth of the state and the step,
+  // the optimizer's staging buffers aside: they are as large as the state
+  // of this small model.)
   const uint64_t all = roomy->resident_bytes + roomy->placement.device_peak;
-  const auto snug = plan_training(request(all - all / 8));
+  const auto snug = plan_training(request(all - (all - roomy->state.staging_bytes) / 8));
   EXPECT_TRUE(snug->all_grads_resident());
   EXPECT_GT(snug->placement.values_offloaded, 0);
   // Too small for weights and gradients together: the gradient sums go home
@@ -67,7 +116,7 @@ TEST(TrainingPlan, VocabularySizedGradientSumsCanStayAlone) {
   const int64_t vocab = request(0).config.vocab_size;
   int mixed = 0;
   for (uint64_t budget = all; budget > all / 8; budget -= all / 32) {
-    std::unique_ptr<TrainingPlan> p;
+    std::unique_ptr<PlannedLlama> p;
     try {
       p = plan_training(request(budget));
     } catch (const Error&) {
@@ -87,7 +136,7 @@ TEST(TrainingPlan, VocabularySizedGradientSumsCanStayAlone) {
     EXPECT_EQ(home, p->grad_elements_at_home);
     EXPECT_EQ(p->host_state_bytes, p->parameters * 10 + (p->weights_resident ? 0 : p->parameters * 2) + home * 4);
     EXPECT_DOUBLE_EQ(p->optimizer_seconds,
-                     optimizer_seconds(p->parameters, p->weights_resident, home, false, h100_rates()));
+                     optimizer_seconds(state_bytes(p->graph, p->state), false, p->weights_resident, home * 4, h100_rates()));
     mixed += kept_some;
   }
   EXPECT_GT(mixed, 0) << "no budget kept the vocabulary-sized sums alone";
@@ -141,19 +190,19 @@ TEST(TrainingPlan, RecomputationTradesMemoryForCompute) {
 // recomputation must leave every forward fusion in place, or the forward
 // pass (and the loss) would change with the policy.
 TEST(TrainingPlan, RecomputationKeepsTheForwardFusions) {
-  auto fused_forward_matmuls = [](const TrainingPlan& p) {
+  auto fused_forward_matmuls = [](const graph::Graph& g) {
     int n = 0;
-    for (const auto& node : p.graph.nodes()) {
+    for (const auto& node : g.nodes()) {
       n += node.kind == graph::OpKind::matmul && node.inputs.size() == 3 && !node.backward;
     }
     return n;
   };
   TrainingPlanRequest r = request(1ull << 30);
-  const int kept = fused_forward_matmuls(*training_graph(r));
+  const int kept = fused_forward_matmuls(training_graph(r)->step.graph);
   EXPECT_GT(kept, 0);
   for (auto policy : {graph::RecomputePolicy::layers, graph::RecomputePolicy::selective}) {
     r.recompute = policy;
-    EXPECT_EQ(fused_forward_matmuls(*training_graph(r)), kept) << graph::recompute_policy_name(policy);
+    EXPECT_EQ(fused_forward_matmuls(training_graph(r)->step.graph), kept) << graph::recompute_policy_name(policy);
   }
 }
 
@@ -191,6 +240,69 @@ TEST(TrainingPlan, ImpossibleBudgetsNameTheBudget) {
     EXPECT_EQ(e.thing(), "--device-mem") << msg;
     EXPECT_NE(msg.find("keep less on the device need at least"), std::string::npos) << msg;
   }
+}
+
+// Where everything fits, the whole state stays on the device: nothing at
+// home, nothing copied during the step, and an update in place that takes
+// far less than streaming the state through the links.
+TEST(TrainingPlan, TheWholeStateStaysOnTheDeviceWhereItFits) {
+  TrainingPlanRequest r = request(1ull << 30);
+  r.offload = OffloadMode::automatic;
+  const auto all = plan_training(r);
+  EXPECT_TRUE(all->optimizer_resident);
+  EXPECT_TRUE(all->runs_without_copies());
+  EXPECT_EQ(all->host_state_bytes, 0u);
+  EXPECT_EQ(all->placement.bytes_loaded, 0u);
+  EXPECT_NE(all->layout().find("the whole training state on the device"), std::string::npos) << all->layout();
+  const auto streamed = plan_training(request(1ull << 30));
+  EXPECT_FALSE(streamed->optimizer_resident);
+  EXPECT_LT(all->optimizer_seconds, streamed->optimizer_seconds / 4);
+  EXPECT_LT(all->step_seconds, streamed->step_seconds);
+  // The optimizer's state on the device costs its bytes there.
+  const StateBytes bytes = state_bytes(all->graph, all->state);
+  EXPECT_EQ(bytes.master + bytes.optimizer, all->parameters * 10);
+  EXPECT_GE(all->resident_bytes, streamed->resident_bytes - all->state.staging_bytes + bytes.master + bytes.optimizer);
+
+  // Below what the whole state needs, auto moves it home; off refuses.
+  TrainingPlanRequest tight = request(streamed->resident_bytes + streamed->placement.device_peak);
+  tight.offload = OffloadMode::automatic;
+  EXPECT_FALSE(plan_training(tight)->optimizer_resident);
+  tight.offload = OffloadMode::off;
+  try {
+    plan_training(tight);
+    FAIL() << "--offload off planned a state that does not fit";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.thing(), "--device-mem") << e.what();
+  }
+}
+
+// --offload off also refuses a plan whose activations would go home.
+TEST(TrainingPlan, OffloadOffCopiesNothing) {
+  TrainingPlanRequest r = request(1ull << 30);
+  r.offload = OffloadMode::off;
+  const auto roomy = plan_training(r);
+  EXPECT_TRUE(roomy->runs_without_copies());
+  r.device_budget = roomy->resident_bytes + roomy->placement.device_peak * 3 / 4;
+  try {
+    plan_training(r);
+    FAIL() << "--offload off planned a step that offloads activations";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nothing offloaded"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TrainingPlan, OffloadModesHaveNames) {
+  for (OffloadMode m : {OffloadMode::automatic, OffloadMode::on, OffloadMode::off, OffloadMode::stream}) {
+    EXPECT_EQ(parse_offload_mode(offload_mode_name(m)), m);
+  }
+  EXPECT_THROW(parse_offload_mode("maybe"), Error);
+}
+
+TEST(MachineRates, TheGpuNameChoosesTheRates) {
+  EXPECT_EQ(rates_for_gpu("cuda:0 NVIDIA H200").memory_bytes, h200_rates().memory_bytes);
+  EXPECT_GT(h200_rates().memory_bytes, h100_rates().memory_bytes);
+  EXPECT_EQ(rates_for_gpu("cuda:0 NVIDIA H100 80GB HBM3").name, h100_rates().name);
+  EXPECT_EQ(h200_rates().peak_flops, h100_rates().peak_flops);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Runs a step under a placement (plan/placement.h) on three CUDA streams:
+// Runs a step under a placement (plan/placement.h) on three streams of a GPU:
 // kernels on the compute stream, loads on a host->device stream and stores
 // on a device->host stream, ordered by events only where data or memory is
 // shared, so copies run under the compute of other nodes:
@@ -16,12 +16,11 @@
 #pragma once
 
 #include <functional>
-
-#include <cuda_runtime_api.h>
-
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "device/device.h"
 #include "exec/executor.h"
 #include "plan/placement.h"
 
@@ -29,16 +28,17 @@ namespace spillway::exec {
 
 // One stretch of work on one stream of a measured step.
 struct StreamInterval {
-  int stream = 0;  // 0 compute, 1 host->device, 2 device->host
+  StreamKind stream = StreamKind::compute;
   double start = 0, end = 0;  // seconds from the start of the step
   std::string label;
 };
 
 class CudaPlannedExecutor final : public StepProgram {
  public:
-  CudaPlannedExecutor(const graph::Graph& graph, plan::Placement placement, MemorySpace& device,
-                      MemorySpace& pinned_host, NodeRunner& runner, cudaStream_t compute, cudaStream_t h2d,
-                      cudaStream_t d2h);
+  // Runs on `device`'s compute, h2d and d2h streams; the runner's kernels
+  // go to its compute stream. Values going home get memory from `pinned_host`.
+  CudaPlannedExecutor(const graph::Graph& graph, plan::Placement placement, Device& device,
+                      MemorySpace& pinned_host, NodeRunner& runner);
   ~CudaPlannedExecutor() override;
   CudaPlannedExecutor(const CudaPlannedExecutor&) = delete;
   CudaPlannedExecutor& operator=(const CudaPlannedExecutor&) = delete;
@@ -63,7 +63,7 @@ class CudaPlannedExecutor final : public StepProgram {
   // go home, with its device copy and the compute stream: work enqueued
   // there reads the sum before the copy starts (and before its memory is
   // reused). Empty: nothing is called.
-  using BeforeStore = std::function<void(graph::Value, const void* device, cudaStream_t compute)>;
+  using BeforeStore = std::function<void(graph::Value, const void* device, Stream& compute)>;
   void set_before_store(BeforeStore hook) { before_store_ = std::move(hook); }
 
   // With timing on, run() records an event around every node and copy, and
@@ -74,34 +74,35 @@ class CudaPlannedExecutor final : public StepProgram {
 
  private:
   void release_all();
-  cudaEvent_t timing_event();
+  Event& timing_event();
 
   const graph::Graph& graph_;
   const plan::Placement placement_;
-  MemorySpace& device_;
+  Device& device_;
+  MemorySpace& device_memory_;
   MemorySpace& host_;
   NodeRunner& runner_;
-  cudaStream_t compute_, h2d_, d2h_;
+  Stream &compute_, &h2d_, &d2h_;
   std::vector<void*> bound_;     // the caller's memory, by value id
   std::vector<void*> on_device_;  // what the runner reads: bound device memory or the plan's copies
   std::vector<void*> planned_;    // device memory this executor allocated
   std::vector<void*> on_host_;    // host copies of computed values
-  std::vector<cudaEvent_t> loaded_, stored_;  // by value id, re-recorded each time
+  std::vector<std::unique_ptr<Event>> loaded_, stored_;  // by value id, re-recorded each time
   std::vector<bool> load_pending_, store_pending_;
-  std::vector<cudaEvent_t> progress_;  // by node: compute has issued everything before its loads
-  std::vector<cudaEvent_t> made_;      // by node: it has run, its stores may start
-  cudaEvent_t released_load_ = nullptr;  // the last load of the latest host copy given back
-  cudaEvent_t d2h_done_ = nullptr;
+  std::vector<std::unique_ptr<Event>> progress_;  // by node: compute has issued everything before its loads
+  std::vector<std::unique_ptr<Event>> made_;      // by node: it has run, its stores may start
+  Event* released_load_ = nullptr;  // the last load of the latest host copy given back
+  std::unique_ptr<Event> d2h_done_;
 
   bool accumulators_zero_ = false;
   BeforeStore before_store_;
   bool timing_ = false;
   struct Mark {
-    int stream;
+    StreamKind stream;
     size_t begin, end;  // indices into events_
     std::string label;
   };
-  std::vector<cudaEvent_t> events_;  // timing events, reused from step to step
+  std::vector<std::unique_ptr<Event>> events_;  // timing events, reused from step to step
   size_t events_used_ = 0;
   std::vector<Mark> marks_;
 };

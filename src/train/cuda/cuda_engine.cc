@@ -1,394 +1,309 @@
-// The CUDA engine: the step graph in bf16 on one stream; fp32 master
-// weights, fp32 gradients and AdamW moments (fp32, or bf16 with
-// EngineOptions::bf16_moments) stay on the GPU, and the optimizer writes the
-// bf16 working copy the next step's graph reads. The master is held as that
-// working copy plus a 16-bit remainder (ops/master_split.h): every bit of it,
-// in 2 bytes a parameter beside the working copy instead of 4.
+// The GPU engine: the step graph in bf16 and the training state, both placed
+// by the plan (train/step_plan.h). Where the whole state and every
+// activation fit, the step runs on one stream as a replayed CUDA graph and
+// AdamW updates the state in place; otherwise the masters' rest and the
+// moments live at home and AdamW streams them through the GPU, and the
+// working weights, the gradient sums and the activations go home too where
+// the plan says. The same kernels run in every layout, so the layouts train
+// the same numbers.
 //
-// Gradients: one fp32 buffer per parameter, carved from one allocation and
-// bound to the step graph's accumulated gradients
-// (graph::GradientOutput::accumulated). The first micro-batch of an optimizer
-// step writes them (CudaNodeRunner::set_overwrite_accumulated: no zeroing
-// pass, matmul beta = 0), every later one adds into them (beta = 1,
-// accumulating embedding and RMSNorm kernels), and AdamW reads the sum with
-// one scale that takes the mean over micro-batches and clips: no second
-// gradient set, no separate add or scale kernels.
+// Gradients: the first micro-batch of an optimizer step writes the sums
+// (no zeroing pass, matmul beta = 0), every later one adds into them, and
+// AdamW reads them with one scale that takes the mean over micro-batches and
+// clips.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <utility>
-#include <vector>
+#include <optional>
 
 #include "base/bytes.h"
-#include "base/dtype.h"
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
-#include "exec/cuda/cuda_node_runner.h"
-#include "graph/autodiff.h"
-#include "graph/fuse_matmul_rope.h"
-#include "graph/fuse_matmul_swiglu.h"
-#include "graph/fuse_step.h"
-#include "model/llama_graph.h"
-#include "ops/adamw.h"
-#include "ops/master_split.h"
-#include "ops/grad_norm.h"
-#include "train/cuda/cuda_engine_common.h"
+#include "device/cuda/cuda_pool.h"
+#include "device/cuda/pinned_host.h"
+#include "plan/timeline_svg.h"
+#include "train/cuda/cuda_adamw.h"
+#include "train/cuda/cuda_step.h"
+#include "train/cuda/grad_norm.h"
+#include "train/cuda/training_state.h"
 #include "train/engine.h"
-#include "train/optimizer.h"
+#include "train/step_plan.h"
 
 namespace spillway::train {
 
 namespace {
 
-// A compiled step: graph, its runner and executor, bound to the engine's
-// bf16 weights; tokens and targets are bound per micro-batch.
-struct CudaStep {
-  graph::Graph graph;
-  model::LlamaGraph model;
-  graph::Gradients grads;
-  std::unique_ptr<exec::CudaNodeRunner> runner;
-  std::unique_ptr<exec::Executor> executor;
-  // With EngineOptions::cuda_graph: the step captured once (after a first
-  // eager run has made every cuBLASLt plan and cuDNN graph) and replayed.
-  // The executor allocates the same addresses in the same order every run,
-  // so the captured pointers stay valid. One capture for a first micro-batch
-  // (which writes the gradients) and one for the others (which add).
-  int eager_runs = 0;
-  cudaGraphExec_t replay[2] = {nullptr, nullptr};
-};
+std::string gpu_name(int ordinal) {
+  cudaDeviceProp prop{};
+  SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal));
+  return prop.name;
+}
+
+CudaStepOptions step_options(const EngineOptions& o) {
+  return {.deterministic = o.deterministic,
+          .matmul_candidates = o.matmul_candidates,
+          .own_gemm = o.own_gemm,
+          .cuda_graph = o.cuda_graph};
+}
+
+// A micro-batch of this many tokens and targets is all the device buffers
+// hold; a kernel cannot throw, so ids outside the vocabulary are refused
+// here, naming the first (negative targets are ignored positions).
+void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
+                     size_t batch_tokens) {
+  SPW_CHECK(inputs.size() == batch_tokens && targets.size() == batch_tokens, "tokens", "got ", inputs.size(),
+            " tokens and ", targets.size(), " targets for a batch of ", batch_tokens);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+    SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+  }
+}
 
 class CudaEngine final : public Engine {
  public:
   CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
       : weights_(weights), optimizer_(optimizer), options_(o) {
-    device_ = open_cuda_device(o, 256ull << 20);
-    stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
-    name_ = cuda_engine_name(0);
+    SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
+    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 64ull << 20);
+    gpu_ = gpu_name(0);
     MemorySpace& mem = device_->device_memory();
+    const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
+    io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
+    io_.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
+    pinned_io_ = std::make_unique<PinnedBuffer>(2 * tokens * 4 + sizeof(float));
+    io_.pinned_ids = pinned_io_->as<int32_t>();
+    io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
 
-    for (const auto& t : weights_.tensors()) params_.push_back({.n = t.shape.numel(), .decay = t.shape.rank() >= 2});
-    // The step graphs' parameters, each stacking one or more tensors.
-    {
-      graph::Graph g;
-      graph::Builder b(g, DType::bf16);
-      parts_ = model::build_llama(b, weights_.config(), 1, 1, graph_options()).parameter_parts;
+    planned_ = plan_llama_step(plan_request());
+    const plan::TrainingPlan& p = planned_.plan;
+    const LlamaStep& step = *planned_.step;
+    if (!p.runs_without_copies()) {
+      log_info("planned step: " + p.layout() + "; device " + format_bytes(p.placement.device_peak) + " planned + " +
+               format_bytes(p.resident_bytes) + " resident; host " + format_bytes(p.host_state_bytes) + " state + " +
+               format_bytes(p.placement.host_peak) + " offloaded; predicted " + std::to_string(p.step_seconds) +
+               " s per step");
     }
-    // Every per-tensor array (working copy, master remainder, gradient,
-    // moments) has one layout. The tensors a graph parameter stacks lie back
-    // to back, so its matmul reads (and its gradient's matmul writes) them
-    // as one matrix, each stack 256-byte aligned (cuBLASLt's plans assume
-    // it). The stacks that take weight decay come first, so AdamW updates
-    // every parameter in two launches, not one per tensor (147 for the 1B
-    // model, most of them too small to fill the GPU); the gaps between
-    // stacks go through it too, zero, which an update leaves zero.
-    std::vector<int64_t> numel;
-    for (const Param& p : params_) numel.push_back(p.n);
-    std::vector<std::vector<int>> stacks, plain;
-    for (const auto& stack : parts_) {
-      const bool decay = params_[static_cast<size_t>(stack.front())].decay;
-      for (int t : stack) {
-        SPW_CHECK(params_[static_cast<size_t>(t)].decay == decay, weights_.tensors()[static_cast<size_t>(t)].name,
-                  "is stacked with tensors of the other weight-decay setting");
-      }
-      (decay ? stacks : plain).push_back(stack);
-    }
-    decayed_elements_ = model::stacked_offsets(stacks, numel, kStackAlign).back();
-    stacks.insert(stacks.end(), plain.begin(), plain.end());
-    const std::vector<uint64_t> offsets = model::stacked_offsets(stacks, numel, kStackAlign);
-    elements_ = offsets.back();
-    const uint64_t moment_bytes = o.bf16_moments ? 2 : 4;
-    working_ = static_cast<bf16*>(mem.allocate(elements_ * 2, "weights (bf16)"));
-    remainder_ = static_cast<uint16_t*>(mem.allocate(elements_ * 2, "fp32 master, low halves"));
-    grads_ = static_cast<float*>(mem.allocate(elements_ * 4, "gradients (fp32)"));
-    m_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW m"));
-    v_ = static_cast<char*>(mem.allocate(elements_ * moment_bytes, "AdamW v"));
-    for (const auto& [array, bytes] : {std::pair<void*, uint64_t>{working_, 2}, {remainder_, 2}, {grads_, 4},
-                                       {m_, moment_bytes}, {v_, moment_bytes}}) {
-      SPW_CUDA(cudaMemsetAsync(array, 0, elements_ * bytes, stream_));
-    }
-    for (size_t i = 0; i < params_.size(); ++i) {
-      params_[i].working = working_ + offsets[i];
-      params_[i].remainder = remainder_ + offsets[i];
-      params_[i].grad = grads_ + offsets[i];
-      params_[i].m = m_ + offsets[i] * moment_bytes;
-      params_[i].v = v_ + offsets[i] * moment_bytes;
-    }
-    upload_state();
-
-    const uint64_t tokens = static_cast<uint64_t>(o.batch * o.seq);
-    tokens_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
-    targets_ = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    // The gradients never move: the norm's list of them is laid out once.
-    std::vector<ops::SquaresTensor> grad_list;
-    for (const Param& p : params_) grad_list.push_back({p.grad, p.n});
-    norm_grads_ = ops::SumOfSquaresList(
-        grad_list, mem.allocate(ops::SumOfSquaresList::device_bytes(grad_list), "gradient norm"), stream_);
-    norm_out_ = static_cast<double*>(mem.allocate(sizeof(double), "gradient norm (sum)"));
-
-    build(train_, /*with_backward=*/true);
-    build(eval_, /*with_backward=*/false);
+    const auto& parts = step.model.parameter_parts;
+    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.bf16_moments, *device_);
+    norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
+    adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
+    make_steps();
   }
 
   ~CudaEngine() override {
-    SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
-    for (CudaStep* s : {&train_, &eval_}) {
-      for (cudaGraphExec_t r : s->replay) {
-        if (r) SPW_CUDA_WARN(cudaGraphExecDestroy(r));
-      }
-      s->executor.reset();
-      s->runner.reset();
+    try {
+      device_->synchronize();
+    } catch (const std::exception& e) {
+      log_warn(std::string("GPU engine: an error left unreported at its end: ") + e.what());
     }
+    train_.reset();
+    eval_.reset();
+    adamw_.reset();
+    norm_.reset();
+    state_.reset();
   }
 
   std::string description() const override {
-    const std::string gemm = train_.runner->gemm_summary();
-    return name_ + " (" + train_.runner->attention_summary() + (gemm.empty() ? "" : "; " + gemm) +
-           (options_.bf16_moments ? "; bf16 AdamW moments" : "") + ")";
+    const plan::TrainingPlan& p = planned_.plan;
+    const std::string moments = options_.bf16_moments ? "; bf16 AdamW moments" : "";
+    const graph::RecomputePolicy recompute = planned_.step->recompute;
+    const std::string remade = recompute == graph::RecomputePolicy::none
+                                   ? ""
+                                   : "; recomputation: " + std::string(graph::recompute_policy_name(recompute));
+    if (!p.runs_without_copies()) {
+      return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
+             train_->runner().attention_summary() + ")";
+    }
+    const std::string gemm = train_->runner().gemm_summary();
+    return device_name() + " (" + train_->runner().attention_summary() + (gemm.empty() ? "" : "; " + gemm) + moments +
+           remade + ")";
   }
+  std::string device_name() const override { return "cuda:0 " + gpu_; }
+  bool on_gpu() const override { return true; }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
                        double lr) override {
     const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
+    norm_->start_step();
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      stats.loss += run_step(train_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), micro == 0) /
-                    static_cast<double>(micro_batches);
+      const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);
+      check_token_ids(x, y, weights_.config().vocab_size, n);
+      if (exec::CudaPlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
+        // The last micro-batch leaves each sum final on the device just
+        // before it goes home: its squares are taken there.
+        planned->set_before_store(micro + 1 < micro_batches ? exec::CudaPlannedExecutor::BeforeStore{} : before_store_);
+      }
+      stats.loss += train_->run(x, y, micro == 0) / static_cast<double>(micro_batches);
     }
     const auto optimizer_start = std::chrono::steady_clock::now();
-    // One call for every gradient, bit for bit the planned engine's per-tensor
-    // parts added in parameter order.
-    ops::sum_of_squares_many_cuda(norm_grads_, norm_out_, stream_);
-    double sum_squares = 0;
-    SPW_CUDA(cudaMemcpyAsync(&sum_squares, norm_out_, sizeof sum_squares, cudaMemcpyDeviceToHost, stream_));
-    SPW_CUDA(cudaStreamSynchronize(stream_));
-    // The mean over micro-batches and the clipping, folded into AdamW.
-    const double grad_scale =
-        accumulated_grad_scale(std::sqrt(sum_squares), micro_batches, options_.grad_clip, &stats.grad_norm);
+    const double grad_scale = accumulated_grad_scale(std::sqrt(norm_->sum_of_squares()), micro_batches,
+                                                     options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
-    update(0, decayed_elements_, optimizer_.hyper(lr, grad_scale, /*matrix=*/true));
-    update(decayed_elements_, elements_ - decayed_elements_, optimizer_.hyper(lr, grad_scale, /*matrix=*/false));
-    SPW_CUDA(cudaStreamSynchronize(stream_));
+    adamw_->update(optimizer_, lr, grad_scale);
+    host_current_ = false;
     if (profiling_) {
       optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
       ++profiled_steps_;
     }
-    host_current_ = false;
     return stats;
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
-    return run_step(eval_, inputs, targets);
+    check_token_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
+    return eval_->run(inputs, targets, true);
   }
 
-  // bf16 moments are widened into the caller's fp32 ones, made if the
-  // caller had none.
   void sync_to_host() override {
     if (host_current_) return;
-    if (optimizer_.m.tensors().empty()) {
-      optimizer_.m = model::LlamaWeights::zeros(weights_.config());
-      optimizer_.v = model::LlamaWeights::zeros(weights_.config());
-    }
-    std::vector<bf16> narrow, working;
-    std::vector<uint16_t> remainder;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Param& p = params_[i];
-      const size_t bytes = static_cast<size_t>(p.n) * 4;
-      working.resize(static_cast<size_t>(p.n));
-      remainder.resize(static_cast<size_t>(p.n));
-      SPW_CUDA(cudaMemcpyAsync(working.data(), p.working, bytes / 2, cudaMemcpyDeviceToHost, stream_));
-      SPW_CUDA(cudaMemcpyAsync(remainder.data(), p.remainder, bytes / 2, cudaMemcpyDeviceToHost, stream_));
-      SPW_CUDA(cudaStreamSynchronize(stream_));
-      ops::join_master(working.data(), remainder.data(), weights_.tensors()[i].data.data(), p.n);
-      for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
-        float* to = host->tensors()[i].data.data();
-        if (!options_.bf16_moments) {
-          SPW_CUDA(cudaMemcpyAsync(to, moment, bytes, cudaMemcpyDeviceToHost, stream_));
-          continue;
-        }
-        narrow.resize(static_cast<size_t>(p.n));
-        SPW_CUDA(cudaMemcpyAsync(narrow.data(), moment, bytes / 2, cudaMemcpyDeviceToHost, stream_));
-        SPW_CUDA(cudaStreamSynchronize(stream_));
-        for (size_t j = 0; j < narrow.size(); ++j) to[j] = to_float(narrow[j]);
-      }
-    }
-    SPW_CUDA(cudaStreamSynchronize(stream_));
+    state_->sync_to_host();
     host_current_ = true;
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
-  bool replays_cuda_graph() const override { return options_.cuda_graph; }
-  bool fused_projections() const override { return train::fused_projections(options_, /*planned_engine=*/false); }
+  bool replays_cuda_graph() const override { return train_->replays(); }
+  bool fused_projections() const override { return planned_.step->fused_projections; }
+  double predicted_step_seconds() const override { return planned_.plan.step_seconds; }
 
   void set_profiling(bool on) override {
     profiling_ = on;
-    static_cast<exec::Executor*>(train_.executor.get())->set_profiling(on);
+    train_->set_profiling(on);
   }
   std::string profile_report() const override {
-    const auto& seconds = static_cast<const exec::Executor*>(train_.executor.get())->node_seconds();
-    return op_time_report(train_.graph, seconds, std::max(1, profiled_steps_), optimizer_seconds_);
+    return op_time_report(train_->graph(), train_->node_seconds(), std::max(1, profiled_steps_), optimizer_seconds_);
+  }
+  std::string measured_timeline_svg() const override {
+    std::vector<plan::TimelineBar> bars;
+    for (const auto& i : train_->timeline()) {
+      const bool heavy = i.label.rfind("matmul", 0) == 0 || i.label.rfind("attention", 0) == 0;
+      bars.push_back({static_cast<int>(i.stream), i.start, i.end, i.label, heavy});
+    }
+    return bars.empty() ? std::string() : plan::timeline_svg(bars, "one micro-batch on " + device_name() + ", measured");
   }
 
  private:
-  struct Param {
-    int64_t n = 0;
-    bf16* working = nullptr;     // the master's bf16 rounding, which the step reads
-    uint16_t* remainder = nullptr;  // the rest of the fp32 master (ops/master_split.h)
-    void *m = nullptr, *v = nullptr;  // AdamW moments: fp32, or bf16 with bf16_moments
-    float* grad = nullptr;  // the sum of this optimizer step's micro-batch gradients
-    bool decay = false;
-  };
-
-  // AdamW over elements [first, first + n) of the per-tensor arrays.
-  void update(uint64_t first, uint64_t n, const ops::AdamWHyper& hp) {
-    const auto count = static_cast<int64_t>(n);
-    if (options_.bf16_moments) {
-      ops::adamw_update_split_bf16_moments_cuda(working_ + first, remainder_ + first, grads_ + first,
-                                                reinterpret_cast<bf16*>(m_) + first,
-                                                reinterpret_cast<bf16*>(v_) + first, count, hp, stream_);
-    } else {
-      ops::adamw_update_split_cuda(working_ + first, remainder_ + first, grads_ + first,
-                                   reinterpret_cast<float*>(m_) + first, reinterpret_cast<float*>(v_) + first, count,
-                                   hp, stream_);
-    }
-  }
-
-  // bf16 moments start from the caller's fp32 ones rounded (a resumed run),
-  // or stay as allocated, zero; fp32 moments are the caller's, made zero if
-  // it had none.
-  void upload_state() {
-    const bool have_moments = !optimizer_.m.tensors().empty();
-    if (!have_moments && !options_.bf16_moments) optimizer_ = AdamW(weights_.config());
-    std::vector<bf16> narrow, working;
-    std::vector<uint16_t> remainder;
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Param& p = params_[i];
-      const size_t bytes = static_cast<size_t>(p.n) * 4;
-      SPW_CUDA(cudaStreamSynchronize(stream_));  // `working` and `remainder` are reused
-      working.resize(static_cast<size_t>(p.n));
-      remainder.resize(static_cast<size_t>(p.n));
-      ops::split_master(weights_.tensors()[i].data.data(), working.data(), remainder.data(), p.n);
-      SPW_CUDA(cudaMemcpyAsync(p.working, working.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
-      SPW_CUDA(cudaMemcpyAsync(p.remainder, remainder.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
-      for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
-        if (!options_.bf16_moments) {
-          SPW_CUDA(cudaMemcpyAsync(moment, host->tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
-        } else if (have_moments) {
-          const float* from = host->tensors()[i].data.data();
-          SPW_CUDA(cudaStreamSynchronize(stream_));  // `narrow` is reused
-          narrow.resize(static_cast<size_t>(p.n));
-          for (size_t j = 0; j < narrow.size(); ++j) narrow[j] = to_bf16(from[j]);
-          SPW_CUDA(cudaMemcpyAsync(moment, narrow.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
-        }
-      }
-    }
-    SPW_CUDA(cudaStreamSynchronize(stream_));
-  }
-
-  model::LlamaGraphOptions graph_options() const { return {.fused_projections = fused_projections()}; }
-
-  void build(CudaStep& s, bool with_backward) {
-    graph::Builder b(s.graph, DType::bf16);
-    s.model = model::build_llama(b, weights_.config(), options_.batch, options_.seq, graph_options());
-    s.graph.mark_output(s.model.loss);
-    if (with_backward) {
-      s.grads = graph::append_backward(b, s.model.loss, s.model.parameters, graph::GradientOutput::accumulated);
-    }
-    s.graph = graph::fuse_matmul_rope(graph::fuse_matmul_swiglu(graph::fuse_step(s.graph)).graph).graph;
+  StepPlanRequest plan_request() {
     MemorySpace& mem = device_->device_memory();
-    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic,
-                                                      options_.matmul_candidates, options_.own_gemm);
-    // The executor keeps the gradients bound for the whole step.
-    s.runner->set_tied_gradient_in_place(true);
-    s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
-    // A stacked parameter starts where its first tensor does.
-    for (size_t i = 0; i < s.model.parameters.size(); ++i) {
-      const Param& first = params_[static_cast<size_t>(s.model.parameter_parts[i].front())];
-      s.executor->bind(s.model.parameters[i], first.working);
-      if (with_backward) s.executor->bind(s.grads[s.model.parameters[i]], first.grad);
-    }
-    s.executor->bind(s.model.tokens, tokens_);
-    s.executor->bind(s.model.targets, targets_);
-  }
-
-  // `first`: the first micro-batch of an optimizer step, which writes the
-  // gradient buffers instead of adding into them.
-  double run_step(CudaStep& s, std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                  bool first = true) {
-    check_token_ids(inputs, targets, weights_.config().vocab_size,
-                    static_cast<size_t>(options_.batch * options_.seq));
-    SPW_CUDA(cudaMemcpyAsync(tokens_, inputs.data(), inputs.size_bytes(), cudaMemcpyHostToDevice, stream_));
-    SPW_CUDA(cudaMemcpyAsync(targets_, targets.data(), targets.size_bytes(), cudaMemcpyHostToDevice, stream_));
-    s.runner->set_overwrite_accumulated(first);
-    cudaGraphExec_t& replay = s.replay[first ? 0 : 1];
-    if (replay && !profiling_) {
-      SPW_CUDA(cudaGraphLaunch(replay, stream_));
-    } else if (options_.cuda_graph && !profiling_ && &s == &train_ && s.eager_runs > 0) {
-      capture(s, replay);
-    } else {
-      s.executor->run();
-      ++s.eager_runs;
-    }
-    float loss = 0;
-    SPW_CUDA(cudaMemcpyAsync(&loss, s.executor->data(s.model.loss), sizeof loss, cudaMemcpyDeviceToHost, stream_));
-    SPW_CUDA(cudaStreamSynchronize(stream_));
-    return loss;
-  }
-
-  // Records one step into a CUDA graph and replays it from now on; a step
-  // that cannot be captured (a library call that refuses capture) runs
-  // eagerly and stays eager, with a warning.
-  void capture(CudaStep& s, cudaGraphExec_t& replay) {
-    cudaGraph_t graph = nullptr;
-    try {
-      SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      s.executor->run();
-      SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
-      SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
-      SPW_CUDA(cudaGraphDestroy(graph));
-    } catch (const Error& e) {
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-        cudaGraph_t partial = nullptr;
-        (void)cudaStreamEndCapture(stream_, &partial);
-        graph = graph ? graph : partial;
+    StepPlanRequest r;
+    r.config = weights_.config();
+    r.batch = options_.batch;
+    r.seq = options_.seq;
+    r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
+    if (options_.projections != "auto") r.fused_projections = options_.projections == "fused";
+    r.recompute = options_.recompute == "auto" ? std::nullopt
+                                               : std::optional(graph::parse_recompute_policy(options_.recompute));
+    r.bf16_moments = options_.bf16_moments;
+    r.offload = plan::parse_offload_mode(options_.offload);
+    r.device_budget = mem.budget();
+    r.host_budget = options_.host_memory ? options_.host_memory
+                                         : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    r.rates = plan::rates_for_gpu(gpu_);
+    // What a candidate's runners take (their workspaces), measured by making
+    // them, and a little of the pool for the arena's fragmentation.
+    r.device_reserved = [this, &mem](const LlamaStep& s) {
+      const uint64_t before = mem.in_use();
+      uint64_t taken = 0;
+      {
+        auto eval = eval_step(s);
+        exec::CudaNodeRunner train_runner(s.step.graph, mem, compute_stream(), options_.deterministic,
+                                          options_.matmul_candidates, options_.own_gemm);
+        exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute_stream(), options_.deterministic,
+                                         options_.matmul_candidates, options_.own_gemm);
+        taken = mem.in_use() - before;
       }
-      if (graph) (void)cudaGraphDestroy(graph);
-      replay = nullptr;
-      (void)cudaGetLastError();
-      log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
-      options_.cuda_graph = false;
-      s.executor->run();
-      return;
+      return before + taken + mem.budget() / 100;
+    };
+    return r;
+  }
+
+  cudaStream_t compute_stream() { return as_cuda_stream(device_->stream(StreamKind::compute)).handle(); }
+
+  std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
+    return build_llama_step(weights_.config(), options_.batch, options_.seq, train.fused_projections,
+                            {.backward = false, .recompute = graph::RecomputePolicy::none}, DType::bf16);
+  }
+
+  // The training and evaluation programs, bound to the state. Evaluation
+  // runs as training does: on one stream when nothing is copied, else under
+  // a placement of its own in what the training step leaves (the two never
+  // run at the same time).
+  void make_steps() {
+    const plan::TrainingPlan& p = planned_.plan;
+    const LlamaStep& step = *planned_.step;
+    eval_graph_ = eval_step(step);
+    io_.tokens = step.model.tokens;
+    io_.targets = step.model.targets;
+    io_.loss = step.model.loss;
+    StepIo eval_io = io_;
+    eval_io.tokens = eval_graph_->model.tokens;
+    eval_io.targets = eval_graph_->model.targets;
+    eval_io.loss = eval_graph_->model.loss;
+    CudaStepOptions eval_options = step_options(options_);
+    eval_options.cuda_graph = false;
+    train_ = std::make_unique<CudaStep>(step.step.graph, io_, *device_, step_options(options_));
+    eval_ = std::make_unique<CudaStep>(eval_graph_->step.graph, eval_io, *device_, eval_options);
+    if (p.runs_without_copies()) {
+      train_->make_executor();
+      eval_->make_executor();
+    } else {
+      host_pool_ = make_cuda_pool_space("cuda:0:pinned_host", CudaPoolKind::pinned_host, 0,
+                                        p.placement.host_peak + p.placement.host_peak / 8 + (64ull << 20));
+      train_->make_executor(p.placement, host_pool_.get());
+      const graph::Graph& g = eval_graph_->step.graph;
+      std::vector<bool> resident(g.values().size(), false);
+      resident[static_cast<size_t>(eval_io.tokens.id)] = resident[static_cast<size_t>(eval_io.targets.id)] = true;
+      if (p.weights_resident) {
+        for (graph::Value w : eval_graph_->model.parameters) resident[static_cast<size_t>(w.id)] = true;
+      }
+      MemorySpace& mem = device_->device_memory();
+      eval_->make_executor(plan::plan_gpu_placement(g, mem.budget() - mem.in_use() - mem.budget() / 100,
+                                                    host_pool_->budget(), std::move(resident),
+                                                    plan::rates_for_gpu(gpu_)),
+                           host_pool_.get());
     }
-    SPW_CUDA(cudaGraphLaunch(replay, stream_));
+    bind(*train_, step, /*with_grads=*/true);
+    bind(*eval_, *eval_graph_, /*with_grads=*/false);
+    std::vector<int> parameter_of(step.step.graph.values().size(), -1);
+    for (size_t j = 0; j < step.model.parameters.size(); ++j) {
+      parameter_of[static_cast<size_t>(step.step.grads[step.model.parameters[j]].id)] = static_cast<int>(j);
+    }
+    before_store_ = [this, parameter_of](graph::Value v, const void* sum, Stream& compute) {
+      norm_->take_before_store(parameter_of[static_cast<size_t>(v.id)], sum, compute);
+    };
+  }
+
+  // A stacked parameter starts where its first tensor does.
+  void bind(CudaStep& s, const LlamaStep& step, bool with_grads) {
+    for (size_t j = 0; j < step.model.parameters.size(); ++j) {
+      const auto& first = state_->tensors()[static_cast<size_t>(step.model.parameter_parts[j].front())];
+      s.program().bind(step.model.parameters[j], first.working);
+      if (with_grads) s.program().bind(step.step.grads[step.model.parameters[j]], first.grad);
+    }
   }
 
   model::LlamaWeights& weights_;
   AdamW& optimizer_;
   EngineOptions options_;
   std::unique_ptr<Device> device_;
-  cudaStream_t stream_ = nullptr;
-  std::string name_;
-  std::vector<Param> params_;
-  int32_t* tokens_ = nullptr;
-  int32_t* targets_ = nullptr;
-  std::vector<std::vector<int>> parts_;  // the tensors each graph parameter stacks (LlamaGraph::parameter_parts)
-  // Every tensor's working copy, master remainder, gradient and moments
-  // (Param's pointers point into these), in one layout of elements_: the
-  // weight-decayed stacks in [0, decayed_elements_), the rest after.
-  uint64_t elements_ = 0, decayed_elements_ = 0;
-  bf16* working_ = nullptr;
-  uint16_t* remainder_ = nullptr;
-  float* grads_ = nullptr;
-  char *m_ = nullptr, *v_ = nullptr;  // fp32, or bf16 with bf16_moments
-  ops::SumOfSquaresList norm_grads_;  // every Param::grad, in order
-  double* norm_out_ = nullptr;
-  CudaStep train_, eval_;
-  bool host_current_ = true;
+  std::string gpu_;
+  StepIo io_;
+  std::unique_ptr<PinnedBuffer> pinned_io_;
+  PlannedStep planned_;
+  std::unique_ptr<LlamaStep> eval_graph_;
+  std::unique_ptr<CudaTrainingState> state_;
+  std::unique_ptr<CudaGradNorm> norm_;
+  std::unique_ptr<MemorySpace> host_pool_;
+  std::unique_ptr<CudaStep> train_, eval_;
+  std::unique_ptr<CudaAdamW> adamw_;
+  exec::CudaPlannedExecutor::BeforeStore before_store_;
+  bool host_current_ = true;  // the caller's masters hold the engine's
   bool profiling_ = false;
   int profiled_steps_ = 0;
   double optimizer_seconds_ = 0;

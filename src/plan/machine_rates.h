@@ -1,0 +1,30 @@
+// The rates a prediction divides work by: the machine's measured ceilings
+// (DESIGN.md), so a prediction far from a measured step means the code, or
+// the model, is wrong. One place for them, the MFU denominator included.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace spillway::plan {
+
+struct MachineRates {
+  std::string name;
+  double gemm_flops;                   // dense bf16 matmul at training shapes
+  double attention_flops;              // fused causal attention, forward and backward, head dim 128
+  double attention_flops_head_dim_64;  // the same at head dim 64 (less work per load)
+  double memory_bytes;                 // device memory, bytes read + written per second
+  double h2d_bytes;                    // pinned host -> device
+  double d2h_bytes;                    // device -> pinned host
+  double peak_flops;                   // the MFU denominator: dense bf16 peak
+};
+
+// H100 80GB HBM3 and H200, measured on the lent machines
+// (docs/performance.md has the measurements these come from).
+MachineRates h100_rates();
+MachineRates h200_rates();
+// The rates of the GPU a device name describes ("NVIDIA H200", "cuda:0
+// NVIDIA H100 80GB HBM3"): an H200's, else an H100's.
+MachineRates rates_for_gpu(std::string_view device_name);
+
+}  // namespace spillway::plan

@@ -1,0 +1,44 @@
+// The training state a step keeps from one optimizer step to the next, as
+// the planner sees it: which values of the step graph are the parameters and
+// their gradient sums, and how many bytes of other state (the rest of each
+// master weight, the optimizer's moments) every parameter element carries.
+// The planner knows no model and no optimizer; the caller that does
+// (train/step_plan.h) describes them here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace spillway::plan {
+
+struct StateParameter {
+  graph::Value weight;  // the working copy the step reads
+  graph::Value grad;    // its gradient sum, accumulated into state memory (Graph::mark_accumulated)
+  // A sum worth keeping on the device first when not all of them fit: one
+  // that every micro-batch would otherwise move whole where memory is
+  // scarcest (LLaMA's vocabulary-sized embedding and lm_head, at the loss).
+  bool grad_kept_first = false;
+};
+
+struct TrainingStateSpec {
+  std::vector<StateParameter> parameters;
+  // What the sums kept first are, for describing a plan ("the
+  // vocabulary-sized ones").
+  std::string kept_first_label = "those kept first";
+  // Bound to the device for the whole step (token ids, targets).
+  std::vector<graph::Value> inputs;
+  // Per parameter element, beside the working copy and the gradient sum
+  // (whose bytes are their values' in the graph): the rest of the master
+  // weight, and the optimizer's state.
+  uint64_t master_bytes = 0;
+  uint64_t optimizer_bytes = 0;
+  // Device memory the optimizer takes to stream state that lives at home
+  // through the GPU (its staging buffers); none when that state is on the
+  // device.
+  uint64_t staging_bytes = 0;
+};
+
+}  // namespace spillway::plan

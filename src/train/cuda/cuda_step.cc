@@ -1,0 +1,133 @@
+#include "train/cuda/cuda_step.h"
+
+#include <algorithm>
+
+#include "base/log.h"
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_stream.h"
+
+namespace spillway::train {
+
+CudaStep::CudaStep(const graph::Graph& graph, const StepIo& io, Device& device, const CudaStepOptions& options)
+    : graph_(graph), io_(io), device_(device), options_(options) {
+  stream_ = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
+  runner_ = std::make_unique<exec::CudaNodeRunner>(graph_, device_.device_memory(), stream_, options.deterministic,
+                                                   options.matmul_candidates, options.own_gemm);
+}
+
+void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpace* pinned_host) {
+  MemorySpace& mem = device_.device_memory();
+  if (placement) {
+    SPW_CHECK(pinned_host != nullptr, "GPU step", "a planned step needs pinned host memory for what goes home");
+    auto planned = std::make_unique<exec::CudaPlannedExecutor>(graph_, std::move(*placement), device_, *pinned_host,
+                                                               *runner_);
+    planned_ = planned.get();
+    program_ = std::move(planned);
+  } else {
+    // The executor keeps the gradient sums bound for the whole step, so a
+    // tied embedding's gradient can be written in place.
+    runner_->set_tied_gradient_in_place(true);
+    auto plain = std::make_unique<exec::Executor>(graph_, mem, *runner_);
+    plain_ = plain.get();
+    program_ = std::move(plain);
+  }
+  program_->bind(io_.tokens, io_.device_tokens);
+  program_->bind(io_.targets, io_.device_targets);
+}
+
+CudaStep::~CudaStep() {
+  SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
+  for (cudaGraphExec_t r : replay_) {
+    if (r) SPW_CUDA_WARN(cudaGraphExecDestroy(r));
+  }
+  program_.reset();
+  runner_.reset();
+}
+
+double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first) {
+  Stream& compute = device_.stream(StreamKind::compute);
+  // The previous micro-batch has finished with the pinned buffer: run()
+  // returns synchronized.
+  std::copy(tokens.begin(), tokens.end(), io_.pinned_ids);
+  std::copy(targets.begin(), targets.end(), io_.pinned_ids + tokens.size());
+  device_.copy_async(io_.device_tokens, io_.pinned_ids, tokens.size_bytes(), compute);
+  device_.copy_async(io_.device_targets, io_.pinned_ids + tokens.size(), targets.size_bytes(), compute);
+  enqueue(first);
+  device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
+  compute.synchronize();
+  if (profiling_ && planned_) {
+    planned_node_seconds_.resize(graph_.nodes().size());
+    size_t node = 0;
+    for (const auto& i : planned_->timeline()) {
+      if (i.stream != StreamKind::compute) continue;
+      if (node < planned_node_seconds_.size()) planned_node_seconds_[node] += i.end - i.start;
+      ++node;
+    }
+  }
+  return *io_.pinned_loss;
+}
+
+void CudaStep::enqueue(bool first) {
+  runner_->set_overwrite_accumulated(first);
+  if (planned_) {
+    // Sums at home start from zero with the step's first micro-batch.
+    planned_->set_accumulators_zero(first);
+    planned_->run();
+    return;
+  }
+  cudaGraphExec_t& replay = replay_[first ? 0 : 1];
+  if (replay && !profiling_) {
+    SPW_CUDA(cudaGraphLaunch(replay, stream_));
+  } else if (options_.cuda_graph && !profiling_ && eager_runs_ > 0) {
+    capture(replay);
+  } else {
+    program_->run();
+    ++eager_runs_;
+  }
+}
+
+// A step that cannot be captured (a library call that refuses capture) runs
+// eagerly and stays eager, with a warning.
+void CudaStep::capture(cudaGraphExec_t& replay) {
+  cudaGraph_t graph = nullptr;
+  try {
+    SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    program_->run();
+    SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
+    SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
+    SPW_CUDA(cudaGraphDestroy(graph));
+  } catch (const Error& e) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t partial = nullptr;
+      (void)cudaStreamEndCapture(stream_, &partial);
+      graph = graph ? graph : partial;
+    }
+    if (graph) (void)cudaGraphDestroy(graph);
+    replay = nullptr;
+    (void)cudaGetLastError();
+    log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
+    options_.cuda_graph = false;
+    program_->run();
+    return;
+  }
+  SPW_CUDA(cudaGraphLaunch(replay, stream_));
+}
+
+void CudaStep::set_profiling(bool on) {
+  profiling_ = on;
+  if (plain_) plain_->set_profiling(on);
+  if (planned_) planned_->set_timing(on);
+}
+
+std::vector<double> CudaStep::node_seconds() const {
+  if (plain_) return plain_->node_seconds();
+  return planned_node_seconds_;
+}
+
+std::vector<exec::StreamInterval> CudaStep::timeline() const {
+  return planned_ ? planned_->timeline() : std::vector<exec::StreamInterval>{};
+}
+
+}  // namespace spillway::train

@@ -1,0 +1,229 @@
+#include "train/cuda/training_state.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/status.h"
+#include "model/llama_graph.h"
+#include "ops/master_split.h"
+#include "train/adamw_state.h"
+
+namespace spillway::train {
+
+namespace {
+
+// Elements each stack starts on: 256 bytes in bf16, which cuBLASLt's plans
+// assume of a matrix, and 512 in fp32.
+constexpr uint64_t kStackAlign = 128;
+
+}  // namespace
+
+CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer,
+                                     const std::vector<std::vector<int>>& parts, const plan::TrainingPlan& plan,
+                                     bool bf16_moments, Device& device)
+    : weights_(weights),
+      optimizer_(optimizer),
+      device_(device),
+      optimizer_on_device_(plan.optimizer_resident),
+      weights_on_device_(plan.weights_resident),
+      bf16_moments_(bf16_moments) {
+  const auto& named = weights_.tensors();
+  SPW_CHECK(parts.size() == plan.grad_resident.size(), "training state", "the plan places ",
+            plan.grad_resident.size(), " gradient sums for ", parts.size(), " parameters");
+  if (optimizer_.m.tensors().empty() && !bf16_moments_) optimizer_ = AdamW(weights_.config());
+  std::vector<int64_t> numel;
+  tensors_.resize(named.size());
+  for (size_t i = 0; i < named.size(); ++i) {
+    numel.push_back(named[i].shape.numel());
+    tensors_[i].n = numel.back();
+    tensors_[i].decay = named[i].shape.rank() >= 2;
+    tensors_[i].master = weights_.tensors()[i].data.data();
+    largest_ = std::max(largest_, numel.back());
+  }
+
+  // The one order: weight-decayed stacks first; gradient sums split by where
+  // they live, in the same order.
+  std::vector<std::vector<int>> decayed, plain, device_grads, home_grads;
+  std::vector<bool> grad_on_device(named.size(), false);
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const bool decay = tensors_[static_cast<size_t>(parts[j].front())].decay;
+    for (int t : parts[j]) {
+      SPW_CHECK(tensors_[static_cast<size_t>(t)].decay == decay, named[static_cast<size_t>(t)].name,
+                "is stacked with tensors of the other weight-decay setting");
+      grad_on_device[static_cast<size_t>(t)] = plan.grad_resident[j];
+    }
+    (decay ? decayed : plain).push_back(parts[j]);
+  }
+  arrays_.decayed_elements = model::stacked_offsets(decayed, numel, kStackAlign).back();
+  std::vector<std::vector<int>> order = decayed;
+  order.insert(order.end(), plain.begin(), plain.end());
+  for (const auto& stack : order) {
+    (grad_on_device[static_cast<size_t>(stack.front())] ? device_grads : home_grads).push_back(stack);
+  }
+  const std::vector<uint64_t> at = model::stacked_offsets(order, numel, kStackAlign);
+  const std::vector<uint64_t> device_grad_at = model::stacked_offsets(device_grads, numel, kStackAlign);
+  const std::vector<uint64_t> home_grad_at = model::stacked_offsets(home_grads, numel, kStackAlign);
+  arrays_.elements = at.back();
+
+  MemorySpace& mem = device_.device_memory();
+  Stream& stream = device_.stream(StreamKind::compute);
+  // On the device, zeroed (the gaps stay zero); at home, pinned.
+  auto place = [&](uint64_t bytes, bool on_device, const char* what) -> char* {
+    if (bytes == 0) return nullptr;
+    if (on_device) {
+      void* p = mem.allocate(bytes, what);
+      device_owned_.push_back(p);
+      device_.zero_async(p, bytes, stream);
+      return static_cast<char*>(p);
+    }
+    host_owned_.push_back(std::make_unique<PinnedBuffer>(bytes));
+    return host_owned_.back()->as<char>();
+  };
+  const uint64_t n = arrays_.elements;
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  arrays_.working = reinterpret_cast<bf16*>(place(n * 2, weights_on_device_, "weights (bf16)"));
+  arrays_.remainder = reinterpret_cast<uint16_t*>(place(n * 2, optimizer_on_device_, "fp32 master, low halves"));
+  device_grad_bytes_ = device_grad_at.back() * 4;
+  device_grads_ = reinterpret_cast<float*>(place(device_grad_bytes_, true, "gradients (fp32)"));
+  float* home_grads_block = reinterpret_cast<float*>(place(home_grad_at.back() * 4, false, "gradients at home"));
+  char *m = nullptr, *v = nullptr;
+  if (optimizer_on_device_ || bf16_moments_) {
+    m = place(n * moment_bytes, optimizer_on_device_, "AdamW m");
+    v = place(n * moment_bytes, optimizer_on_device_, "AdamW v");
+  }
+  if (optimizer_on_device_) {
+    arrays_.grads = device_grads_;
+    arrays_.m = m;
+    arrays_.v = v;
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    Tensor& t = tensors_[i];
+    t.working = arrays_.working + at[i];
+    t.remainder = arrays_.remainder + at[i];
+    t.grad_on_device = grad_on_device[i];
+    t.grad = grad_on_device[i] ? device_grads_ + device_grad_at[i] : home_grads_block + home_grad_at[i];
+    if (m) {
+      t.m = m + at[i] * moment_bytes;
+      t.v = v + at[i] * moment_bytes;
+    } else {
+      // fp32 moments at home: the caller's arrays, pinned in place.
+      t.m = optimizer_.m.tensors()[i].data.data();
+      t.v = optimizer_.v.tensors()[i].data.data();
+      pinned_in_place_.add(t.m, static_cast<size_t>(t.n) * 4);
+      pinned_in_place_.add(t.v, static_cast<size_t>(t.n) * 4);
+    }
+  }
+  pinned_in_place_.pin();
+  upload();
+}
+
+CudaTrainingState::~CudaTrainingState() {
+  for (void* p : device_owned_) device_.device_memory().free(p);
+}
+
+template <typename Body>
+void CudaTrainingState::for_each_piece(int64_t piece, Body body) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Tensor& t = tensors_[i];
+    for (int64_t off = 0; off < t.n; off += piece) body(t, i, off, std::min(piece, t.n - off));
+  }
+}
+
+// The caller's masters split into working copies and remainders; moments
+// from the caller's fp32 ones (a resumed run), rounded where they are bf16,
+// or left zero. Parts on the device go through pinned staging.
+void CudaTrainingState::upload() {
+  const bool have_moments = !optimizer_.m.tensors().empty();
+  Stream& stream = device_.stream(StreamKind::compute);
+  const int64_t piece = OptimizerStaging(largest_).chunk;
+  PinnedBuffer staging(static_cast<uint64_t>(piece) * 8);
+  auto* w_stage = staging.as<bf16>();
+  auto* r_stage = reinterpret_cast<uint16_t*>(w_stage + piece);
+  auto* moment_stage = reinterpret_cast<char*>(r_stage + piece);
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  for_each_piece(piece, [&](const Tensor& t, size_t i, int64_t off, int64_t len) {
+    const auto count = static_cast<size_t>(len);
+    bf16* w = weights_on_device_ ? w_stage : t.working + off;
+    uint16_t* r = optimizer_on_device_ ? r_stage : t.remainder + off;
+    ops::split_master(t.master + off, w, r, len);
+    if (weights_on_device_) device_.copy_async(t.working + off, w_stage, count * 2, stream);
+    if (optimizer_on_device_) device_.copy_async(t.remainder + off, r_stage, count * 2, stream);
+    for (int k = 0; k < 2; ++k) {
+      void* moment = k == 0 ? t.m : t.v;
+      if (!bf16_moments_ && !optimizer_on_device_) continue;  // the caller's own arrays
+      char* to = static_cast<char*>(moment) + static_cast<size_t>(off) * moment_bytes;
+      if (!have_moments) continue;  // stays zero
+      const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
+      char* host = optimizer_on_device_ ? moment_stage : to;
+      if (bf16_moments_) {
+        auto* narrow = reinterpret_cast<bf16*>(host);
+#pragma omp parallel for schedule(static) if (len > (1 << 16))
+        for (int64_t j = 0; j < len; ++j) narrow[j] = to_bf16(from[j]);
+      } else {
+        std::memcpy(host, from, count * 4);
+      }
+      if (optimizer_on_device_) {
+        device_.copy_async(to, moment_stage, count * moment_bytes, stream);
+        stream.synchronize();  // the moment staging is reused for v
+      }
+    }
+    stream.synchronize();  // the staging is reused for the next piece
+  });
+  // bf16 moments at home that start from zero: pinned memory is not zeroed.
+  if (bf16_moments_ && !optimizer_on_device_ && !have_moments) {
+    for (const Tensor& t : tensors_) {
+      std::memset(t.m, 0, static_cast<size_t>(t.n) * 2);
+      std::memset(t.v, 0, static_cast<size_t>(t.n) * 2);
+    }
+  }
+  stream.synchronize();
+}
+
+void CudaTrainingState::sync_to_host() {
+  if (optimizer_.m.tensors().empty()) {
+    optimizer_.m = model::LlamaWeights::zeros(weights_.config());
+    optimizer_.v = model::LlamaWeights::zeros(weights_.config());
+  }
+  device_.synchronize();
+  Stream& stream = device_.stream(StreamKind::compute);
+  const int64_t piece = OptimizerStaging(largest_).chunk;
+  PinnedBuffer staging(static_cast<uint64_t>(piece) * 8);
+  auto* w_stage = staging.as<bf16>();
+  auto* r_stage = reinterpret_cast<uint16_t*>(w_stage + piece);
+  auto* moment_stage = reinterpret_cast<char*>(r_stage + piece);
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  for_each_piece(piece, [&](const Tensor& t, size_t i, int64_t off, int64_t len) {
+    const auto count = static_cast<size_t>(len);
+    const bf16* w = t.working + off;
+    const uint16_t* r = t.remainder + off;
+    if (weights_on_device_) {
+      device_.copy_async(w_stage, w, count * 2, stream);
+      w = w_stage;
+    }
+    if (optimizer_on_device_) {
+      device_.copy_async(r_stage, r, count * 2, stream);
+      r = r_stage;
+    }
+    stream.synchronize();
+    ops::join_master(w, r, t.master + off, len);
+    if (!bf16_moments_ && !optimizer_on_device_) return;  // the caller's fp32 moments are the state
+    for (int k = 0; k < 2; ++k) {
+      const char* from = static_cast<const char*>(k == 0 ? t.m : t.v) + static_cast<size_t>(off) * moment_bytes;
+      float* to = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
+      if (optimizer_on_device_) {
+        device_.copy_async(moment_stage, from, count * moment_bytes, stream);
+        stream.synchronize();
+        from = moment_stage;
+      }
+      if (!bf16_moments_) {
+        std::memcpy(to, from, count * 4);
+        continue;
+      }
+      const auto* narrow = reinterpret_cast<const bf16*>(from);
+#pragma omp parallel for schedule(static) if (len > (1 << 16))
+      for (int64_t j = 0; j < len; ++j) to[j] = to_float(narrow[j]);
+    }
+  });
+}
+
+}  // namespace spillway::train

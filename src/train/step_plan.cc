@@ -1,0 +1,100 @@
+#include "train/step_plan.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+#include "model/llama_config_json.h"
+#include "model/llama_weights.h"
+#include "train/adamw_state.h"
+
+namespace spillway::train {
+
+namespace {
+
+int64_t largest_tensor(const model::LlamaConfig& config) {
+  int64_t largest = 1;
+  for (const auto& spec : model::parameter_specs(config)) largest = std::max(largest, spec.shape.numel());
+  return largest;
+}
+
+}  // namespace
+
+// The vocabulary-sized gradient sums (embedding, lm_head) are the ones to keep
+// on the device first: each micro-batch would move them whole, the
+// embedding's for the few rows it touches and lm_head's at the loss, where
+// memory is scarcest.
+plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaConfig& config, bool bf16_moments) {
+  plan::TrainingStateSpec spec;
+  const graph::Graph& g = s.step.graph;
+  for (graph::Value w : s.model.parameters) {
+    const Shape& shape = g.value(w).shape;
+    const bool vocab_sized = shape.rank() == 2 && (shape[0] == config.vocab_size || shape[1] == config.vocab_size);
+    spec.parameters.push_back({w, s.step.grads[w], vocab_sized});
+  }
+  spec.kept_first_label = "the vocabulary-sized ones";
+  spec.inputs = {s.model.tokens, s.model.targets};
+  spec.master_bytes = kMasterRestBytes;
+  spec.optimizer_bytes = adamw_moment_bytes(bf16_moments);
+  spec.staging_bytes = OptimizerStaging(largest_tensor(config)).device_bytes();
+  return spec;
+}
+
+std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
+                                            bool fused_projections, const graph::StepRecipe& recipe, DType dtype) {
+  auto s = std::make_unique<LlamaStep>();
+  graph::Graph g;
+  graph::Builder b(g, dtype);
+  s->model = model::build_llama(b, config, batch, seq, {.fused_projections = fused_projections});
+  s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
+  s->fused_projections = fused_projections;
+  s->recompute = recipe.recompute;
+  return s;
+}
+
+PlannedStep plan_llama_step(const StepPlanRequest& r) {
+  plan::TrainingPlanRequest req;
+  req.device_budget = r.device_budget;
+  req.host_budget = r.host_budget;
+  req.micro_batches = r.micro_batches;
+  req.offload = r.offload;
+  req.rates = r.rates;
+  req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
+  req.flops_per_token = model::training_flops_per_token(r.config, r.seq);
+
+  auto plan_variant = [&](bool fused, graph::RecomputePolicy policy) {
+    PlannedStep p;
+    p.step = build_llama_step(r.config, r.batch, r.seq, fused, {.backward = true, .recompute = policy}, DType::bf16);
+    p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments);
+    plan::TrainingPlanRequest with_reserve = req;
+    if (r.device_reserved) with_reserve.device_reserved = r.device_reserved(*p.step);
+    p.plan = plan::plan_training(p.step->step.graph, p.state, with_reserve);
+    return p;
+  };
+  // Stacked projections only where the plan copies nothing, unless asked for.
+  auto plan_policy = [&](graph::RecomputePolicy policy) {
+    if (r.fused_projections) return plan_variant(*r.fused_projections, policy);
+    try {
+      PlannedStep fused = plan_variant(true, policy);
+      if (fused.plan.runs_without_copies()) return fused;
+    } catch (const Error&) {
+      // The separate projections' plan says why, or fits.
+    }
+    return plan_variant(false, policy);
+  };
+
+  if (r.recompute) return plan_policy(*r.recompute);
+  std::optional<PlannedStep> best;
+  const graph::RecomputePolicy policies[] = {graph::RecomputePolicy::none, graph::RecomputePolicy::selective,
+                                             graph::RecomputePolicy::layers};
+  for (graph::RecomputePolicy policy : policies) {
+    try {
+      PlannedStep candidate = plan_policy(policy);
+      if (!best || candidate.plan.step_seconds < best->plan.step_seconds) best = std::move(candidate);
+    } catch (const Error&) {
+      if (!best && policy == policies[std::size(policies) - 1]) throw;  // nothing fits: say why
+    }
+  }
+  return std::move(*best);
+}
+
+}  // namespace spillway::train

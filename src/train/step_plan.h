@@ -1,0 +1,67 @@
+// The LLaMA training step planned for one GPU: the step graph the recipe
+// makes (graph/step_recipe.h) for each variant the options leave open
+// (q|k|v and gate|up stacked or not, a recomputation policy), the state
+// AdamW keeps described to the planner (train/adamw_state.h), and the
+// fastest predicted plan that fits. The GPU engine runs what this returns
+// and `spillway plan` prints it, so the prediction and the run are one
+// program.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+
+#include "graph/recompute.h"
+#include "graph/step_recipe.h"
+#include "model/llama_config.h"
+#include "model/llama_graph.h"
+#include "plan/training_plan.h"
+
+namespace spillway::train {
+
+// A LLaMA step graph and the model's handles into it.
+struct LlamaStep {
+  graph::StepGraph step;
+  model::LlamaGraph model;
+  bool fused_projections = false;
+  graph::RecomputePolicy recompute = graph::RecomputePolicy::none;
+};
+
+// LLaMA's parameters and AdamW's state beside them, as the planner sees them.
+plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::LlamaConfig& config, bool bf16_moments);
+
+// `recipe.backward` false gives the forward step alone (evaluation).
+std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
+                                            bool fused_projections, const graph::StepRecipe& recipe, DType dtype);
+
+struct StepPlanRequest {
+  model::LlamaConfig config;
+  int64_t batch = 1, seq = 1, micro_batches = 1;
+  // Unset: stacked where the plan copies nothing (one wide GEMM each), else
+  // separate (the planner places the smaller blocks better; see
+  // docs/performance.md).
+  std::optional<bool> fused_projections;
+  // Unset: the policy with the fastest predicted step.
+  std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
+  bool bf16_moments = false;
+  plan::OffloadMode offload = plan::OffloadMode::automatic;
+  uint64_t device_budget = 0, host_budget = 0;
+  // The device bytes a step of this graph takes outside the graph and the
+  // state (kernel workspaces): the GPU engine makes its runners for the
+  // candidate and says what they took.
+  std::function<uint64_t(const LlamaStep&)> device_reserved;
+  plan::MachineRates rates;
+};
+
+struct PlannedStep {
+  std::unique_ptr<LlamaStep> step;  // a stable address: what device_reserved was shown
+  plan::TrainingStateSpec state;
+  plan::TrainingPlan plan;
+};
+
+// Throws the planner's Error (naming --device-mem or --host-mem) when no
+// variant fits.
+PlannedStep plan_llama_step(const StepPlanRequest& request);
+
+}  // namespace spillway::train

@@ -206,8 +206,8 @@ double optimizer_seconds(const StateBytes& s, bool optimizer_resident, bool weig
 
 bool TrainingPlan::all_grads_resident() const { return grad_elements_at_home == 0; }
 
-bool TrainingPlan::runs_without_copies() const {
-  return weights_resident && all_grads_resident() && placement.values_offloaded == 0;
+bool TrainingPlan::all_on_device() const {
+  return optimizer_resident && weights_resident && all_grads_resident() && placement.values_offloaded == 0;
 }
 
 std::string TrainingPlan::layout() const {

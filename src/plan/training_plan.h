@@ -82,10 +82,10 @@ struct TrainingPlan {
   double mfu = 0;
   std::string kept_first_label;  // TrainingStateSpec::kept_first_label
 
-  // The step copies nothing between device and host: the state and every
-  // activation stay on the device (a single-stream step, which a CUDA graph
-  // can replay).
-  bool runs_without_copies() const;
+  // The whole state and every activation stay on the device: nothing moves
+  // between device and host, in the step or in the optimizer (a
+  // single-stream step, which a CUDA graph can replay).
+  bool all_on_device() const;
   // "weights and gradients on the device; 12 activations offloaded" and the like.
   std::string layout() const;
 };

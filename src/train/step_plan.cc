@@ -75,7 +75,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     if (r.fused_projections) return plan_variant(*r.fused_projections, policy);
     try {
       PlannedStep fused = plan_variant(true, policy);
-      if (fused.plan.runs_without_copies()) return fused;
+      if (fused.plan.all_on_device()) return fused;
     } catch (const Error&) {
       // The separate projections' plan says why, or fits.
     }

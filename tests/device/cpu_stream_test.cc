@@ -316,4 +316,31 @@ TEST(CpuDevice, SynchronizeDrainsEveryStreamAndReportsAFailure) {
 }
 
 }  // namespace
+// zero_async is ordered like a copy: after the work before it on its stream.
+TEST(CpuDevice, ZeroesInStreamOrder) {
+  auto device = make_cpu_device();
+  auto& dev = static_cast<CpuDevice&>(*device);
+  std::vector<unsigned char> buffer(10000, 0xab);
+  dev.cpu_stream(StreamKind::h2d).enqueue([] { sleep_us(2000); });
+  device->zero_async(buffer.data() + 100, 9000, device->stream(StreamKind::h2d));
+  EXPECT_EQ(buffer[100], 0xab);  // still queued behind the sleep
+  device->synchronize();
+  for (size_t i = 0; i < buffer.size(); ++i) ASSERT_EQ(buffer[i], i >= 100 && i < 9100 ? 0 : 0xab) << i;
+  EXPECT_THROW(device->zero_async(nullptr, 8, device->stream(StreamKind::h2d)), Error);
+}
+
+// Timed events measure the work between their recordings.
+TEST(CpuDevice, TimedEventsMeasureTheWorkBetweenThem) {
+  auto device = make_cpu_device();
+  auto& dev = static_cast<CpuDevice&>(*device);
+  auto start = device->new_event(/*timed=*/true), end = device->new_event(/*timed=*/true);
+  CpuStream& s = dev.cpu_stream(StreamKind::compute);
+  s.record(*start);
+  s.enqueue([] { sleep_us(20000); });
+  s.record(*end);
+  s.synchronize();
+  EXPECT_GE(end->seconds_since(*start), 0.019);
+  EXPECT_LT(end->seconds_since(*start), 1.0);
+}
+
 }  // namespace spillway

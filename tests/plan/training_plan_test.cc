@@ -250,7 +250,7 @@ TEST(TrainingPlan, TheWholeStateStaysOnTheDeviceWhereItFits) {
   r.offload = OffloadMode::automatic;
   const auto all = plan_training(r);
   EXPECT_TRUE(all->optimizer_resident);
-  EXPECT_TRUE(all->runs_without_copies());
+  EXPECT_TRUE(all->all_on_device());
   EXPECT_EQ(all->host_state_bytes, 0u);
   EXPECT_EQ(all->placement.bytes_loaded, 0u);
   EXPECT_NE(all->layout().find("the whole training state on the device"), std::string::npos) << all->layout();
@@ -281,7 +281,7 @@ TEST(TrainingPlan, OffloadOffCopiesNothing) {
   TrainingPlanRequest r = request(1ull << 30);
   r.offload = OffloadMode::off;
   const auto roomy = plan_training(r);
-  EXPECT_TRUE(roomy->runs_without_copies());
+  EXPECT_TRUE(roomy->all_on_device());
   r.device_budget = roomy->resident_bytes + roomy->placement.device_peak * 3 / 4;
   try {
     plan_training(r);

@@ -68,23 +68,19 @@ void CudaAdamW::update_streamed(const AdamW& adamw, double lr, double grad_scale
   Stream& compute = device_.stream(StreamKind::compute);
   Stream& d2h = device_.stream(StreamKind::d2h);
   cudaStream_t kernels = as_cuda_stream(compute).handle();
-  const size_t moment_size = state_.bf16_moments() ? 2 : 4;
   const bool working_at_home = !state_.weights_on_device();
   int64_t k = 0;
-  for (const CudaTrainingState::Tensor& t : state_.tensors()) {
+  for (size_t i = 0; i < state_.tensors().size(); ++i) {
+    const CudaTrainingState::Tensor& t = state_.tensors()[i];
     for (int64_t off = 0; off < t.n; off += staging_.chunk) {
       const int64_t len = std::min(staging_.chunk, t.n - off);
       Slot& slot = slots_[static_cast<size_t>(k % OptimizerStaging::kSlots)];
       if (k >= OptimizerStaging::kSlots) h2d.wait(*slot.free);
       const size_t halves = static_cast<size_t>(len) * 2;
-      const size_t moment_bytes = static_cast<size_t>(len) * moment_size;
-      const size_t moment_off = static_cast<size_t>(off) * moment_size;
-      char* m_home = static_cast<char*>(t.m) + moment_off;
-      char* v_home = static_cast<char*>(t.v) + moment_off;
       device_.copy_async(slot.remainder, t.remainder + off, halves, h2d);
       if (working_at_home) device_.copy_async(slot.working, t.working + off, halves, h2d);
-      device_.copy_async(slot.m, m_home, moment_bytes, h2d);
-      device_.copy_async(slot.v, v_home, moment_bytes, h2d);
+      state_.moment_to_device(i, 0, off, len, slot.m, h2d);
+      state_.moment_to_device(i, 1, off, len, slot.v, h2d);
       if (!t.grad_on_device) device_.copy_async(slot.grad, t.grad + off, 2 * halves, h2d);
       h2d.record(*slot.loaded);
       compute.wait(*slot.loaded);
@@ -100,8 +96,8 @@ void CudaAdamW::update_streamed(const AdamW& adamw, double lr, double grad_scale
       compute.record(*slot.updated);
       d2h.wait(*slot.updated);
       device_.copy_async(t.remainder + off, slot.remainder, halves, d2h);
-      device_.copy_async(m_home, slot.m, moment_bytes, d2h);
-      device_.copy_async(v_home, slot.v, moment_bytes, d2h);
+      state_.moment_from_device(i, 0, off, len, slot.m, d2h);
+      state_.moment_from_device(i, 1, off, len, slot.v, d2h);
       if (working_at_home) device_.copy_async(t.working + off, slot.working, halves, d2h);
       d2h.record(*slot.free);
       ++k;

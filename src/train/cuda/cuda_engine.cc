@@ -84,17 +84,20 @@ class CudaEngine final : public Engine {
     planned_ = plan_llama_step(plan_request());
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
-    if (!p.runs_without_copies()) {
+    if (!p.all_on_device()) {
       log_info("planned step: " + p.layout() + "; device " + format_bytes(p.placement.device_peak) + " planned + " +
                format_bytes(p.resident_bytes) + " resident; host " + format_bytes(p.host_state_bytes) + " state + " +
                format_bytes(p.placement.host_peak) + " offloaded; predicted " + std::to_string(p.step_seconds) +
                " s per step");
     }
     const auto& parts = step.model.parameter_parts;
+    // The runners first: they take the places the ones measured while
+    // planning had, below the state, as the plan's arena assumed.
+    make_runners();
     state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.bf16_moments, *device_);
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
-    make_steps();
+    make_executors();
   }
 
   ~CudaEngine() override {
@@ -117,7 +120,7 @@ class CudaEngine final : public Engine {
     const std::string remade = recompute == graph::RecomputePolicy::none
                                    ? ""
                                    : "; recomputation: " + std::string(graph::recompute_policy_name(recompute));
-    if (!p.runs_without_copies()) {
+    if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
              train_->runner().attention_summary() + ")";
     }
@@ -230,12 +233,7 @@ class CudaEngine final : public Engine {
                             {.backward = false, .recompute = graph::RecomputePolicy::none}, DType::bf16);
   }
 
-  // The training and evaluation programs, bound to the state. Evaluation
-  // runs as training does: on one stream when nothing is copied, else under
-  // a placement of its own in what the training step leaves (the two never
-  // run at the same time).
-  void make_steps() {
-    const plan::TrainingPlan& p = planned_.plan;
+  void make_runners() {
     const LlamaStep& step = *planned_.step;
     eval_graph_ = eval_step(step);
     io_.tokens = step.model.tokens;
@@ -249,7 +247,16 @@ class CudaEngine final : public Engine {
     eval_options.cuda_graph = false;
     train_ = std::make_unique<CudaStep>(step.step.graph, io_, *device_, step_options(options_));
     eval_ = std::make_unique<CudaStep>(eval_graph_->step.graph, eval_io, *device_, eval_options);
-    if (p.runs_without_copies()) {
+  }
+
+  // The training and evaluation programs, bound to the state. Evaluation
+  // runs as training does: on one stream when nothing is copied, else under
+  // a placement of its own in what the training step leaves (the two never
+  // run at the same time).
+  void make_executors() {
+    const plan::TrainingPlan& p = planned_.plan;
+    const LlamaStep& step = *planned_.step;
+    if (p.all_on_device()) {
       train_->make_executor();
       eval_->make_executor();
     } else {
@@ -258,7 +265,8 @@ class CudaEngine final : public Engine {
       train_->make_executor(p.placement, host_pool_.get());
       const graph::Graph& g = eval_graph_->step.graph;
       std::vector<bool> resident(g.values().size(), false);
-      resident[static_cast<size_t>(eval_io.tokens.id)] = resident[static_cast<size_t>(eval_io.targets.id)] = true;
+      const graph::Value tokens = eval_graph_->model.tokens, targets = eval_graph_->model.targets;
+      resident[static_cast<size_t>(tokens.id)] = resident[static_cast<size_t>(targets.id)] = true;
       if (p.weights_resident) {
         for (graph::Value w : eval_graph_->model.parameters) resident[static_cast<size_t>(w.id)] = true;
       }

@@ -107,13 +107,11 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
       t.v = v + at[i] * moment_bytes;
     } else {
       // fp32 moments at home: the caller's arrays, pinned in place.
-      t.m = optimizer_.m.tensors()[i].data.data();
-      t.v = optimizer_.v.tensors()[i].data.data();
-      pinned_in_place_.add(t.m, static_cast<size_t>(t.n) * 4);
-      pinned_in_place_.add(t.v, static_cast<size_t>(t.n) * 4);
+      pinned_in_place_.add(optimizer_.m.tensors()[i].data.data(), static_cast<uint64_t>(t.n) * 4);
+      pinned_in_place_.add(optimizer_.v.tensors()[i].data.data(), static_cast<uint64_t>(t.n) * 4);
     }
   }
-  pinned_in_place_.pin();
+  if (!m) pinned_in_place_.pin();
   upload();
 }
 
@@ -179,12 +177,38 @@ void CudaTrainingState::upload() {
   stream.synchronize();
 }
 
+void CudaTrainingState::moment_to_device(size_t i, int which, int64_t off, int64_t n, void* device,
+                                         Stream& stream) const {
+  const Tensor& t = tensors_[i];
+  const uint64_t size = adamw_moment_bytes(bf16_moments_) / 2;
+  const auto at = static_cast<uint64_t>(off) * size, bytes = static_cast<uint64_t>(n) * size;
+  if (!t.m) {
+    pinned_in_place_.copy_to_device(2 * i + static_cast<size_t>(which), at, device, bytes, device_, stream);
+    return;
+  }
+  device_.copy_async(device, static_cast<const char*>(which == 0 ? t.m : t.v) + at, bytes, stream);
+}
+
+void CudaTrainingState::moment_from_device(size_t i, int which, int64_t off, int64_t n, const void* device,
+                                           Stream& stream) const {
+  const Tensor& t = tensors_[i];
+  const uint64_t size = adamw_moment_bytes(bf16_moments_) / 2;
+  const auto at = static_cast<uint64_t>(off) * size, bytes = static_cast<uint64_t>(n) * size;
+  if (!t.m) {
+    pinned_in_place_.copy_from_device(2 * i + static_cast<size_t>(which), at, device, bytes, device_, stream);
+    return;
+  }
+  device_.copy_async(static_cast<char*>(which == 0 ? t.m : t.v) + at, device, bytes, stream);
+}
+
 void CudaTrainingState::sync_to_host() {
   if (optimizer_.m.tensors().empty()) {
     optimizer_.m = model::LlamaWeights::zeros(weights_.config());
     optimizer_.v = model::LlamaWeights::zeros(weights_.config());
   }
   device_.synchronize();
+  const bool fp32_at_home = !bf16_moments_ && !optimizer_on_device_;
+  if (fp32_at_home) pinned_in_place_.write_back();
   Stream& stream = device_.stream(StreamKind::compute);
   const int64_t piece = OptimizerStaging(largest_).chunk;
   PinnedBuffer staging(static_cast<uint64_t>(piece) * 8);
@@ -206,7 +230,7 @@ void CudaTrainingState::sync_to_host() {
     }
     stream.synchronize();
     ops::join_master(w, r, t.master + off, len);
-    if (!bf16_moments_ && !optimizer_on_device_) return;  // the caller's fp32 moments are the state
+    if (fp32_at_home) return;  // the caller's own arrays, written back above
     for (int k = 0; k < 2; ++k) {
       const char* from = static_cast<const char*>(k == 0 ? t.m : t.v) + static_cast<size_t>(off) * moment_bytes;
       float* to = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;

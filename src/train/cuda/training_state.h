@@ -2,7 +2,8 @@
 // checkpoint tensor its bf16 working copy, the rest of its fp32 master
 // (ops/master_split.h), its fp32 gradient sum and AdamW's moments (fp32, or
 // bf16). Each part lives on the device or at home in pinned host memory;
-// fp32 moments at home are the caller's own arrays, pinned where they lie.
+// fp32 moments at home are the caller's own arrays, pinned where they lie
+// (device/cuda/pinned_host.h's PinnedArrays).
 //
 // One layout for every array the engine owns: the tensors a graph parameter
 // stacks lie back to back (the parameter is one matrix), each stack 256-byte
@@ -36,7 +37,9 @@ class CudaTrainingState {
     uint16_t* remainder = nullptr;       // the rest of the master
     float* grad = nullptr;               // the sum of this optimizer step's micro-batch gradients
     bool grad_on_device = false;
-    void *m = nullptr, *v = nullptr;     // fp32, or bf16 with bf16 moments
+    // fp32, or bf16 with bf16 moments; null for fp32 moments at home,
+    // which only moment_to_device and moment_from_device reach.
+    void *m = nullptr, *v = nullptr;
   };
   // The engine-owned device arrays, all in the one layout, when the
   // optimizer's state is on the device.
@@ -72,8 +75,12 @@ class CudaTrainingState {
   // optimizer go in are at most this long.
   int64_t largest_tensor() const { return largest_; }
 
-  // Makes the caller's masters (and moments, widened from bf16) hold the
-  // state; the caller's fp32 moments at home are already current.
+  // AdamW's streamed copies of elements [off, off + n) of tensor `i`'s
+  // moment (0: m, 1: v) between its home and the device, in `stream`'s order.
+  void moment_to_device(size_t i, int which, int64_t off, int64_t n, void* device, Stream& stream) const;
+  void moment_from_device(size_t i, int which, int64_t off, int64_t n, const void* device, Stream& stream) const;
+
+  // Makes the caller's masters and moments hold the state.
   void sync_to_host();
 
  private:
@@ -96,7 +103,7 @@ class CudaTrainingState {
   // At home: working copies (weights streamed), remainders, gradient sums,
   // bf16 moments; and the caller's fp32 moments pinned in place.
   std::vector<std::unique_ptr<PinnedBuffer>> host_owned_;
-  PinnedRanges pinned_in_place_;
+  PinnedArrays pinned_in_place_;  // m then v of each tensor
 };
 
 }  // namespace spillway::train

@@ -79,8 +79,8 @@ void CudaAdamW::update_streamed(const AdamW& adamw, double lr, double grad_scale
       const size_t halves = static_cast<size_t>(len) * 2;
       device_.copy_async(slot.remainder, t.remainder + off, halves, h2d);
       if (working_at_home) device_.copy_async(slot.working, t.working + off, halves, h2d);
-      state_.moment_to_device(i, 0, off, len, slot.m, h2d);
-      state_.moment_to_device(i, 1, off, len, slot.v, h2d);
+      state_.copy_moment(i, 0, off, len, slot.m, CudaTrainingState::Towards::device, h2d);
+      state_.copy_moment(i, 1, off, len, slot.v, CudaTrainingState::Towards::device, h2d);
       if (!t.grad_on_device) device_.copy_async(slot.grad, t.grad + off, 2 * halves, h2d);
       h2d.record(*slot.loaded);
       compute.wait(*slot.loaded);
@@ -96,8 +96,8 @@ void CudaAdamW::update_streamed(const AdamW& adamw, double lr, double grad_scale
       compute.record(*slot.updated);
       d2h.wait(*slot.updated);
       device_.copy_async(t.remainder + off, slot.remainder, halves, d2h);
-      state_.moment_from_device(i, 0, off, len, slot.m, d2h);
-      state_.moment_from_device(i, 1, off, len, slot.v, d2h);
+      state_.copy_moment(i, 0, off, len, slot.m, CudaTrainingState::Towards::home, d2h);
+      state_.copy_moment(i, 1, off, len, slot.v, CudaTrainingState::Towards::home, d2h);
       if (working_at_home) device_.copy_async(t.working + off, slot.working, halves, d2h);
       d2h.record(*slot.free);
       ++k;

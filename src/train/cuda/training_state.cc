@@ -16,6 +16,32 @@ namespace {
 // assume of a matrix, and 512 in fp32.
 constexpr uint64_t kStackAlign = 128;
 
+// Pinned room for one piece of a tensor's working copy, master rest and one
+// moment on their way between the caller's arrays and the device.
+struct PieceStaging {
+  PinnedBuffer buffer;
+  bf16* working;
+  uint16_t* remainder;
+  char* moment;
+  explicit PieceStaging(int64_t piece)
+      : buffer(static_cast<uint64_t>(piece) * 8),
+        working(buffer.as<bf16>()),
+        remainder(reinterpret_cast<uint16_t*>(working + piece)),
+        moment(reinterpret_cast<char*>(remainder + piece)) {}
+};
+
+// Calls body(tensor, index, offset, length, staging) over every tensor in
+// pieces of at most one optimizer chunk, through one staging buffer.
+template <typename Body>
+void for_each_staged_piece(const std::vector<CudaTrainingState::Tensor>& tensors, int64_t largest, Body body) {
+  const int64_t piece = OptimizerStaging(largest).chunk;
+  const PieceStaging staging(piece);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const CudaTrainingState::Tensor& t = tensors[i];
+    for (int64_t off = 0; off < t.n; off += piece) body(t, i, off, std::min(piece, t.n - off), staging);
+  }
+}
+
 }  // namespace
 
 CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer,
@@ -119,40 +145,28 @@ CudaTrainingState::~CudaTrainingState() {
   for (void* p : device_owned_) device_.device_memory().free(p);
 }
 
-template <typename Body>
-void CudaTrainingState::for_each_piece(int64_t piece, Body body) const {
-  for (size_t i = 0; i < tensors_.size(); ++i) {
-    const Tensor& t = tensors_[i];
-    for (int64_t off = 0; off < t.n; off += piece) body(t, i, off, std::min(piece, t.n - off));
-  }
-}
-
 // The caller's masters split into working copies and remainders; moments
 // from the caller's fp32 ones (a resumed run), rounded where they are bf16,
 // or left zero. Parts on the device go through pinned staging.
 void CudaTrainingState::upload() {
   const bool have_moments = !optimizer_.m.tensors().empty();
   Stream& stream = device_.stream(StreamKind::compute);
-  const int64_t piece = OptimizerStaging(largest_).chunk;
-  PinnedBuffer staging(static_cast<uint64_t>(piece) * 8);
-  auto* w_stage = staging.as<bf16>();
-  auto* r_stage = reinterpret_cast<uint16_t*>(w_stage + piece);
-  auto* moment_stage = reinterpret_cast<char*>(r_stage + piece);
   const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  for_each_piece(piece, [&](const Tensor& t, size_t i, int64_t off, int64_t len) {
+  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
+                                                const PieceStaging& staging) {
     const auto count = static_cast<size_t>(len);
-    bf16* w = weights_on_device_ ? w_stage : t.working + off;
-    uint16_t* r = optimizer_on_device_ ? r_stage : t.remainder + off;
+    bf16* w = weights_on_device_ ? staging.working : t.working + off;
+    uint16_t* r = optimizer_on_device_ ? staging.remainder : t.remainder + off;
     ops::split_master(t.master + off, w, r, len);
-    if (weights_on_device_) device_.copy_async(t.working + off, w_stage, count * 2, stream);
-    if (optimizer_on_device_) device_.copy_async(t.remainder + off, r_stage, count * 2, stream);
+    if (weights_on_device_) device_.copy_async(t.working + off, staging.working, count * 2, stream);
+    if (optimizer_on_device_) device_.copy_async(t.remainder + off, staging.remainder, count * 2, stream);
     for (int k = 0; k < 2; ++k) {
       void* moment = k == 0 ? t.m : t.v;
       if (!bf16_moments_ && !optimizer_on_device_) continue;  // the caller's own arrays
       char* to = static_cast<char*>(moment) + static_cast<size_t>(off) * moment_bytes;
       if (!have_moments) continue;  // stays zero
       const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
-      char* host = optimizer_on_device_ ? moment_stage : to;
+      char* host = optimizer_on_device_ ? staging.moment : to;
       if (bf16_moments_) {
         auto* narrow = reinterpret_cast<bf16*>(host);
 #pragma omp parallel for schedule(static) if (len > (1 << 16))
@@ -161,7 +175,7 @@ void CudaTrainingState::upload() {
         std::memcpy(host, from, count * 4);
       }
       if (optimizer_on_device_) {
-        device_.copy_async(to, moment_stage, count * moment_bytes, stream);
+        device_.copy_async(to, staging.moment, count * moment_bytes, stream);
         stream.synchronize();  // the moment staging is reused for v
       }
     }
@@ -177,28 +191,26 @@ void CudaTrainingState::upload() {
   stream.synchronize();
 }
 
-void CudaTrainingState::moment_to_device(size_t i, int which, int64_t off, int64_t n, void* device,
-                                         Stream& stream) const {
+void CudaTrainingState::copy_moment(size_t i, int which, int64_t off, int64_t n, void* device, Towards towards,
+                                    Stream& stream) const {
   const Tensor& t = tensors_[i];
   const uint64_t size = adamw_moment_bytes(bf16_moments_) / 2;
   const auto at = static_cast<uint64_t>(off) * size, bytes = static_cast<uint64_t>(n) * size;
-  if (!t.m) {
-    pinned_in_place_.copy_to_device(2 * i + static_cast<size_t>(which), at, device, bytes, device_, stream);
+  if (!t.m) {  // fp32 at home: the caller's array, pinned in place
+    const size_t array = 2 * i + static_cast<size_t>(which);
+    if (towards == Towards::device) {
+      pinned_in_place_.copy_to_device(array, at, device, bytes, device_, stream);
+    } else {
+      pinned_in_place_.copy_from_device(array, at, device, bytes, device_, stream);
+    }
     return;
   }
-  device_.copy_async(device, static_cast<const char*>(which == 0 ? t.m : t.v) + at, bytes, stream);
-}
-
-void CudaTrainingState::moment_from_device(size_t i, int which, int64_t off, int64_t n, const void* device,
-                                           Stream& stream) const {
-  const Tensor& t = tensors_[i];
-  const uint64_t size = adamw_moment_bytes(bf16_moments_) / 2;
-  const auto at = static_cast<uint64_t>(off) * size, bytes = static_cast<uint64_t>(n) * size;
-  if (!t.m) {
-    pinned_in_place_.copy_from_device(2 * i + static_cast<size_t>(which), at, device, bytes, device_, stream);
-    return;
+  char* home = static_cast<char*>(which == 0 ? t.m : t.v) + at;
+  if (towards == Towards::device) {
+    device_.copy_async(device, home, bytes, stream);
+  } else {
+    device_.copy_async(home, device, bytes, stream);
   }
-  device_.copy_async(static_cast<char*>(which == 0 ? t.m : t.v) + at, device, bytes, stream);
 }
 
 void CudaTrainingState::sync_to_host() {
@@ -210,23 +222,19 @@ void CudaTrainingState::sync_to_host() {
   const bool fp32_at_home = !bf16_moments_ && !optimizer_on_device_;
   if (fp32_at_home) pinned_in_place_.write_back();
   Stream& stream = device_.stream(StreamKind::compute);
-  const int64_t piece = OptimizerStaging(largest_).chunk;
-  PinnedBuffer staging(static_cast<uint64_t>(piece) * 8);
-  auto* w_stage = staging.as<bf16>();
-  auto* r_stage = reinterpret_cast<uint16_t*>(w_stage + piece);
-  auto* moment_stage = reinterpret_cast<char*>(r_stage + piece);
   const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  for_each_piece(piece, [&](const Tensor& t, size_t i, int64_t off, int64_t len) {
+  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
+                                                const PieceStaging& staging) {
     const auto count = static_cast<size_t>(len);
     const bf16* w = t.working + off;
     const uint16_t* r = t.remainder + off;
     if (weights_on_device_) {
-      device_.copy_async(w_stage, w, count * 2, stream);
-      w = w_stage;
+      device_.copy_async(staging.working, w, count * 2, stream);
+      w = staging.working;
     }
     if (optimizer_on_device_) {
-      device_.copy_async(r_stage, r, count * 2, stream);
-      r = r_stage;
+      device_.copy_async(staging.remainder, r, count * 2, stream);
+      r = staging.remainder;
     }
     stream.synchronize();
     ops::join_master(w, r, t.master + off, len);
@@ -235,9 +243,9 @@ void CudaTrainingState::sync_to_host() {
       const char* from = static_cast<const char*>(k == 0 ? t.m : t.v) + static_cast<size_t>(off) * moment_bytes;
       float* to = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
       if (optimizer_on_device_) {
-        device_.copy_async(moment_stage, from, count * moment_bytes, stream);
+        device_.copy_async(staging.moment, from, count * moment_bytes, stream);
         stream.synchronize();
-        from = moment_stage;
+        from = staging.moment;
       }
       if (!bf16_moments_) {
         std::memcpy(to, from, count * 4);

@@ -76,18 +76,14 @@ class CudaTrainingState {
   int64_t largest_tensor() const { return largest_; }
 
   // AdamW's streamed copies of elements [off, off + n) of tensor `i`'s
-  // moment (0: m, 1: v) between its home and the device, in `stream`'s order.
-  void moment_to_device(size_t i, int which, int64_t off, int64_t n, void* device, Stream& stream) const;
-  void moment_from_device(size_t i, int which, int64_t off, int64_t n, const void* device, Stream& stream) const;
+  // moment (0: m, 1: v) between its home and `device`, in `stream`'s order.
+  enum class Towards { device, home };
+  void copy_moment(size_t i, int which, int64_t off, int64_t n, void* device, Towards towards, Stream& stream) const;
 
   // Makes the caller's masters and moments hold the state.
   void sync_to_host();
 
  private:
-  // Calls body(tensor, offset, length) over every tensor in pieces of at
-  // most `piece` elements.
-  template <typename Body>
-  void for_each_piece(int64_t piece, Body body) const;
   void upload();
 
   model::LlamaWeights& weights_;

@@ -1,14 +1,13 @@
 #include "train/train_step.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "base/status.h"
+#include "device/cpu/cpu_stream.h"
 
 namespace spillway::train {
 
-TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-                     bool with_backward, std::optional<Offload> offload)
+TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward)
     : batch_(batch), seq_(seq) {
   graph::Graph forward;
   graph::Builder b(forward, DType::f32);
@@ -17,15 +16,24 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   graph::StepGraph step = graph::make_step_graph(b, model_.loss, model_.parameters, {.backward = with_backward});
   graph_ = std::move(step.graph);
   grads_ = std::move(step.grads);
-  if (offload) {
-    auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
-    plan::Placement placement = plan::plan_placement(graph_, offload->device_budget, offload->host->budget(), cost);
-    program_ = std::make_unique<exec::PlannedExecutor>(
-        graph_, std::move(placement), space, *offload->host, runner_,
-        [](void* dst, const void* src, uint64_t bytes) { std::memcpy(dst, src, bytes); });
-  } else {
-    program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
-  }
+}
+
+TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
+                     bool with_backward)
+    : TrainStep(config, batch, seq, with_backward) {
+  program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
+}
+
+TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
+                     bool with_backward)
+    : TrainStep(config, batch, seq, with_backward) {
+  device_ = &device;
+  auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
+  plan::Placement placement =
+      plan::plan_placement(graph_, device.device_memory().budget(), device.host_memory().budget(), cost);
+  streamed_ = std::make_unique<exec::StreamedNodeRunner>(runner_, as_cpu_stream(device.stream(StreamKind::compute)));
+  program_ = std::make_unique<exec::PlannedExecutor>(graph_, std::move(placement), device, device.host_memory(),
+                                                     *streamed_);
 }
 
 const plan::Placement* TrainStep::placement() const {
@@ -65,6 +73,7 @@ double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_
     program_->bind(model_.parameters[i], std::span<float>(tensors[i].data));
   }
   program_->run();
+  if (device_) device_->synchronize();  // a planned step only enqueues its work
   return program_->read<float>(model_.loss)[0];
 }
 

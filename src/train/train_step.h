@@ -9,27 +9,27 @@
 
 #include "device/memory_space.h"
 #include "exec/executor.h"
+#include "device/device.h"
 #include "exec/planned_executor.h"
+#include "exec/streamed_runner.h"
 #include "graph/step_recipe.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
 
 namespace spillway::train {
 
-// A device budget and the host space that offloaded values go home to.
-struct Offload {
-  uint64_t device_budget = 0;
-  MemorySpace* host = nullptr;
-};
-
 class TrainStep {
  public:
-  // `with_backward` false gives a forward-only step (evaluation). With
-  // `offload`, the step follows a placement planned for that budget
-  // (plan/placement.h); planning fails here, before any work, when the
-  // budget is below the step's minimum.
+  // `with_backward` false gives a forward-only step (evaluation). Its
+  // values live in `space`.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-            bool with_backward = true, std::optional<Offload> offload = std::nullopt);
+            bool with_backward = true);
+  // The step under a placement planned for `device`'s memory budgets
+  // (plan/placement.h), run on its streams: values the device memory cannot
+  // hold go home to its host memory and come back. Planning fails here,
+  // before any work, when the budget is below the step's minimum.
+  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
+            bool with_backward = true);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
@@ -57,6 +57,7 @@ class TrainStep {
   const plan::Placement* placement() const;
 
  private:
+  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward);
   // Binds tokens, targets and weights, runs, returns the loss.
   double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
                    std::span<const int32_t> targets);
@@ -66,6 +67,8 @@ class TrainStep {
   model::LlamaGraph model_;
   graph::Gradients grads_;
   exec::CpuNodeRunner runner_;
+  Device* device_ = nullptr;  // planned: the device whose streams run the step
+  std::unique_ptr<exec::StreamedNodeRunner> streamed_;
   std::unique_ptr<exec::StepProgram> program_;
   std::optional<model::LlamaWeights> own_grads_;  // for run() without a gradient buffer
 };

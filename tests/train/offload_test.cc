@@ -60,16 +60,16 @@ TEST(Offload, QuarterOfTheTrainingStateGivesBitIdenticalSteps) {
 }
 
 TEST(Offload, MeasuredPeakIsThePlannedPeak) {
-  auto device = make_host_heap_space("cpu:device", 600'000);
-  auto host = make_host_heap_space("cpu:pinned_host", MemorySpace::kUnlimited);
-  TrainStep step(config(), 2, 64, *device, true, Offload{600'000, host.get()});
+  auto device = make_cpu_device(600'000);
+  TrainStep step(config(), 2, 64, *device, true);
   auto weights = model::LlamaWeights::random(config(), 2);
   auto in = tokens(128, 1), out = tokens(128, 2);
   step.run(weights, in, out);
   ASSERT_NE(step.placement(), nullptr);
-  EXPECT_EQ(device->peak(), step.placement()->device_peak);
-  EXPECT_LE(device->peak(), 600'000u);
-  EXPECT_EQ(device->in_use(), 0u);  // everything went home or died
+  MemorySpace& space = device->device_memory();
+  EXPECT_EQ(space.peak(), step.placement()->device_peak);
+  EXPECT_LE(space.peak(), 600'000u);
+  EXPECT_EQ(space.in_use(), 0u);  // everything went home or died
 }
 
 TEST(Offload, BudgetBelowTheMinimumFailsBeforeAnyWork) {

@@ -139,10 +139,10 @@ class CudaEngine final : public Engine {
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);
       check_token_ids(x, y, weights_.config().vocab_size, n);
-      if (exec::CudaPlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
+      if (exec::PlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
         // The last micro-batch leaves each sum final on the device just
         // before it goes home: its squares are taken there.
-        planned->set_before_store(micro + 1 < micro_batches ? exec::CudaPlannedExecutor::BeforeStore{} : before_store_);
+        planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
       }
       stats.loss += train_->run(x, y, micro == 0) / static_cast<double>(micro_batches);
     }
@@ -310,7 +310,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<MemorySpace> host_pool_;
   std::unique_ptr<CudaStep> train_, eval_;
   std::unique_ptr<CudaAdamW> adamw_;
-  exec::CudaPlannedExecutor::BeforeStore before_store_;
+  exec::PlannedExecutor::BeforeStore before_store_;
   bool host_current_ = true;  // the caller's masters hold the engine's
   bool profiling_ = false;
   int profiled_steps_ = 0;

@@ -20,7 +20,7 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
   MemorySpace& mem = device_.device_memory();
   if (placement) {
     SPW_CHECK(pinned_host != nullptr, "GPU step", "a planned step needs pinned host memory for what goes home");
-    auto planned = std::make_unique<exec::CudaPlannedExecutor>(graph_, std::move(*placement), device_, *pinned_host,
+    auto planned = std::make_unique<exec::PlannedExecutor>(graph_, std::move(*placement), device_, *pinned_host,
                                                                *runner_);
     planned_ = planned.get();
     program_ = std::move(planned);

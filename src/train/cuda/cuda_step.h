@@ -16,7 +16,7 @@
 
 #include "device/device.h"
 #include "exec/cuda/cuda_node_runner.h"
-#include "exec/cuda/cuda_planned_executor.h"
+#include "exec/planned_executor.h"
 #include "exec/executor.h"
 #include "plan/placement.h"
 
@@ -56,7 +56,7 @@ class CudaStep {
   exec::StepProgram& program() { return *program_; }
   exec::CudaNodeRunner& runner() { return *runner_; }
   // The planned executor, or null.
-  exec::CudaPlannedExecutor* planned() { return planned_; }
+  exec::PlannedExecutor* planned() { return planned_; }
   const graph::Graph& graph() const { return graph_; }
 
   // One micro-batch; returns its loss once it has run. `first`: the first
@@ -86,7 +86,7 @@ class CudaStep {
   std::unique_ptr<exec::CudaNodeRunner> runner_;
   std::unique_ptr<exec::StepProgram> program_;
   exec::Executor* plain_ = nullptr;
-  exec::CudaPlannedExecutor* planned_ = nullptr;
+  exec::PlannedExecutor* planned_ = nullptr;
   bool profiling_ = false;
   std::vector<double> planned_node_seconds_;
   // A capture after a first eager run (which makes every cuBLASLt plan and

@@ -36,8 +36,7 @@ for mode in "${modes[@]}"; do
 done
 if [ "$config" = llama3.2-1b ] && [ -f .shared/torch_llama.py ]; then
   # PyTorch times as many steps as spillway: at the power cap the first
-  # steps after a pause run faster (torch.compile: 64.8k tok/s over 6 steps,
-  # 62.9k over 40).
+  # steps after a pause run faster (docs/performance.md).
   PYTHONUNBUFFERED=1 python3 - "$seq" "$batch" "$phases" "${STEPS:-6}" <<'PY' | tee -a "$out"
 import sys, json, datetime
 sys.path.insert(0, ".shared")

@@ -1,8 +1,8 @@
 // Power, SM clock and temperature of a GPU, sampled on a background thread
 // while work runs. At the power cap a step takes as long as its energy
-// allows, whatever its kernels reach alone (the H100 ran the 1B step at
-// 690 of 700 W with the SM clock at 1,500 of 1,980 MHz), so a benchmark
-// reports whether it ran capped beside its tok/s.
+// allows, whatever its kernels reach alone (the H100 runs the 1B step there:
+// docs/performance.md), so a benchmark reports whether it ran capped beside
+// its tok/s.
 #pragma once
 
 #include <chrono>
@@ -39,8 +39,8 @@ struct PowerSummary {
 
 PowerSummary summarize_power(std::vector<PowerSample> samples, double limit_watts, double max_sm_mhz);
 
-// One line: "692 W median of a 700 W limit, power-capped in 97% of 61
-// samples, SM clock 1515 MHz median of 1980, up to 63 C".
+// One line: the median power against the limit, the share of samples
+// capped, the median and highest SM clock, the hottest temperature.
 std::string format_power(const PowerSummary& summary);
 
 // Reads one sample; nullopt when the read failed (the sample is skipped).

@@ -13,11 +13,10 @@
 //
 // cuDNN's heuristic ranks a list of plans (engine configurations) for each
 // graph, and the passes run the first that builds. Benchmarks and tests can
-// list the others and pin one (plan_count, plan_name, pin_plan). On an H100
-// with cuDNN 9.19 the heuristic's first was the fastest of them for the 1B
-// step's attention (batch 4, seq 4096, 32/8 heads, head_dim 64), forward and
-// atomic backward; bench/attention_cuda_bench's BM_CudnnPlans rechecks that
-// after a cuDNN upgrade.
+// list the others and pin one (plan_count, plan_name, pin_plan). The
+// heuristic's first has been the fastest for the 1B step's attention
+// (docs/performance.md); bench/attention_cuda_bench's BM_CudnnPlans rechecks
+// that after a cuDNN upgrade.
 //
 // One instance per thread: the handle and the cache are not locked.
 #pragma once

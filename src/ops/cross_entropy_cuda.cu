@@ -14,15 +14,14 @@ namespace {
 // Threads a row. The fused kernel keeps one row a block in flight (no more
 // than the L2 holds between its two passes), so its block must hide the
 // latency of its loads and of its two exponentials an element on its own:
-// 1024 threads ran 8192 x 128256 in 1.60 ms against 1.78 with 512 and 2.37
-// with 256 on an H100 (91% of the device copy). Every kernel here takes the
-// same count, since it fixes the order of the lse's sums.
+// 1024 threads were the fastest measured (docs/performance.md). Every kernel
+// here takes the same count, since it fixes the order of the lse's sums.
 constexpr int kRowThreads = 1024;
 constexpr int kSumThreads = 1024;
 // Vectors each thread loads before using any, so several are in flight
-// (fused: 8 against 4, 1.60 against 1.67 ms at 1024 threads; at 512, 1.78
-// against 1.89, and 16 gained nothing more). Each thread takes its vectors
-// in the same order for any count, so the lse does not depend on it.
+// (the fused kernel's 8 measured best: docs/performance.md). Each thread
+// takes its vectors in the same order for any count, so the lse does not
+// depend on it.
 constexpr int kUnroll = 4;
 constexpr int kFusedUnroll = 8;
 constexpr float kLog2e = 1.4426950408889634f;

@@ -9,27 +9,21 @@
 // while the consumers multiply. A consumer's tile leaves through shared
 // memory and TMA stores, which run while it multiplies the next tile.
 //
-// Measured on an H100 (16384 x 16384 x 2048, the 1B model's gate|up):
-// 1.43-1.58 ms against cuBLASLt's 1.50-1.63 alone, 1.60-1.65 against
-// 1.64-1.68 at the 700 W power cap; the products equal cuBLASLt's bit for
-// bit. Three stages fit beside the 64 KiB staging area; storing from
-// registers instead (four stages) left the tensor cores idle for the stores
-// (1.73 ms), and a ping-pong of 128 x 128 tiles between the consumers ran
-// at 480-530 TFLOP/s.
+// It keeps pace with cuBLASLt on the 1B shapes, and its products equal
+// cuBLASLt's bit for bit (docs/performance.md). Three stages fit beside the
+// 64 KiB staging area; storing from registers instead (four stages) left
+// the tensor cores idle for the stores, and a ping-pong of 128 x 128 tiles
+// between the consumers ran slower.
 //
 // The fused epilogues (the SwiGLU gate after the gate|up product, SwiGLU's
 // backward after down_proj's dX product, whose B is stored [k, n], RoPE
 // after the q|k|v product) run on the producer warpgroup's three idle
 // warps, the workers, overlapping the next tile's products; the consumers
-// only stage their tile for them (gemm_hopper_handoff.cuh). At the power
-// cap, for the 1B shapes: the gate|up product with the gate 1.68-1.72 ms
-// (the consumers computing the gate during their next mainloop: 1.79-1.82;
-// cuBLASLt and the gate kernel: 1.87); down's dX with SwiGLU's backward
-// 1.06 ms (cuBLASLt's dout and the separate kernel: 1.25-1.27); q|k|v with
-// RoPE 0.331-0.342 ms (cuBLASLt and the rope kernel: 0.378-0.388). The
-// backward done by the consumers in the epilogue took 1.25 ms, deferred
-// into their next mainloop 1.56-1.80 ms (both stall the tensor cores), and
-// on the workers with per-thread global loads instead of TMA 1.53-2.21 ms.
+// only stage their tile for them (gemm_hopper_handoff.cuh). Each fused
+// kernel beats cuBLASLt and the separate kernel at the power cap; the
+// consumers doing the epilogue themselves (in place or deferred into their
+// next mainloop) stall the tensor cores, and per-thread global loads on the
+// workers were slower than TMA (docs/performance.md has every time).
 #include "ops/gemm_hopper.h"
 
 #include <cuda.h>
@@ -109,10 +103,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tiles = p.num_m * p.num_n;
   if (warpgroup == 0) {
     if constexpr (kMode != Epilogue::kStore) {
-      // The workers' math wants registers (40 of them: SwiGLU's backward in
-      // 1.37 ms for the 1B shape at the power cap; 104, with all of a
-      // thread's vectors of a chunk loaded first: 1.06 ms); the consumers'
-      // epilogue, only staging the tile, fits in 200.
+      // The workers' math wants registers (104 let a thread load all of a
+      // chunk's vectors first, which SwiGLU's backward needs to keep pace:
+      // docs/performance.md); the consumers' epilogue, only staging the
+      // tile, fits in 200.
       asm volatile("setmaxnreg.dec.sync.aligned.u32 104;");
       if (threadIdx.x >= 32) {
         if constexpr (kMode == Epilogue::kSwiglu) {

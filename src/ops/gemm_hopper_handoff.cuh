@@ -7,8 +7,7 @@
 // sm_90a only, like hopper_ptx.cuh.
 //
 // An earlier version handed over through mbarriers (one arrival per
-// consumer) at about the same speed (down's dX with SwiGLU's backward 1.06
-// ms at the power cap, 1.07 now), but compute-sanitizer's racecheck does
+// consumer) at about the same speed, but compute-sanitizer's racecheck does
 // not model mbarrier waits: it reported every staged value the workers read
 // as a hazard, so it could not check these kernels at all. Now it reports
 // none.

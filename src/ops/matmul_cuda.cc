@@ -288,9 +288,8 @@ const MatmulPlan& CublasLtMatmul::plan_for(const MatmulKey& key, const void* a, 
   // Only algorithms that sum each element as the heuristic's first does are
   // candidates, so whichever wins, the bits are the first's: tensor-core
   // kernels over all of k. The exact-fp32 (SIMT) kernels also split k
-  // between threads in ways their configuration does not show (measured:
-  // candidates 3 to 7 of a 1000 x 1 x 4096 product gave other bits), so
-  // fp32 keeps the heuristic's first.
+  // between threads in ways their configuration does not show (some gave
+  // other bits: docs/performance.md), so fp32 keeps the heuristic's first.
   if (key.a_type == DType::bf16 && whole_k_per_element(results.front().algo)) {
     std::erase_if(results, [](const auto& r) { return !whole_k_per_element(r.algo); });
   } else {

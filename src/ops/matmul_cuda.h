@@ -80,7 +80,7 @@ class CublasLtMatmul {
   // does not change the bits (tests/ops/matmul_cuda_test checks every
   // candidate on the training step's shapes); fp32 products keep the
   // heuristic's first. The heuristic's first is slow on some step shapes
-  // when they run alone: 640 against 700 TFLOP/s. Shapes first met
+  // when they run alone (docs/performance.md). Shapes first met
   // accumulating in place (beta != 0 without a separate addend) take the
   // heuristic's choice, since timing would overwrite the C they add into.
   explicit CublasLtMatmul(uint64_t workspace_bytes = kDefaultWorkspaceBytes,

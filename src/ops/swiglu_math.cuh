@@ -5,10 +5,9 @@
 // The sigmoid is exp2 and a reciprocal on the special-function unit
 // (__expf, __fdividef: a few ulp in fp32, far below bf16's rounding), not
 // the IEEE expf and division (about 30 instructions). On an H100 the
-// training step runs at the 700 W power cap, where instructions are energy
-// and energy is time: the 1B gate|up product with the gate in its epilogue
-// took 1.97-2.00 ms capped with IEEE math, 1.82 with this, and 1.78 with no
-// sigmoid at all (plain product 1.64).
+// training step runs at the power cap, where instructions are energy and
+// energy is time: the IEEE math made the fused gate|up product measurably
+// slower (docs/performance.md).
 //
 // __fdividef(x, y) returns 0 for |y| > 2^126, i.e. the sigmoid of g < -87.3,
 // where the exact value is below 1e-37.

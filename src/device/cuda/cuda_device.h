@@ -15,10 +15,9 @@ namespace spillway {
 // this share of the GPU's free memory (the rest stays for cuBLAS and cuDNN
 // workspaces, NCCL buffers and the CUDA context) ...
 inline constexpr double kDefaultDevicePoolShareOfFree = 0.9;
-// ... and this much pinned host memory, at most half the host's RAM. Pinning
-// runs at about 2 GB/s (16 GiB took 8.3 s on an H200 host), so a default of
-// half of a 128 GiB host would cost half a minute at every start; a caller
-// that knows its host peak (the planner) passes it instead.
+// ... and this much pinned host memory, at most half the host's RAM: pinning
+// is slow (docs/performance.md), so a large default would cost every start
+// seconds; a caller that knows its host peak (the planner) passes it instead.
 inline constexpr uint64_t kDefaultPinnedPoolBytes = 8ull << 30;
 
 class CudaDevice final : public Device {

@@ -1,18 +1,10 @@
 // add's definition: the residual stream's sums and gradient accumulation.
 #include "ops/add_op.h"
 
-#include "base/status.h"
 #include "ops/add.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
+#include "ops/op_definition.h"
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -45,10 +37,10 @@ void cuda_add(const Graph& g, const Node& n, const std::vector<void*>& data, Cud
 graph::Value add(graph::Builder& b, graph::Value a, graph::Value c, std::string_view name) {
   const graph::ValueInfo& ai = b.info(a);
   const graph::ValueInfo& ci = b.info(c);
-  const std::string label = b.label(graph::OpKind::add, name);
+  const std::string label = b.label(OpKind::add, name);
   SPW_CHECK(ai.shape == ci.shape, label, "shapes differ: a ", ai.shape.str(), ", b ", ci.shape.str());
   SPW_CHECK(ai.dtype == ci.dtype, label, "dtypes differ: a ", dtype_name(ai.dtype), ", b ", dtype_name(ci.dtype));
-  return b.emit(graph::OpKind::add, name, {a, c}, {{ai.shape, ai.dtype, ""}})[0];
+  return b.emit(OpKind::add, name, {a, c}, {{ai.shape, ai.dtype, ""}})[0];
 }
 
 constinit const graph::OpDef add_def{

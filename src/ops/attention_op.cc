@@ -4,20 +4,13 @@
 
 #include <algorithm>
 
-#include "base/status.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
+#include "ops/op_definition.h"
 #ifdef SPILLWAY_HAS_CUDA
 #include "base/log.h"
 #include "device/cuda/cuda_check.h"
-#include "ops/cuda_op_context.h"
 #endif
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
-using graph::OpKind;
 
 namespace {
 
@@ -299,8 +292,8 @@ std::vector<graph::Value> attention_backward(graph::Builder& b, graph::Value dou
 graph::Value attention_packed_backward(graph::Builder& b, graph::Value dout, graph::Value qkv, graph::Value out,
                                        graph::Value lse, const graph::NodeAttrs& forward_attrs,
                                        std::string_view name) {
-  return b.emit(OpKind::attention_backward, name, {dout, qkv, out, lse}, {{b.info(qkv).shape, b.info(qkv).dtype, "dqkv"}},
-                forward_attrs)[0];
+  return b.emit(OpKind::attention_backward, name, {dout, qkv, out, lse},
+                {{b.info(qkv).shape, b.info(qkv).dtype, "dqkv"}}, forward_attrs)[0];
 }
 
 AttentionShape attention_shape(const Graph& g, const Node& n) {

@@ -1,18 +1,10 @@
 // cast's definition: dtype-generic on both backends, its own backward.
 #include "ops/cast_op.h"
 
-#include "base/status.h"
 #include "ops/cast.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
+#include "ops/op_definition.h"
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -37,9 +29,9 @@ void cuda_cast(const Graph& g, const Node& n, const std::vector<void*>& data, Cu
 
 graph::Value cast(graph::Builder& b, graph::Value x, DType to, std::string_view name) {
   const graph::ValueInfo& xi = b.info(x);
-  SPW_CHECK(dtype_is_float(xi.dtype) && dtype_is_float(to), b.label(graph::OpKind::cast, name), "cannot cast ",
+  SPW_CHECK(dtype_is_float(xi.dtype) && dtype_is_float(to), b.label(OpKind::cast, name), "cannot cast ",
             dtype_name(xi.dtype), " to ", dtype_name(to));
-  return b.emit(graph::OpKind::cast, name, {x}, {{xi.shape, to, ""}})[0];
+  return b.emit(OpKind::cast, name, {x}, {{xi.shape, to, ""}})[0];
 }
 
 constinit const graph::OpDef cast_def{

@@ -2,19 +2,10 @@
 // gradient (graph/fuse_loss_gradient.h), and the separate backward.
 #include "ops/cross_entropy_op.h"
 
-#include "base/status.h"
 #include "ops/cross_entropy.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
+#include "ops/op_definition.h"
 
 namespace spillway::ops {
-
-using graph::Fused;
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -80,19 +71,19 @@ void cuda_cross_entropy_backward(const Graph& g, const Node& n, const std::vecto
 graph::Value cross_entropy(graph::Builder& b, graph::Value logits, graph::Value targets, std::string_view name) {
   const graph::ValueInfo& li = b.info(logits);
   const graph::ValueInfo& ti = b.info(targets);
-  const std::string label = b.label(graph::OpKind::cross_entropy, name);
+  const std::string label = b.label(OpKind::cross_entropy, name);
   SPW_CHECK(ti.dtype == DType::i32, label, "targets must be i32, got ", dtype_name(ti.dtype));
   SPW_CHECK(ti.shape.numel() == li.shape.rows(), label, "targets ", ti.shape.str(), " do not match the rows of logits ",
             li.shape.str());
   const DType stats = graph::accumulation_dtype(li.dtype);
-  return b.emit(graph::OpKind::cross_entropy, name, {logits, targets},
+  return b.emit(OpKind::cross_entropy, name, {logits, targets},
                 {{Shape{}, stats, ""}, {Shape{li.shape.rows()}, stats, "lse"}})[0];
 }
 
 graph::Value cross_entropy_backward(graph::Builder& b, graph::Value logits, graph::Value targets, graph::Value lse,
                                     graph::Value dloss, std::string_view name) {
   const graph::ValueInfo& li = b.info(logits);
-  return b.emit(graph::OpKind::cross_entropy_backward, name, {logits, targets, lse, dloss},
+  return b.emit(OpKind::cross_entropy_backward, name, {logits, targets, lse, dloss},
                 {{li.shape, li.dtype, ""}})[0];
 }
 

@@ -2,19 +2,10 @@
 // start from a base (a tied lm_head's gradient, graph/fuse_embedding_add.h).
 #include "ops/embedding_op.h"
 
-#include "base/status.h"
 #include "ops/embedding.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
+#include "ops/op_definition.h"
 
 namespace spillway::ops {
-
-using graph::Fused;
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -81,18 +72,18 @@ void cuda_embedding_backward(const Graph& g, const Node& n, const std::vector<vo
 graph::Value embedding(graph::Builder& b, graph::Value table, graph::Value ids, std::string_view name) {
   const graph::ValueInfo& t = b.info(table);
   const graph::ValueInfo& i = b.info(ids);
-  const std::string label = b.label(graph::OpKind::embedding, name);
+  const std::string label = b.label(OpKind::embedding, name);
   SPW_CHECK(t.shape.rank() == 2, label, "table must be [vocab, dim], got ", t.shape.str());
   SPW_CHECK(i.dtype == DType::i32, label, "ids must be i32, got ", dtype_name(i.dtype));
   std::vector<int64_t> dims = i.shape.dims();
   dims.push_back(t.shape[1]);
-  return b.emit(graph::OpKind::embedding, name, {table, ids}, {{Shape(dims), t.dtype, ""}})[0];
+  return b.emit(OpKind::embedding, name, {table, ids}, {{Shape(dims), t.dtype, ""}})[0];
 }
 
 graph::Value embedding_backward(graph::Builder& b, graph::Value ids, graph::Value dout, int64_t vocab,
                                 std::string_view name) {
   const graph::ValueInfo& di = b.info(dout);
-  return b.emit(graph::OpKind::embedding_backward, name, {ids, dout},
+  return b.emit(OpKind::embedding_backward, name, {ids, dout},
                 {{Shape{vocab, di.shape.last()}, graph::accumulation_dtype(di.dtype), ""}})[0];
 }
 

@@ -2,16 +2,9 @@
 #include "ops/fill_op.h"
 
 #include "ops/fill.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
+#include "ops/op_definition.h"
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -41,7 +34,7 @@ void cuda_fill(const Graph& g, const Node& n, const std::vector<void*>& data, Cu
 graph::Value fill(graph::Builder& b, std::string_view name, Shape shape, double value, DType dtype) {
   graph::NodeAttrs attrs;
   attrs.fill_value = value;
-  return b.emit(graph::OpKind::fill, name, {}, {{std::move(shape), dtype, ""}}, attrs)[0];
+  return b.emit(OpKind::fill, name, {}, {{std::move(shape), dtype, ""}}, attrs)[0];
 }
 
 constinit const graph::OpDef fill_def{

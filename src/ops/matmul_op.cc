@@ -6,24 +6,16 @@
 #include <algorithm>
 #include <vector>
 
-#include "base/status.h"
 #include "ops/matmul.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
+#include "ops/op_definition.h"
 #include "ops/rope.h"
 #include "ops/rope_op.h"
 #include "ops/swiglu.h"
 #ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
 #include "ops/gemm_hopper.h"
 #endif
 
 namespace spillway::ops {
-
-using graph::Fused;
-using graph::Graph;
-using graph::Node;
-using graph::OpKind;
 
 namespace {
 

@@ -2,19 +2,10 @@
 // residual stream's other gradient to dx (graph/fuse_rmsnorm_add.h).
 #include "ops/rmsnorm_op.h"
 
-#include "base/status.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
+#include "ops/op_definition.h"
 #include "ops/rmsnorm.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
 
 namespace spillway::ops {
-
-using graph::Fused;
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -68,11 +59,11 @@ void cuda_rmsnorm_backward(const Graph& g, const Node& n, const std::vector<void
 graph::Value rmsnorm(graph::Builder& b, graph::Value x, graph::Value weight, double eps, std::string_view name) {
   const graph::ValueInfo& xi = b.info(x);
   const graph::ValueInfo& wi = b.info(weight);
-  SPW_CHECK(wi.shape == Shape{xi.shape.last()}, b.label(graph::OpKind::rmsnorm, name), "weight ", wi.shape.str(),
+  SPW_CHECK(wi.shape == Shape{xi.shape.last()}, b.label(OpKind::rmsnorm, name), "weight ", wi.shape.str(),
             " does not match the last dimension of x ", xi.shape.str());
   graph::NodeAttrs attrs;
   attrs.eps = eps;
-  return b.emit(graph::OpKind::rmsnorm, name, {x, weight},
+  return b.emit(OpKind::rmsnorm, name, {x, weight},
                 {{xi.shape, xi.dtype, ""}, {Shape{xi.shape.rows()}, graph::accumulation_dtype(xi.dtype), "rstd"}},
                 attrs)[0];
 }
@@ -81,7 +72,7 @@ std::vector<graph::Value> rmsnorm_backward(graph::Builder& b, graph::Value dy, g
                                            graph::Value rstd, std::string_view name) {
   const graph::ValueInfo& xi = b.info(x);
   const graph::ValueInfo& wi = b.info(weight);
-  return b.emit(graph::OpKind::rmsnorm_backward, name, {dy, x, weight, rstd},
+  return b.emit(OpKind::rmsnorm_backward, name, {dy, x, weight, rstd},
                 {{xi.shape, xi.dtype, "dx"}, {wi.shape, graph::accumulation_dtype(wi.dtype), "dweight"}});
 }
 

@@ -2,18 +2,10 @@
 // over their input.
 #include "ops/rope_op.h"
 
-#include "base/status.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
+#include "ops/op_definition.h"
 #include "ops/rope.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -49,7 +41,7 @@ void cuda_rotate(const Graph& g, const Node& n, const std::vector<void*>& data, 
 graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
                   int64_t pos0, std::string_view name, int64_t rotated_heads) {
   const graph::ValueInfo& xi = b.info(x);
-  const std::string label = b.label(graph::OpKind::rope, name);
+  const std::string label = b.label(OpKind::rope, name);
   SPW_CHECK(xi.shape.rank() == 3, label, "x must be [batch, seq, heads * head_dim], got ", xi.shape.str());
   SPW_CHECK(heads > 0 && xi.shape.last() % heads == 0, label, "last dimension of ", xi.shape.str(),
             " is not a multiple of ", heads, " heads");
@@ -63,13 +55,13 @@ graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_
   attrs.rotated_heads = rotated_heads;
   attrs.inv_freq = std::move(inv_freq);
   attrs.pos0 = pos0;
-  return b.emit(graph::OpKind::rope, name, {x}, {{xi.shape, xi.dtype, ""}}, attrs)[0];
+  return b.emit(OpKind::rope, name, {x}, {{xi.shape, xi.dtype, ""}}, attrs)[0];
 }
 
 graph::Value rope_backward(graph::Builder& b, graph::Value dout, const graph::NodeAttrs& forward_attrs,
                            std::string_view name) {
   const graph::ValueInfo& di = b.info(dout);
-  return b.emit(graph::OpKind::rope_backward, name, {dout}, {{di.shape, di.dtype, ""}}, forward_attrs)[0];
+  return b.emit(OpKind::rope_backward, name, {dout}, {{di.shape, di.dtype, ""}}, forward_attrs)[0];
 }
 
 RopeDims rope_dims(const Graph& g, const Node& n) {

@@ -1,18 +1,10 @@
 // swiglu's definition, packed (one gate|up input) or not.
 #include "ops/swiglu_op.h"
 
-#include "base/status.h"
-#include "ops/op_defs.h"
-#include "ops/operands.h"
+#include "ops/op_definition.h"
 #include "ops/swiglu.h"
-#ifdef SPILLWAY_HAS_CUDA
-#include "ops/cuda_op_context.h"
-#endif
 
 namespace spillway::ops {
-
-using graph::Graph;
-using graph::Node;
 
 namespace {
 
@@ -76,18 +68,18 @@ void cuda_swiglu_backward(const Graph& g, const Node& n, const std::vector<void*
 graph::Value swiglu(graph::Builder& b, graph::Value gate, graph::Value up, std::string_view name) {
   const graph::ValueInfo& gi = b.info(gate);
   const graph::ValueInfo& ui = b.info(up);
-  SPW_CHECK(gi.shape == ui.shape, b.label(graph::OpKind::swiglu, name), "gate ", gi.shape.str(), " and up ",
+  SPW_CHECK(gi.shape == ui.shape, b.label(OpKind::swiglu, name), "gate ", gi.shape.str(), " and up ",
             ui.shape.str(), " differ");
-  return b.emit(graph::OpKind::swiglu, name, {gate, up}, {{gi.shape, gi.dtype, ""}})[0];
+  return b.emit(OpKind::swiglu, name, {gate, up}, {{gi.shape, gi.dtype, ""}})[0];
 }
 
 graph::Value swiglu_packed(graph::Builder& b, graph::Value gate_up, std::string_view name) {
   const graph::ValueInfo& gi = b.info(gate_up);
-  SPW_CHECK(gi.shape.rank() >= 1 && gi.shape.last() % 2 == 0, b.label(graph::OpKind::swiglu, name), "gate_up ",
+  SPW_CHECK(gi.shape.rank() >= 1 && gi.shape.last() % 2 == 0, b.label(OpKind::swiglu, name), "gate_up ",
             gi.shape.str(), " does not split into gate and up halves");
   graph::NodeAttrs attrs;
   attrs.packed = true;
-  return b.emit(graph::OpKind::swiglu, name, {gate_up}, {{gi.shape.with_last(gi.shape.last() / 2), gi.dtype, ""}},
+  return b.emit(OpKind::swiglu, name, {gate_up}, {{gi.shape.with_last(gi.shape.last() / 2), gi.dtype, ""}},
                 attrs)[0];
 }
 
@@ -95,7 +87,7 @@ std::vector<graph::Value> swiglu_backward(graph::Builder& b, graph::Value dout, 
                                           std::string_view name) {
   const graph::ValueInfo& gi = b.info(gate);
   const graph::ValueInfo& ui = b.info(up);
-  return b.emit(graph::OpKind::swiglu_backward, name, {dout, gate, up},
+  return b.emit(OpKind::swiglu_backward, name, {dout, gate, up},
                 {{gi.shape, gi.dtype, "dgate"}, {ui.shape, ui.dtype, "dup"}});
 }
 
@@ -103,7 +95,7 @@ graph::Value swiglu_packed_backward(graph::Builder& b, graph::Value dout, graph:
   const graph::ValueInfo& gi = b.info(gate_up);
   graph::NodeAttrs attrs;
   attrs.packed = true;
-  return b.emit(graph::OpKind::swiglu_backward, name, {dout, gate_up}, {{gi.shape, gi.dtype, "dgate_up"}}, attrs)[0];
+  return b.emit(OpKind::swiglu_backward, name, {dout, gate_up}, {{gi.shape, gi.dtype, "dgate_up"}}, attrs)[0];
 }
 
 constinit const graph::OpDef swiglu_def{

@@ -23,7 +23,8 @@ std::vector<Value> Builder::emit(OpKind kind, std::string_view name, std::vector
   for (const OutputSpec& out : outputs) {
     std::string value_name = node.name;
     if (!out.suffix.empty()) value_name += "." + std::string(out.suffix);
-    node.outputs.push_back(g_.add_value(ValueInfo{std::move(value_name), out.shape, out.dtype, ValueRole::computed, -1}));
+    node.outputs.push_back(
+        g_.add_value(ValueInfo{std::move(value_name), out.shape, out.dtype, ValueRole::computed, -1}));
   }
   std::vector<Value> outs = node.outputs;
   g_.add_node(std::move(node));

@@ -65,7 +65,8 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
       graph::Value q = ops::rope(b, ops::linear(b, x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
-      graph::Value k = ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
+      graph::Value k =
+          ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
       graph::Value v = ops::linear(b, x, wv, "self_attn.v_proj");
       a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention");
     }

@@ -43,8 +43,10 @@ TEST(Builder, AddAndAttentionMismatches) {
 
   Value q = b.input("q", Shape{1, 4, 16}, DType::f32);
   Value k = b.input("k", Shape{1, 4, 12}, DType::f32);
-  expect_error([&] { ops::attention(b, q, k, k, 4, 2, 0.5, "attn"); }, {"attention 'attn'", "[1, 4, 12]", "[1, 4, 16]"});
-  expect_error([&] { ops::attention(b, q, k, k, 4, 3, 0.5, "attn"); }, {"attention 'attn'", "4 query heads", "3 kv heads"});
+  expect_error([&] { ops::attention(b, q, k, k, 4, 2, 0.5, "attn"); },
+               {"attention 'attn'", "[1, 4, 12]", "[1, 4, 16]"});
+  expect_error([&] { ops::attention(b, q, k, k, 4, 3, 0.5, "attn"); },
+               {"attention 'attn'", "4 query heads", "3 kv heads"});
 }
 
 TEST(Builder, RmsnormAndCrossEntropyMismatches) {

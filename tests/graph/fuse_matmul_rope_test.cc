@@ -219,7 +219,8 @@ TEST(FuseMatmulRopeRules, LeavesWhatCannotBeFolded) {
   const Value w = ba.parameter("w", Shape{16, 8});
   const Value addend = ba.input("addend", Shape{2, 3, 16}, DType::f32);
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(4, 10000.0, {}));
-  const Value roped = ops::rope(ba, ops::add(ba, ops::linear(ba, x, w, "proj"), addend, "residual"), 4, inv_freq, 0, "rope");
+  const Value roped =
+      ops::rope(ba, ops::add(ba, ops::linear(ba, x, w, "proj"), addend, "residual"), 4, inv_freq, 0, "rope");
   added.mark_output(roped);
   const NodeAttrs rope_attrs = added.nodes().back().attrs;
   const Value product = ops::linear(ba, x, w, "proj2");

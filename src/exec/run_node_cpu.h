@@ -1,5 +1,5 @@
-// Runs one graph node on the CPU: the single place that maps an op of the IR
-// onto its kernel in src/ops/.
+// Runs one graph node on the CPU, through its op's definition
+// (graph::OpDef::cpu, beside the op's kernels in src/ops/).
 #pragma once
 
 #include <vector>

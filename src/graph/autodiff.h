@@ -1,7 +1,7 @@
 // Reverse-mode automatic differentiation: appends to a graph the nodes that
 // compute d loss / d value for the values asked for, from each op's
-// vector-Jacobian product rule (autodiff.cc, one rule per op, in the order of
-// graph.h's OpKind).
+// vector-Jacobian product rule (graph::OpDef::backward, beside the op in
+// src/ops/<family>_op.cc).
 #pragma once
 
 #include <cstdint>

@@ -18,7 +18,7 @@ FusedGraph fold_adds(const Graph& g, const AddFold& rule) {
   int folded = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& add = nodes[i];
-    if (add.kind != OpKind::add || add.inputs.size() != 2) continue;
+    if (add.kind != OpKind::add) continue;
     if (add.attrs.accumulate && !rule.accumulating_adds) continue;
     const ValueInfo& out = values[static_cast<size_t>(add.outputs[0].id)];
     for (int side = 1; side >= 0; --side) {
@@ -51,6 +51,7 @@ FusedGraph fold_adds(const Graph& g, const AddFold& rule) {
       n.inputs.push_back(add.inputs[static_cast<size_t>(taken_input[i])]);
       *std::find(n.outputs.begin(), n.outputs.end(), made) = add.outputs[0];
       if (add.attrs.accumulate) n.attrs.accumulate = true;
+      n.attrs.fused = Fused::addend;
     }
     f.graph.add_node(std::move(n));
   }

@@ -19,7 +19,7 @@ struct FusedGraph {
 struct AddFold {
   // Whether `producer`, whose output `made` is one operand of an add, can
   // take the add's other operand as one more (last) input and write the
-  // add's output in place of `made`.
+  // add's output in place of `made` (Fused::addend, which its op must run).
   std::function<bool(const Node& producer, Value made)> absorbs;
   // An add that accumulates into caller memory folds too, its accumulate
   // flag moving to the producer (which must not accumulate itself).

@@ -7,7 +7,8 @@ namespace spillway::graph {
 // tied table's gradient ends in when it is accumulated.
 FusedGraph fuse_embedding_add(const Graph& g) {
   return fold_adds(g, {.absorbs = [](const Node& n, Value) {
-                         return n.kind == OpKind::embedding_backward && n.inputs.size() == 2 && !n.attrs.accumulate;
+                         return n.kind == OpKind::embedding_backward && n.attrs.fused == Fused::none &&
+                                !n.attrs.accumulate;
                        },
                        .accumulating_adds = true});
 }

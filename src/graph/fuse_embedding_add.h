@@ -6,7 +6,8 @@
 // (graph/autodiff.cc, "<table>.grad_sum"); that add is often the accumulating
 // one (out += a + b) that sums micro-batches into the caller's buffer.
 //
-// An embedding_backward with a third input adds it (ops/embedding.h, base),
+// An embedding_backward of form Fused::addend adds its third input
+// (ops/embedding.h, base),
 // rounding as the add did: the results are those of the unfused graph, bit
 // for bit.
 #pragma once

@@ -18,13 +18,13 @@ LossGradientFused fuse_loss_gradient(const Graph& g) {
   int fused = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& back = nodes[i];
-    if (back.kind != OpKind::cross_entropy_backward || back.inputs.size() != 4 || back.outputs.size() != 1) continue;
+    if (back.kind != OpKind::cross_entropy_backward) continue;
     const Value logits = back.inputs[0], targets = back.inputs[1], lse = back.inputs[2], dloss = back.inputs[3];
     const int32_t f = producer(lse), s = producer(dloss);
     if (f < 0 || s < 0) continue;
     const Node& forward = nodes[static_cast<size_t>(f)];
     const Node& seed = nodes[static_cast<size_t>(s)];
-    if (forward.kind != OpKind::cross_entropy || forward.inputs.size() != 2 || forward.outputs.size() != 2 ||
+    if (forward.kind != OpKind::cross_entropy || forward.attrs.fused != Fused::none ||
         absorbed[static_cast<size_t>(f)] >= 0) {
       continue;
     }
@@ -52,6 +52,7 @@ LossGradientFused fuse_loss_gradient(const Graph& g) {
       const Node& back = nodes[static_cast<size_t>(absorbed[i])];
       n.outputs.push_back(back.outputs[0]);
       n.attrs.dloss = nodes[static_cast<size_t>(producer(back.inputs[3]))].attrs.fill_value;
+      n.attrs.fused = Fused::loss_gradient;
     }
     out.graph.add_node(std::move(n));
   }

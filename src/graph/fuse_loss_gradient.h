@@ -5,7 +5,8 @@
 // cache. The logits are then read from memory once instead of twice, and
 // their last reader is the loss.
 //
-// A cross_entropy with a third output writes dlogits too, scaled by
+// A cross_entropy of form Fused::loss_gradient writes dlogits too, as a
+// third output, scaled by
 // attrs.dloss (ops/cross_entropy.h, cross_entropy_forward_backward). It stays
 // a forward node (not `backward`): it runs where the loss ran, and dlogits
 // is a forward value the backward pass reads. Recomputation keeps it, as it

@@ -4,7 +4,7 @@
 // down_proj, and the backward pass's sums of input gradients (q/k/v, gate/up
 // projections), are all of this shape: about 5 adds per layer.
 //
-// A matmul with a third input adds it: out = op(a)·op(b) + addend.
+// A matmul of form Fused::addend adds its third input: out = op(a)·op(b) + addend.
 #pragma once
 
 #include "graph/fold_add.h"

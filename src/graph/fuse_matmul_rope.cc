@@ -6,10 +6,9 @@ namespace spillway::graph {
 
 namespace {
 
-// A rope (not its backward) that overwrites its one output.
+// A rope (not its backward) that overwrites its output.
 bool plain_rope(const Graph& g, const Node& n) {
-  return n.kind == OpKind::rope && !n.attrs.accumulate && n.inputs.size() == 1 && n.outputs.size() == 1 &&
-         !g.value(n.outputs[0]).accumulated;
+  return n.kind == OpKind::rope && !n.attrs.accumulate && !g.value(n.outputs[0]).accumulated;
 }
 
 }  // namespace
@@ -46,7 +45,7 @@ RopeFused fuse_matmul_rope(const Graph& g) {
       n.attrs.rotated_heads = r->attrs.rotated_heads;
       n.attrs.pos0 = r->attrs.pos0;
       n.attrs.inv_freq = r->attrs.inv_freq;
-      n.attrs.rope = true;
+      n.attrs.fused = Fused::rope;
     }
     out.graph.add_node(std::move(n));
   }

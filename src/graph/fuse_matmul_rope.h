@@ -1,6 +1,6 @@
 // Folds a rope into the matrix product that feeds it: the fused q|k|v
 // projection's product goes through the rope of q and k (v carried), its
-// only reader, so the matmul rotates its own output (NodeAttrs::rope). A GPU
+// only reader, so the matmul rotates its own output (Fused::rope). A GPU
 // kernel can then rotate the product in its epilogue instead of reading the
 // [tokens, (heads + 2 kv_heads) * head_dim] product back from memory; the CPU
 // runner makes the product in the output and rotates it there, as the rope

@@ -6,10 +6,9 @@ namespace spillway::graph {
 
 namespace {
 
-// A packed swiglu or swiglu_backward (`inputs` inputs) that overwrites its one output.
-bool plain_packed(const Graph& g, const Node& n, OpKind kind, size_t inputs) {
-  return n.kind == kind && n.attrs.packed && !n.attrs.accumulate && n.inputs.size() == inputs &&
-         n.outputs.size() == 1 && !g.value(n.outputs[0]).accumulated;
+// A packed swiglu or swiglu_backward that overwrites its one output.
+bool plain_packed(const Graph& g, const Node& n, OpKind kind) {
+  return n.kind == kind && n.attrs.packed && !n.attrs.accumulate && !g.value(n.outputs[0]).accumulated;
 }
 
 }  // namespace
@@ -25,8 +24,8 @@ SwigluFused fuse_matmul_swiglu(const Graph& g) {
   SwigluFused out;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& s = nodes[i];
-    const bool forward = plain_packed(g, s, OpKind::swiglu, 1);
-    if (!forward && !plain_packed(g, s, OpKind::swiglu_backward, 2)) continue;
+    const bool forward = plain_packed(g, s, OpKind::swiglu);
+    if (!forward && !plain_packed(g, s, OpKind::swiglu_backward)) continue;
     const Value product_out = s.inputs[0];
     const int32_t p = g.value(product_out).producer;
     if (p < 0) continue;
@@ -47,11 +46,14 @@ SwigluFused fuse_matmul_swiglu(const Graph& g) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (gone[i]) continue;
     Node n = nodes[i];
-    if (gate_of[i].valid()) n.outputs.push_back(gate_of[i]);
+    if (gate_of[i].valid()) {
+      n.outputs.push_back(gate_of[i]);
+      n.attrs.fused = Fused::swiglu_gate;
+    }
     if (backward_of[i] != nullptr) {
       n.inputs.push_back(backward_of[i]->inputs[1]);  // the forward's gate|up
       n.outputs = backward_of[i]->outputs;
-      n.attrs.swiglu_backward = true;
+      n.attrs.fused = Fused::swiglu_backward;
     }
     out.graph.add_node(std::move(n));
   }

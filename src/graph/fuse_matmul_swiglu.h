@@ -1,14 +1,15 @@
 // Folds the MLP's SwiGLU into the matrix products around it.
 //
-// Forward: the gate into the gate|up projection that feeds it: a matmul
-// with a second output writes swiglu_packed(product) there too. On Hopper
-// the GPU computes it in the product's epilogue (ops/gemm_hopper.h) from the
-// product still in shared memory, instead of reading the [tokens, 2 * ffn]
-// product back from memory; elsewhere it runs the two ops as before. The
-// product stays a value of its own: the backward reads it.
+// Forward: the gate into the gate|up projection that feeds it: a matmul of
+// form Fused::swiglu_gate writes swiglu_packed(product) too, as a second
+// output. On Hopper the GPU computes it in the product's epilogue
+// (ops/gemm_hopper.h) from the product still in shared memory, instead of
+// reading the [tokens, 2 * ffn] product back from memory; elsewhere it runs
+// the two ops as before. The product stays a value of its own: the backward
+// reads it.
 //
 // Backward: the gate's backward into down_proj's dX product, its only
-// reader (NodeAttrs::swiglu_backward): the matmul takes the forward's
+// reader (Fused::swiglu_backward): the matmul takes the forward's
 // gate|up as a third input and writes d(gate|up) instead of the product,
 // which no longer exists as a value. On Hopper the product never leaves
 // the GPU's shared memory; elsewhere the runner makes it in scratch memory

@@ -6,7 +6,8 @@ namespace spillway::graph {
 // dweight and does not stop the fold.
 FusedGraph fuse_rmsnorm_add(const Graph& g) {
   return fold_adds(g, {.absorbs = [](const Node& n, Value made) {
-                         return n.kind == OpKind::rmsnorm_backward && n.inputs.size() == 4 && n.outputs[0] == made;
+                         return n.kind == OpKind::rmsnorm_backward && n.attrs.fused == Fused::none &&
+                                n.outputs[0] == made;
                        }});
 }
 

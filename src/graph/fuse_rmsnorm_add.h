@@ -5,7 +5,8 @@
 // layer: the skip path's gradient plus the gradient through the norm, which
 // autodiff adds (graph/autodiff.cc) because the stream feeds both.
 //
-// An rmsnorm_backward with a fifth input adds it to dx (ops/rmsnorm.h,
+// An rmsnorm_backward of form Fused::addend adds its fifth input to dx
+// (ops/rmsnorm.h,
 // dx_addend).
 #pragma once
 

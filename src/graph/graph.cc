@@ -1,20 +1,30 @@
 #include "graph/graph.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "base/status.h"
+#include "graph/op_def.h"
 
 namespace spillway::graph {
 
 std::string_view op_name(OpKind kind) {
   static constexpr std::string_view kNames[] = {
-      "fill",      "embedding",          "embedding_backward", "rmsnorm",
-      "rmsnorm_backward", "matmul",      "rope",               "rope_backward",
-      "attention", "attention_backward", "swiglu",             "swiglu_backward",
-      "add",       "cross_entropy",      "cross_entropy_backward", "cast",
+#define SPW_OP(kind) #kind,
+#include "graph/op_list.h"
+#undef SPW_OP
   };
   return kNames[static_cast<int>(kind)];
 }
+
+std::string_view fused_name(Fused fused) {
+  static constexpr std::string_view kNames[] = {"none", "addend", "swiglu_gate", "swiglu_backward", "rope",
+                                                "loss_gradient"};
+  static_assert(std::size(kNames) == kFusedForms);
+  return kNames[static_cast<int>(fused)];
+}
+
+std::string node_label(const Node& n) { return std::string(op_name(n.kind)) + " '" + n.name + "'"; }
 
 Value Graph::add_value(ValueInfo info) {
   values_.push_back(std::move(info));
@@ -24,6 +34,8 @@ Value Graph::add_value(ValueInfo info) {
 int32_t Graph::add_node(Node node) {
   auto index = static_cast<int32_t>(nodes_.size());
   check_reads(node.name, node.inputs);
+  SPW_CHECK(op_def(node.kind).runs(node.attrs.fused), node_label(node), "has no fused form ",
+            fused_name(node.attrs.fused));
   for (Value out : node.outputs) {
     ValueInfo& info = values_.at(static_cast<size_t>(out.id));
     SPW_CHECK(info.producer < 0 && info.role == ValueRole::computed, info.name,
@@ -47,22 +59,10 @@ void Graph::mark_output(Value v) {
 
 namespace {
 
-// The output of a node of this kind that can add into existing contents, or
-// -1 when none can.
+// The output of `n` that can add into existing contents, or -1 when none can.
 int accumulating_output(const Node& n) {
-  switch (n.kind) {
-    case OpKind::matmul:
-      return n.attrs.rope ? -1 : 0;  // a folded rope (graph/fuse_matmul_rope.h) would rotate the sum
-    case OpKind::embedding_backward:
-    case OpKind::add:
-      return 0;
-    case OpKind::fill:
-      return n.attrs.fill_value == 0 ? 0 : -1;  // += 0 is nothing to do
-    case OpKind::rmsnorm_backward:
-      return 1;  // dweight
-    default:
-      return -1;
-  }
+  const auto rule = op_def(n.kind).accumulating_output;
+  return rule ? rule(n) : -1;
 }
 
 }  // namespace
@@ -82,9 +82,12 @@ bool Graph::can_accumulate(Value v) const {
 
 void Graph::mark_accumulated(Value v) {
   const ValueInfo& info = value(v);
-  SPW_CHECK(can_accumulate(v), info.name,
-            "cannot be accumulated into caller memory: only an output of matmul, embedding_backward, add, "
-            "fill (0) or rmsnorm_backward's dweight that no node reads can");
+  if (!can_accumulate(v)) {
+    throw Error(info.name, "cannot be accumulated into caller memory: only an output its op can add into "
+                           "(graph::OpDef::accumulating_output) and that no node reads can; it is made by " +
+                               (info.producer < 0 ? std::string("no node")
+                                                  : node_label(nodes_[static_cast<size_t>(info.producer)])));
+  }
   values_[static_cast<size_t>(v.id)].accumulated = true;
   nodes_[static_cast<size_t>(info.producer)].attrs.accumulate = true;
   mark_output(v);
@@ -113,7 +116,9 @@ std::string Graph::str() const {
   std::string s;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Node& n = nodes_[i];
-    s += std::to_string(i) + (n.backward ? " B " : " F ") + std::string(op_name(n.kind)) + " " + n.name + " (";
+    s += std::to_string(i) + (n.backward ? " B " : " F ") + std::string(op_name(n.kind));
+    if (n.attrs.fused != Fused::none) s.append("+").append(fused_name(n.attrs.fused));
+    s.append(" ").append(n.name).append(" (");
     for (size_t j = 0; j < n.inputs.size(); ++j) {
       s += (j ? ", " : "") + value(n.inputs[j]).name;
     }
@@ -128,34 +133,8 @@ std::string Graph::str() const {
 }
 
 int in_place_input(const Node& node, size_t output) {
-  switch (node.kind) {
-    case OpKind::rope:
-    case OpKind::rope_backward:
-      return output == 0 ? 0 : -1;
-    case OpKind::cross_entropy:
-      return node.outputs.size() == 3 && output == 2 ? 0 : -1;  // dlogits over logits
-    default:
-      return -1;
-  }
-}
-
-AttentionDims attention_dims(const Graph& g, const Node& n) {
-  const Shape& q = g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
-  const int64_t heads_in_row = n.attrs.heads + (n.attrs.packed ? 2 * n.attrs.kv_heads : 0);
-  return AttentionDims{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row};
-}
-
-MatmulDims matmul_dims(const Graph& g, const Node& n) {
-  const Shape& a = g.value(n.inputs[0]).shape;
-  const Shape& b = g.value(n.inputs[1]).shape;
-  return MatmulDims{n.attrs.trans_a ? a.last() : a.rows(), n.attrs.trans_b ? b.rows() : b.last(),
-                    n.attrs.trans_a ? a.rows() : a.last()};
-}
-
-RopeDims rope_dims(const Graph& g, const Node& n) {
-  const Shape& s = g.value(n.outputs[0]).shape;  // the rotated rows: a rope's output has its input's shape
-  const int64_t heads = n.attrs.heads;
-  return RopeDims{s[0], s[1], heads, s.last() / heads, n.attrs.rotated_heads > 0 ? n.attrs.rotated_heads : heads};
+  const auto rule = op_def(node.kind).in_place_input;
+  return rule ? rule(node, output) : -1;
 }
 
 std::vector<int> reader_counts(const Graph& g) {
@@ -167,8 +146,8 @@ std::vector<int> reader_counts(const Graph& g) {
 }
 
 bool is_plain_product(const Graph& g, const Node& n) {
-  return n.kind == OpKind::matmul && n.inputs.size() == 2 && n.outputs.size() == 1 && !n.attrs.accumulate &&
-         !n.attrs.swiglu_backward && !n.attrs.rope && !g.value(n.outputs[0]).accumulated;
+  return n.kind == OpKind::matmul && n.attrs.fused == Fused::none && !n.attrs.accumulate &&
+         !g.value(n.outputs[0]).accumulated;
 }
 
 Graph values_of(const Graph& g) {

@@ -16,24 +16,43 @@
 namespace spillway::graph {
 
 enum class OpKind : uint8_t {
-  fill,  // a constant: the loss's seed gradient
-  embedding,
-  embedding_backward,
-  rmsnorm,
-  rmsnorm_backward,
-  matmul,
-  rope,
-  rope_backward,
-  attention,
-  attention_backward,
-  swiglu,
-  swiglu_backward,
-  add,
-  cross_entropy,
-  cross_entropy_backward,
-  cast,
+#define SPW_OP(kind) kind,
+#include "graph/op_list.h"
+#undef SPW_OP
 };
+inline constexpr int kOpKinds = 0
+#define SPW_OP(kind) +1
+#include "graph/op_list.h"
+#undef SPW_OP
+    ;
 std::string_view op_name(OpKind kind);
+
+// The fused form of a node: what a fusion pass (graph/fuse_*.h) folded into
+// it, named so that runners, the cost model and liveness read it instead of
+// inferring it from how many inputs and outputs the node has. An op lists
+// the forms it runs (graph::OpDef::fused_forms); a node has one at most.
+enum class Fused : uint8_t {
+  none,
+  // One more, last, input added to the result (graph/fold_add.h): matmul's
+  // out = a·b + addend, rmsnorm_backward's dx + addend, embedding_backward's
+  // dtable = base + scatter.
+  addend,
+  // matmul: a second output, swiglu_packed of the product (graph/fuse_matmul_swiglu.h).
+  swiglu_gate,
+  // matmul: the product is the gradient of a packed swiglu's output, folded
+  // into that swiglu's backward (graph/fuse_matmul_swiglu.h): a third input
+  // is the forward's gate|up, and the one output is d(gate|up).
+  swiglu_backward,
+  // matmul: the product rotated by the rope that was its only reader
+  // (graph/fuse_matmul_rope.h): heads, rotated_heads, pos0 and inv_freq are
+  // that rope's, and the one output is the rotated product.
+  rope,
+  // cross_entropy: a third output, dlogits, scaled by NodeAttrs::dloss
+  // (graph/fuse_loss_gradient.h).
+  loss_gradient,
+};
+inline constexpr int kFusedForms = static_cast<int>(Fused::loss_gradient) + 1;
+std::string_view fused_name(Fused fused);
 
 // Handle to a value of a graph. Cheap to copy; meaningful only with its graph.
 struct Value {
@@ -67,8 +86,8 @@ struct NodeAttrs {
   double eps = 0;                         // rmsnorm
   double scale = 0;                       // attention
   double fill_value = 0;                  // fill
-  // cross_entropy writing dlogits too (a third output, graph/fuse_loss_gradient.h):
-  // the loss's gradient, the constant its seed fill held.
+  // cross_entropy with Fused::loss_gradient: the loss's gradient, the
+  // constant its seed fill held.
   double dloss = 0;
   int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
   int64_t pos0 = 0;                       // rope: position of the first token
@@ -81,21 +100,12 @@ struct NodeAttrs {
   // roped); swiglu's gate and up as one [..., 2 * ffn], each row's gate first.
   bool packed = false;
   // The node adds its result into the existing contents of its accumulating
-  // output (out += result) instead of overwriting it: the only output of
-  // matmul (beta = 1; not one with a folded rope), embedding_backward, add
-  // and fill (value 0: nothing to do), and dweight (output 1) of
-  // rmsnorm_backward. Set by mark_accumulated.
+  // output (out += result) instead of overwriting it: which output that is,
+  // if any, the op's definition says (graph::OpDef::accumulating_output).
+  // Set by mark_accumulated.
   bool accumulate = false;
-  // matmul: the product is the gradient of a packed swiglu's output and
-  // feeds nothing but that swiglu's backward, folded in
-  // (graph/fuse_matmul_swiglu.h): a third input is the forward's gate|up,
-  // and the one output is its gradient, d(gate|up), not the product.
-  bool swiglu_backward = false;
-  // matmul: the product goes through the rope that was its only reader,
-  // folded in (graph/fuse_matmul_rope.h): heads, rotated_heads, pos0 and
-  // inv_freq are that rope's, and the one output is the rotated product.
-  bool rope = false;
-  std::shared_ptr<const std::vector<float>> inv_freq;  // rope, and a matmul with `rope`
+  Fused fused = Fused::none;
+  std::shared_ptr<const std::vector<float>> inv_freq;  // rope, and a matmul with Fused::rope
 };
 
 struct Node {
@@ -108,44 +118,19 @@ struct Node {
   bool recompute = false;  // a clone of a forward node, re-run in the backward pass (graph/recompute.h)
 };
 
-// The dimensions an attention or attention_backward node works on, whether
-// its q, k and v come separately or packed.
-struct AttentionDims {
-  int64_t batch = 0, seq = 0, heads = 0, kv_heads = 0, head_dim = 0;
-};
-
-// The product a matmul node computes, [m, n] over k, from its operands'
-// shapes and transposes; its output can differ (NodeAttrs::swiglu_backward).
-struct MatmulDims {
-  int64_t m = 0, n = 0, k = 0;
-  double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
-};
-
-// What a rope, a rope_backward or a matmul with its rope folded in
-// (NodeAttrs::rope) rotates: [batch, seq, heads * head_dim] rows, the first
-// rotated_heads heads of each (NodeAttrs::rotated_heads, 0 meaning all).
-struct RopeDims {
-  int64_t batch = 0, seq = 0, heads = 0, head_dim = 0, rotated_heads = 0;
-  int64_t rotated_cols() const { return rotated_heads * head_dim; }
-};
+// "matmul 'layers.0.self_attn.q_proj'": how errors and logs name a node.
+std::string node_label(const Node& n);
 
 class Graph;
-AttentionDims attention_dims(const Graph& g, const Node& n);
-MatmulDims matmul_dims(const Graph& g, const Node& n);
-RopeDims rope_dims(const Graph& g, const Node& n);
 // How many node inputs read each value, by value id.
 std::vector<int> reader_counts(const Graph& g);
-// A two-input matmul that overwrites its one output with the product and
-// nothing else (no addend, accumulation, folded SwiGLU backward or rope):
-// what a fusion into the product's epilogue can start from.
+// A matmul that overwrites its one output with the product and nothing else
+// (no fused form, no accumulation): what a fusion into the product's
+// epilogue can start from.
 bool is_plain_product(const Graph& g, const Node& n);
 
 // The input whose buffer output `output` of `node` may take over when that
-// input dies at the node, or -1. Only where every backend reads each element
-// of the input before writing the same element of the output, in the same
-// thread: rope and its backward (out over x; the heads it carries are then
-// not even touched), and the cross-entropy that writes dlogits too (dlogits
-// over the logits, the step's largest activation).
+// input dies at the node, or -1 (graph::OpDef::in_place_input).
 int in_place_input(const Node& node, size_t output);
 
 // A graph with g's values (the same ids, producers cleared) and outputs but

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "graph/op_def.h"
 
 namespace spillway::graph {
 
@@ -44,21 +45,6 @@ bool crosses_layer_boundary(const Graph& g, Value v) {
     }
   }
   return false;
-}
-
-// Ops whose output costs about as much to remake as to read back: elementwise
-// or one reduction per row.
-bool cheap(OpKind kind) {
-  switch (kind) {
-    case OpKind::rmsnorm:
-    case OpKind::rope:
-    case OpKind::swiglu:
-    case OpKind::cast:
-    case OpKind::add:
-      return true;
-    default:
-      return false;
-  }
 }
 
 class Transform {
@@ -156,7 +142,7 @@ KeepRule keep_rule(RecomputePolicy policy) {
     case RecomputePolicy::selective:
       return [](const Graph& g, Value v) {
         const Node& producer = g.nodes()[static_cast<size_t>(g.value(v).producer)];
-        return !cheap(producer.kind) || crosses_layer_boundary(g, v);
+        return !op_def(producer.kind).cheap_to_recompute || crosses_layer_boundary(g, v);
       };
   }
   throw Error("recompute", "unknown policy");

@@ -24,7 +24,8 @@ enum class RecomputePolicy : uint8_t {
   // output) and values made outside the layers (embedding, final norm,
   // logits, loss statistics); recompute everything inside a layer.
   layers,
-  // Keep what `layers` keeps plus the outputs of matmuls and attention;
+  // Keep what `layers` keeps plus the outputs of ops that are not cheap to
+  // recompute (graph::OpDef::cheap_to_recompute: matmuls, attention);
   // recompute the outputs of cheap ops (rmsnorm, rope, swiglu, cast, add)
   // inside a layer. The residual stream between layers stays kept: dropping
   // it would chain every layer's recomputation back to the embedding.

@@ -4,6 +4,15 @@
 #include <memory>
 #include <string>
 
+#include "ops/add_op.h"
+#include "ops/attention_op.h"
+#include "ops/cross_entropy_op.h"
+#include "ops/embedding_op.h"
+#include "ops/matmul_op.h"
+#include "ops/rmsnorm_op.h"
+#include "ops/rope_op.h"
+#include "ops/swiglu_op.h"
+
 namespace spillway::model {
 
 LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, int64_t seq,
@@ -37,7 +46,7 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
   m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
   graph::Value embed = param("model.embed_tokens.weight", Shape{c.vocab_size, d});
-  graph::Value h = b.embedding(embed, m.tokens, "model.embed_tokens");
+  graph::Value h = ops::embedding(b, embed, m.tokens, "model.embed_tokens");
 
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     auto layer = b.scope("model.layers." + std::to_string(i));
@@ -46,45 +55,46 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     graph::Value a;
     if (options.fused_projections) {
       graph::Value wqkv = stacked("self_attn.qkv_proj.weight", {heads * hd, kv_heads * hd, kv_heads * hd});
-      graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value qkv = b.rope(b.linear(x, wqkv, "self_attn.qkv_proj"), heads + 2 * kv_heads, inv_freq, 0,
+      graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
+      graph::Value qkv = ops::rope(b, ops::linear(b, x, wqkv, "self_attn.qkv_proj"), heads + 2 * kv_heads, inv_freq, 0,
                                 "self_attn.qk_rope", heads + kv_heads);
-      a = b.attention_packed(qkv, heads, kv_heads, scale, "self_attn.attention");
+      a = ops::attention_packed(b, qkv, heads, kv_heads, scale, "self_attn.attention");
     } else {
       graph::Value wq = param("self_attn.q_proj.weight", Shape{heads * hd, d});
       graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
-      graph::Value x = b.rmsnorm(h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value q = b.rope(b.linear(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
-      graph::Value k = b.rope(b.linear(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
-      graph::Value v = b.linear(x, wv, "self_attn.v_proj");
-      a = b.attention(q, k, v, heads, kv_heads, scale, "self_attn.attention");
+      graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
+      graph::Value q = ops::rope(b, ops::linear(b, x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
+      graph::Value k =
+          ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
+      graph::Value v = ops::linear(b, x, wv, "self_attn.v_proj");
+      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention");
     }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
-    h = b.add(h, b.linear(a, wo, "self_attn.o_proj"), "attn_residual");
+    h = ops::add(b, h, ops::linear(b, a, wo, "self_attn.o_proj"), "attn_residual");
     graph::Value ln2 = param("post_attention_layernorm.weight", Shape{d});
-    graph::Value x = b.rmsnorm(h, ln2, c.rms_norm_eps, "post_attention_layernorm");
+    graph::Value x = ops::rmsnorm(b, h, ln2, c.rms_norm_eps, "post_attention_layernorm");
     graph::Value act;
     if (options.fused_projections) {
       const int64_t ffn = c.intermediate_size;
       graph::Value wgu = stacked("mlp.gate_up_proj.weight", {ffn, ffn});
-      act = b.swiglu_packed(b.linear(x, wgu, "mlp.gate_up_proj"), "mlp.swiglu");
+      act = ops::swiglu_packed(b, ops::linear(b, x, wgu, "mlp.gate_up_proj"), "mlp.swiglu");
     } else {
       graph::Value wg = param("mlp.gate_proj.weight", Shape{c.intermediate_size, d});
       graph::Value wu = param("mlp.up_proj.weight", Shape{c.intermediate_size, d});
-      graph::Value gate = b.linear(x, wg, "mlp.gate_proj");
-      graph::Value up = b.linear(x, wu, "mlp.up_proj");
-      act = b.swiglu(gate, up, "mlp.swiglu");
+      graph::Value gate = ops::linear(b, x, wg, "mlp.gate_proj");
+      graph::Value up = ops::linear(b, x, wu, "mlp.up_proj");
+      act = ops::swiglu(b, gate, up, "mlp.swiglu");
     }
     graph::Value wd = param("mlp.down_proj.weight", Shape{d, c.intermediate_size});
-    h = b.add(h, b.linear(act, wd, "mlp.down_proj"), "mlp_residual");
+    h = ops::add(b, h, ops::linear(b, act, wd, "mlp.down_proj"), "mlp_residual");
   }
 
   graph::Value norm = param("model.norm.weight", Shape{d});
-  h = b.rmsnorm(h, norm, c.rms_norm_eps, "model.norm");
+  h = ops::rmsnorm(b, h, norm, c.rms_norm_eps, "model.norm");
   graph::Value head = c.tie_word_embeddings ? embed : param("lm_head.weight", Shape{c.vocab_size, d});
-  m.logits = b.linear(h, head, "lm_head");
-  m.loss = b.cross_entropy(m.logits, m.targets, "loss");
+  m.logits = ops::linear(b, h, head, "lm_head");
+  m.loss = ops::cross_entropy(b, m.logits, m.targets, "loss");
   return m;
 }
 

@@ -3,31 +3,33 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "graph/op_def.h"
 #include "plan/timeline_svg.h"
 
 namespace spillway::plan {
 
-using graph::OpKind;
+namespace {
+
+// The rate that bounds an op's compute, or 0 for one bound by memory alone.
+double compute_rate(graph::RateClass rate, const MachineRates& r) {
+  switch (rate) {
+    case graph::RateClass::memory: return 0;
+    case graph::RateClass::gemm: return r.gemm_flops;
+    case graph::RateClass::attention: return r.attention_flops;
+    case graph::RateClass::attention_head_dim_64: return r.attention_flops_head_dim_64;
+  }
+  return 0;
+}
+
+}  // namespace
 
 NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRates& r) {
+  const graph::OpCost op = graph::op_def(n.kind).cost(g, n);
   NodeCost c;
-  for (auto v : n.inputs) c.bytes += static_cast<double>(g.value(v).bytes());
-  for (auto v : n.outputs) c.bytes += static_cast<double>(g.value(v).bytes());
-  double compute_s = 0;
-  if (n.kind == OpKind::matmul) {
-    // From the operands: a product with SwiGLU's backward folded in writes
-    // d(gate|up), not the product (graph/fuse_matmul_swiglu.h).
-    c.flops = graph::matmul_dims(g, n).flops();
-    compute_s = c.flops / r.gemm_flops;
-  } else if (n.kind == OpKind::attention || n.kind == OpKind::attention_backward) {
-    const graph::AttentionDims a = graph::attention_dims(g, n);
-    const double b = static_cast<double>(a.batch), s = static_cast<double>(a.seq);
-    const double head_dim = static_cast<double>(a.head_dim);
-    const double d = static_cast<double>(a.heads) * head_dim;
-    const double forward = 2.0 * 2.0 * b * s * s * d / 2.0;
-    c.flops = n.kind == OpKind::attention ? forward : 2.5 * forward;
-    compute_s = c.flops / (head_dim <= 64 ? r.attention_flops_head_dim_64 : r.attention_flops);
-  }
+  c.flops = op.flops;
+  c.bytes = op.bytes;
+  const double rate = compute_rate(op.rate, r);
+  const double compute_s = rate > 0 ? c.flops / rate : 0;
   c.seconds = std::max(compute_s, c.bytes / r.memory_bytes);
   return c;
 }
@@ -69,7 +71,7 @@ Replay replay(const graph::Graph& g, const Placement& placement, const std::vect
       for (auto v : *list) wait_for(loaded[static_cast<size_t>(v.id)]);
     }
     if (bars) {
-      const bool heavy = n.kind == OpKind::matmul || n.kind == OpKind::attention || n.kind == OpKind::attention_backward;
+      const bool heavy = graph::op_def(n.kind).cost(g, n).rate != graph::RateClass::memory;
       bars->push_back({0, compute, compute + node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
     }
     compute += node_seconds[i];

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/status.h"
+#include "ops/matmul_op.h"
 
 #ifdef SPILLWAY_HAS_CUDA
 #include "device/cuda/cuda_device.h"
@@ -62,7 +63,7 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
     s.seconds += node_seconds[i];
     s.nodes += 1;
     s.bytes += bytes;
-    if (n.kind == graph::OpKind::matmul) s.flops += graph::matmul_dims(graph, n).flops();
+    if (n.kind == graph::OpKind::matmul) s.flops += ops::matmul_dims(graph, n).flops();
   }
   std::vector<std::pair<std::string, Signature>> heaviest(by_call.begin(), by_call.end());
   std::sort(heaviest.begin(), heaviest.end(), [](const auto& x, const auto& y) { return x.second.seconds > y.second.seconds; });

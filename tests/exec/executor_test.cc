@@ -6,8 +6,13 @@
 #include "device/cpu/cpu_device.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
-#include "testing/numeric.h"
+#include "ops/add_op.h"
+#include "ops/embedding_op.h"
+#include "ops/fill_op.h"
+#include "ops/matmul_op.h"
+#include "ops/rmsnorm_op.h"
 #include "testing/llama.h"
+#include "testing/numeric.h"
 
 namespace spillway::exec {
 namespace {
@@ -132,12 +137,12 @@ struct AccumulatingNodes {
     dout = bld.input("dout", Shape{7, 3}, DType::f32);
     p = bld.input("p", Shape{8}, DType::f32);
     q = bld.input("q", Shape{8}, DType::f32);
-    bld.rmsnorm(x, w, 1e-5, "norm");
-    results.push_back(bld.rmsnorm_backward(dy, x, w, graph.find("norm.rstd"), "norm.backward")[1]);
-    results.push_back(bld.matmul(a, b, true, false, "dw"));
-    results.push_back(bld.embedding_backward(ids, dout, 9, "dtable"));
-    results.push_back(bld.add(p, q, "sum"));
-    results.push_back(bld.fill("zeros", Shape{3}, 0.0, DType::f32));
+    ops::rmsnorm(bld, x, w, 1e-5, "norm");
+    results.push_back(ops::rmsnorm_backward(bld, dy, x, w, graph.find("norm.rstd"), "norm.backward")[1]);
+    results.push_back(ops::matmul(bld, a, b, true, false, "dw"));
+    results.push_back(ops::embedding_backward(bld, ids, dout, 9, "dtable"));
+    results.push_back(ops::add(bld, p, q, "sum"));
+    results.push_back(ops::fill(bld, "zeros", Shape{3}, 0.0, DType::f32));
     for (Value v : results) {
       if (accumulate) {
         graph.mark_accumulated(v);

@@ -10,6 +10,13 @@
 
 #include "base/status.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/cross_entropy_op.h"
+#include "ops/embedding_op.h"
+#include "ops/fill_op.h"
+#include "ops/matmul_op.h"
+#include "ops/rmsnorm_op.h"
+#include "ops/swiglu_op.h"
 
 namespace spillway::graph {
 namespace {
@@ -33,16 +40,16 @@ TEST(MarkAccumulated, TakesOnlyOutputsThatCanAddIntoTheirBuffer) {
   Value x = b.input("x", Shape{4, 8}, DType::f32);
   Value w = b.parameter("w", Shape{8});
   Value w2 = b.parameter("w2", Shape{8, 8});
-  Value y = b.rmsnorm(x, w, 1e-5, "norm");
+  Value y = ops::rmsnorm(b, x, w, 1e-5, "norm");
   Value rstd = g.find("norm.rstd");
   Value dy = b.input("dy", Shape{4, 8}, DType::f32);
-  std::vector<Value> d = b.rmsnorm_backward(dy, x, w, rstd, "norm.backward");
-  Value mm = b.matmul(y, w2, false, true, "mm");
-  Value sum = b.add(mm, y, "sum");
-  Value read = b.add(sum, sum, "read");
-  Value ones = b.fill("ones", Shape{8}, 1.0, DType::f32);
-  Value zeros = b.fill("zeros", Shape{8}, 0.0, DType::f32);
-  Value act = b.swiglu(mm, y, "act");
+  std::vector<Value> d = ops::rmsnorm_backward(b, dy, x, w, rstd, "norm.backward");
+  Value mm = ops::matmul(b, y, w2, false, true, "mm");
+  Value sum = ops::add(b, mm, y, "sum");
+  Value read = ops::add(b, sum, sum, "read");
+  Value ones = ops::fill(b, "ones", Shape{8}, 1.0, DType::f32);
+  Value zeros = ops::fill(b, "zeros", Shape{8}, 0.0, DType::f32);
+  Value act = ops::swiglu(b, mm, y, "act");
 
   EXPECT_FALSE(g.can_accumulate(w));                 // a parameter
   EXPECT_FALSE(g.can_accumulate(d[0]));              // rmsnorm_backward's dx
@@ -66,7 +73,7 @@ TEST(MarkAccumulated, TakesOnlyOutputsThatCanAddIntoTheirBuffer) {
   EXPECT_TRUE(producer(g, zeros).attrs.accumulate);
   EXPECT_FALSE(producer(g, mm).attrs.accumulate);
   // A running sum is for the caller, not for later nodes.
-  expect_error([&] { b.add(read, read, "after"); }, "accumulated into caller memory");
+  expect_error([&] { ops::add(b, read, read, "after"); }, "accumulated into caller memory");
   // The caller's memory, like a parameter's: never allocated by the executor.
   Liveness live = analyze_liveness(g, exact);
   EXPECT_FALSE(live.of[static_cast<size_t>(read.id)].managed);
@@ -86,10 +93,10 @@ struct TiedModel {
     emb = b.parameter("emb", Shape{10, 4});
     gain = b.parameter("gain", Shape{4});
     unused = b.parameter("unused", Shape{3});
-    Value x = b.embedding(emb, ids);
-    Value y = b.rmsnorm(x, gain, 1e-5);
-    Value logits = b.matmul(y, emb, false, true, "lm_head");
-    loss = b.cross_entropy(logits, targets);
+    Value x = ops::embedding(b, emb, ids);
+    Value y = ops::rmsnorm(b, x, gain, 1e-5);
+    Value logits = ops::matmul(b, y, emb, false, true, "lm_head");
+    loss = ops::cross_entropy(b, logits, targets);
   }
 };
 
@@ -137,10 +144,10 @@ TEST(AppendBackward, SharedOrReadGradientsGetAnAccumulatingAdd) {
   Value targets = b.input("targets", Shape{4}, DType::i32);
   Value emb = b.parameter("emb", Shape{8, 8});
   Value bias = b.parameter("bias", Shape{4, 8});
-  Value x = b.embedding(emb, ids);
-  Value h = b.add(x, bias, "with_bias");  // d bias = d h, which flows on into emb's gradient
-  Value logits = b.matmul(h, emb, false, true, "lm_head");
-  Value loss = b.cross_entropy(logits, targets);
+  Value x = ops::embedding(b, emb, ids);
+  Value h = ops::add(b, x, bias, "with_bias");  // d bias = d h, which flows on into emb's gradient
+  Value logits = ops::matmul(b, h, emb, false, true, "lm_head");
+  Value loss = ops::cross_entropy(b, logits, targets);
   Gradients grads = append_backward(b, loss, {emb, bias, x}, GradientOutput::accumulated);
   for (Value v : {emb, bias, x}) EXPECT_TRUE(g.is_accumulated(grads[v])) << g.value(v).name;
   EXPECT_NE(grads[bias], grads[x]);

@@ -18,6 +18,8 @@
 #include "graph/autodiff.h"
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/embedding_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -135,7 +137,7 @@ struct Small {
     ids = b.input("ids", Shape{6}, DType::i32);
     dout = b.input("dout", Shape{6, 4}, DType::f32);
     base = b.input("base", Shape{9, 4}, DType::f32);
-    d = b.embedding_backward(ids, dout, 9, "eb");
+    d = ops::embedding_backward(b, ids, dout, 9, "eb");
   }
 };
 
@@ -146,7 +148,7 @@ TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
   for (bool scatter_first : {false, true}) {
     Small s;
     Builder b(s.g, DType::f32);
-    const Value sum = scatter_first ? b.add(s.d, s.base, "sum") : b.add(s.base, s.d, "sum");
+    const Value sum = scatter_first ? ops::add(b, s.d, s.base, "sum") : ops::add(b, s.base, s.d, "sum");
     s.g.mark_accumulated(sum);
     FusedGraph f = fuse_embedding_add(s.g);
     ASSERT_EQ(f.adds_folded, 1);
@@ -180,15 +182,15 @@ TEST(FuseEmbeddingAddRules, FoldsAnAccumulatingAddOnEitherSideBitForBit) {
 TEST(FuseEmbeddingAddRules, LeavesAnOutputThatIsReadTwice) {
   Small s;
   Builder b(s.g, DType::f32);
-  const Value s1 = b.add(s.base, s.d, "s1");
-  s.g.mark_output(b.add(s1, s.d, "s2"));  // d read a second time: it must stay
+  const Value s1 = ops::add(b, s.base, s.d, "s1");
+  s.g.mark_output(ops::add(b, s1, s.d, "s2"));  // d read a second time: it must stay
   EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
 }
 
 TEST(FuseEmbeddingAddRules, LeavesAnOutputThatIsAGraphOutput) {
   Small s;
   Builder b(s.g, DType::f32);
-  s.g.mark_output(b.add(s.base, s.d, "sum"));
+  s.g.mark_output(ops::add(b, s.base, s.d, "sum"));
   s.g.mark_output(s.d);
   EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
 }
@@ -197,8 +199,8 @@ TEST(FuseEmbeddingAddRules, LeavesAnOutputThatIsAGraphOutput) {
 TEST(FuseEmbeddingAddRules, LeavesAnAddWhoseOtherOperandIsMadeLater) {
   Small s;
   Builder b(s.g, DType::f32);
-  const Value later = b.add(s.base, s.base, "later");
-  s.g.mark_output(b.add(later, s.d, "sum"));
+  const Value later = ops::add(b, s.base, s.base, "later");
+  s.g.mark_output(ops::add(b, later, s.d, "sum"));
   EXPECT_EQ(fuse_embedding_add(s.g).adds_folded, 0);
 }
 
@@ -208,8 +210,8 @@ TEST(FuseEmbeddingAddRules, TakesOneBaseOnly) {
   Small s;
   Builder b(s.g, DType::f32);
   const Value other = b.input("other", Shape{9, 4}, DType::f32);
-  const Value s1 = b.add(s.base, s.d, "s1");
-  s.g.mark_output(b.add(other, s1, "s2"));
+  const Value s1 = ops::add(b, s.base, s.d, "s1");
+  s.g.mark_output(ops::add(b, other, s1, "s2"));
   FusedGraph once = fuse_embedding_add(s.g);
   ASSERT_EQ(once.adds_folded, 1);
   EXPECT_EQ(fuse_embedding_add(once.graph).adds_folded, 0);

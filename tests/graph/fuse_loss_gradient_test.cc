@@ -19,6 +19,9 @@
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
 #include "graph/recompute.h"
+#include "ops/add_op.h"
+#include "ops/cross_entropy_op.h"
+#include "ops/fill_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -150,9 +153,9 @@ struct SmallLoss {
     Builder b(g, DType::f32);
     logits = b.input("logits", Shape{4, 5}, DType::f32);
     targets = b.input("targets", Shape{4}, DType::i32);
-    loss = b.cross_entropy(logits, targets, "ce");
+    loss = ops::cross_entropy(b, logits, targets, "ce");
     lse = g.find("ce.lse");
-    dlogits = b.cross_entropy_backward(logits, targets, lse, dloss(b), "ce.backward");
+    dlogits = ops::cross_entropy_backward(b, logits, targets, lse, dloss(b), "ce.backward");
     g.mark_output(loss);
     g.mark_output(dlogits);
   }
@@ -162,7 +165,7 @@ TEST(FuseLossGradientRules, LeavesABackwardWhoseDlossIsNotAConstantOfTheLossDtyp
   SmallLoss fed([](Builder& b) { return b.input("dloss", Shape{}, DType::f32); });
   EXPECT_EQ(fuse_loss_gradient(fed.g).fused, 0);
   // An f64 fill rounds 0.1 differently from the f32 the kernel would use.
-  SmallLoss wide([](Builder& b) { return b.fill("dloss", Shape{}, 0.1, DType::f64); });
+  SmallLoss wide([](Builder& b) { return ops::fill(b, "dloss", Shape{}, 0.1, DType::f64); });
   EXPECT_EQ(fuse_loss_gradient(wide.g).fused, 0);
 }
 
@@ -171,8 +174,8 @@ TEST(FuseLossGradientRules, LeavesABackwardWhoseDlossIsNotAConstantOfTheLossDtyp
 TEST(FuseLossGradientRules, KeepsASeedReadElsewhereAndTakesItsValue) {
   Value seed, twice;
   SmallLoss l([&](Builder& b) {
-    seed = b.fill("dloss", Shape{}, 0.3, DType::f32);
-    twice = b.add(seed, seed, "twice");
+    seed = ops::fill(b, "dloss", Shape{}, 0.3, DType::f32);
+    twice = ops::add(b, seed, seed, "twice");
     return seed;
   });
   l.g.mark_output(twice);

@@ -7,6 +7,8 @@
 
 #include "device/memory_space.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/matmul_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -55,9 +57,9 @@ TEST(FuseMatmulAddRules, LeavesAMatmulWhoseOutputIsReadTwice) {
   Value a = b.input("a", Shape{4, 8}, DType::f32);
   Value w = b.parameter("w", Shape{8, 8});
   Value x = b.input("x", Shape{4, 8}, DType::f32);
-  Value y = b.matmul(a, w, false, false, "mm");
-  Value s1 = b.add(x, y, "s1");
-  Value s2 = b.add(s1, y, "s2");  // y read a second time: it must stay
+  Value y = ops::matmul(b, a, w, false, false, "mm");
+  Value s1 = ops::add(b, x, y, "s1");
+  Value s2 = ops::add(b, s1, y, "s2");  // y read a second time: it must stay
   g.mark_output(s2);
   FusedGraph f = fuse_matmul_add(g);
   EXPECT_EQ(f.adds_folded, 0);

@@ -18,7 +18,10 @@
 #include "graph/fuse_matmul_swiglu.h"
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/matmul_op.h"
 #include "ops/rope.h"
+#include "ops/rope_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -33,7 +36,7 @@ uint64_t allocator_cost(uint64_t n) { return MemorySpace::accounted_bytes(n); }
 
 int roped_products(const Graph& g) {
   int count = 0;
-  for (const Node& n : g.nodes()) count += n.kind == OpKind::matmul && n.attrs.rope;
+  for (const Node& n : g.nodes()) count += n.kind == OpKind::matmul && n.attrs.fused == Fused::rope;
   return count;
 }
 
@@ -60,7 +63,7 @@ TEST_P(FuseMatmulRope, OneFusionPerLayerGivesTheSameStepBitForBit) {
   // product, the roped q|k|v the rope made from it, with that rope's
   // attributes.
   for (const Node& n : f.graph.nodes()) {
-    if (n.kind != OpKind::matmul || !n.attrs.rope) continue;
+    if (n.kind != OpKind::matmul || n.attrs.fused != Fused::rope) continue;
     EXPECT_NE(n.name.find("self_attn.qkv_proj"), std::string::npos) << n.name;
     ASSERT_EQ(n.inputs.size(), 2u);
     ASSERT_EQ(n.outputs.size(), 1u);
@@ -108,8 +111,8 @@ TEST_P(FuseMatmulRope, AfterTheSwigluFusionGivesTheSameStepBitForBit) {
   ASSERT_NO_FATAL_FAILURE(testing::expect_values_kept(g, f.graph));
   ASSERT_NO_FATAL_FAILURE(testing::expect_producers_first(f.graph));
   for (const Node& n : f.graph.nodes()) {
-    if (n.kind == OpKind::matmul && n.attrs.rope) {
-      EXPECT_FALSE(n.attrs.swiglu_backward) << n.name;
+    if (n.kind == OpKind::matmul && n.attrs.fused == Fused::rope) {
+      EXPECT_NE(n.attrs.fused, Fused::swiglu_backward) << n.name;
       EXPECT_EQ(n.outputs.size(), 1u) << n.name;
     }
   }
@@ -148,9 +151,9 @@ SmallRope small_rope(int64_t rotated_heads, bool roped_is_output = true) {
   Builder b(r.graph, DType::f32);
   r.x = b.input("x", Shape{2, 3, 8}, DType::f32);
   r.w = b.parameter("w", Shape{16, 8});
-  r.product = b.linear(r.x, r.w, "proj");
+  r.product = ops::linear(b, r.x, r.w, "proj");
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(4, 10000.0, {}));
-  r.roped = b.rope(r.product, 4, std::move(inv_freq), 5, "rope", rotated_heads);
+  r.roped = ops::rope(b, r.product, 4, std::move(inv_freq), 5, "rope", rotated_heads);
   if (roped_is_output) r.graph.mark_output(r.roped);
   return r;
 }
@@ -178,7 +181,7 @@ TEST(FuseMatmulRopeRules, RotatesAsTheRopeDid) {
     const RopeFused f = fuse_matmul_rope(r.graph);
     ASSERT_EQ(f.fused, 1);
     ASSERT_EQ(f.graph.nodes().size(), 1u);
-    EXPECT_TRUE(f.graph.nodes()[0].attrs.rope);
+    EXPECT_EQ(f.graph.nodes()[0].attrs.fused, Fused::rope);
     EXPECT_EQ(f.graph.nodes()[0].attrs.pos0, 5);
     SmallRope fused = r;
     fused.graph = f.graph;
@@ -192,7 +195,7 @@ TEST(FuseMatmulRopeRules, LeavesWhatCannotBeFolded) {
   SmallRope read_twice = small_rope(0);
   {
     Builder b(read_twice.graph, DType::f32);
-    read_twice.graph.mark_output(b.add(read_twice.product, read_twice.roped, "second_reader"));
+    read_twice.graph.mark_output(ops::add(b, read_twice.product, read_twice.roped, "second_reader"));
   }
   const RopeFused kept = fuse_matmul_rope(read_twice.graph);
   EXPECT_EQ(kept.fused, 0);
@@ -216,11 +219,12 @@ TEST(FuseMatmulRopeRules, LeavesWhatCannotBeFolded) {
   const Value w = ba.parameter("w", Shape{16, 8});
   const Value addend = ba.input("addend", Shape{2, 3, 16}, DType::f32);
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(4, 10000.0, {}));
-  const Value roped = ba.rope(ba.add(ba.linear(x, w, "proj"), addend, "residual"), 4, inv_freq, 0, "rope");
+  const Value roped =
+      ops::rope(ba, ops::add(ba, ops::linear(ba, x, w, "proj"), addend, "residual"), 4, inv_freq, 0, "rope");
   added.mark_output(roped);
   const NodeAttrs rope_attrs = added.nodes().back().attrs;
-  const Value product = ba.linear(x, w, "proj2");
-  added.mark_output(ba.rope_backward(product, rope_attrs, "rope_backward"));
+  const Value product = ops::linear(ba, x, w, "proj2");
+  added.mark_output(ops::rope_backward(ba, product, rope_attrs, "rope_backward"));
   const Graph folded = fuse_step(added);  // the add goes into the matmul: three inputs
   EXPECT_EQ(testing::count_nodes(folded, OpKind::add), 0);
   EXPECT_EQ(fuse_matmul_rope(folded).fused, 0);
@@ -238,7 +242,7 @@ TEST(FuseMatmulRopeRules, ARotatingProductNeitherAccumulatesNorAdds) {
   {
     Builder b(then_add.graph, DType::f32);
     const Value addend = b.input("addend", Shape{2, 3, 16}, DType::f32);
-    then_add.graph.mark_output(b.add(then_add.roped, addend, "residual"));
+    then_add.graph.mark_output(ops::add(b, then_add.roped, addend, "residual"));
   }
   const RopeFused roped = fuse_matmul_rope(then_add.graph);
   ASSERT_EQ(roped.fused, 1);

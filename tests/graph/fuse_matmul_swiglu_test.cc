@@ -14,6 +14,9 @@
 #include "graph/builder.h"
 #include "graph/fuse_step.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/matmul_op.h"
+#include "ops/swiglu_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -71,7 +74,7 @@ TEST_P(FuseMatmulSwiglu, OneFusionPerLayerGivesTheSameStepBitForBit) {
   // of dout, the d(gate|up) the swiglu_backward wrote from it.
   int backward_products = 0;
   for (const Node& n : f.graph.nodes()) {
-    if (n.kind != OpKind::matmul || !n.attrs.swiglu_backward) continue;
+    if (n.kind != OpKind::matmul || n.attrs.fused != Fused::swiglu_backward) continue;
     ++backward_products;
     ASSERT_EQ(n.inputs.size(), 3u);
     ASSERT_EQ(n.outputs.size(), 1u);
@@ -125,8 +128,8 @@ TEST(FuseMatmulSwigluRules, LeavesWhatTheKernelCannotFold) {
   Builder b(g, DType::f32);
   const Value x = b.input("x", Shape{4, 8}, DType::f32);
   const Value w = b.parameter("w", Shape{6, 8});
-  const Value gate = b.linear(x, w, "gate"), up = b.linear(x, w, "up");
-  g.mark_output(b.swiglu(gate, up, "unpacked"));
+  const Value gate = ops::linear(b, x, w, "gate"), up = ops::linear(b, x, w, "up");
+  g.mark_output(ops::swiglu(b, gate, up, "unpacked"));
   EXPECT_EQ(fuse_matmul_swiglu(g).fused, 0);
 
   Graph added;
@@ -134,7 +137,7 @@ TEST(FuseMatmulSwigluRules, LeavesWhatTheKernelCannotFold) {
   const Value x2 = ba.input("x", Shape{4, 8}, DType::f32);
   const Value w2 = ba.parameter("w", Shape{6, 8});
   const Value r = ba.input("r", Shape{4, 6}, DType::f32);
-  added.mark_output(ba.swiglu_packed(ba.add(ba.linear(x2, w2, "proj"), r, "residual"), "gate"));
+  added.mark_output(ops::swiglu_packed(ba, ops::add(ba, ops::linear(ba, x2, w2, "proj"), r, "residual"), "gate"));
   const Graph folded = fuse_step(added);  // the add goes into the matmul: three inputs
   EXPECT_EQ(testing::count_nodes(folded, OpKind::add), 0);
   EXPECT_EQ(fuse_matmul_swiglu(folded).fused, 0);

@@ -12,6 +12,8 @@
 #include "graph/builder.h"
 #include "graph/fuse_matmul_add.h"
 #include "graph/liveness.h"
+#include "ops/add_op.h"
+#include "ops/rmsnorm_op.h"
 #include "testing/graph_checks.h"
 #include "testing/llama.h"
 #include "testing/llama_step.h"
@@ -96,10 +98,10 @@ Norm norm_backward(Builder& b) {
   Norm n;
   n.h = b.input("h", Shape{4, 8}, DType::f32);
   Value w = b.parameter("w", Shape{8});
-  b.rmsnorm(n.h, w, 1e-5, "norm");
+  ops::rmsnorm(b, n.h, w, 1e-5, "norm");
   const Value rstd = b.graph().nodes().back().outputs[1];
   n.dy = b.input("dy", Shape{4, 8}, DType::f32);
-  auto d = b.rmsnorm_backward(n.dy, n.h, w, rstd, "norm.backward");
+  auto d = ops::rmsnorm_backward(b, n.dy, n.h, w, rstd, "norm.backward");
   n.dx = d[0];
   n.dweight = d[1];
   return n;
@@ -110,7 +112,7 @@ TEST(FuseRmsnormAddRules, FoldsWhenDweightAccumulates) {
   Builder b(g, DType::f32);
   Value skip = b.input("skip", Shape{4, 8}, DType::f32);
   Norm n = norm_backward(b);
-  Value sum = b.add(skip, n.dx, "sum");
+  Value sum = ops::add(b, skip, n.dx, "sum");
   g.mark_output(sum);
   g.mark_accumulated(n.dweight);  // about dweight only: dx can still take the add
   FusedGraph f = fuse_rmsnorm_add(g);
@@ -128,8 +130,8 @@ TEST(FuseRmsnormAddRules, LeavesADxThatIsReadTwice) {
   Builder b(g, DType::f32);
   Value skip = b.input("skip", Shape{4, 8}, DType::f32);
   Norm n = norm_backward(b);
-  Value s1 = b.add(skip, n.dx, "s1");
-  Value s2 = b.add(s1, n.dx, "s2");  // dx read a second time: it must stay
+  Value s1 = ops::add(b, skip, n.dx, "s1");
+  Value s2 = ops::add(b, s1, n.dx, "s2");  // dx read a second time: it must stay
   g.mark_output(s2);
   EXPECT_EQ(fuse_rmsnorm_add(g).adds_folded, 0);
 }
@@ -139,7 +141,7 @@ TEST(FuseRmsnormAddRules, LeavesADxThatIsAGraphOutput) {
   Builder b(g, DType::f32);
   Value skip = b.input("skip", Shape{4, 8}, DType::f32);
   Norm n = norm_backward(b);
-  g.mark_output(b.add(skip, n.dx, "sum"));
+  g.mark_output(ops::add(b, skip, n.dx, "sum"));
   g.mark_output(n.dx);
   EXPECT_EQ(fuse_rmsnorm_add(g).adds_folded, 0);
 }
@@ -149,8 +151,8 @@ TEST(FuseRmsnormAddRules, LeavesAnAddWhoseOtherOperandIsMadeLater) {
   Graph g;
   Builder b(g, DType::f32);
   Norm n = norm_backward(b);
-  Value later = b.add(n.dy, n.h, "later");
-  g.mark_output(b.add(later, n.dx, "sum"));
+  Value later = ops::add(b, n.dy, n.h, "later");
+  g.mark_output(ops::add(b, later, n.dx, "sum"));
   EXPECT_EQ(fuse_rmsnorm_add(g).adds_folded, 0);
 }
 

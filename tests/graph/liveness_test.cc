@@ -6,6 +6,8 @@
 #include <vector>
 
 #include "graph/builder.h"
+#include "ops/add_op.h"
+#include "ops/rope_op.h"
 
 namespace spillway::graph {
 namespace {
@@ -16,10 +18,10 @@ TEST(Liveness, FirstAndLastUseAndPeak) {
   Graph g;
   Builder b(g, DType::f32);
   Value x = b.input("x", Shape{4}, DType::f32);   // 16 bytes, the caller's
-  Value a = b.add(x, x, "a");                      // node 0
-  Value c = b.add(a, a, "c");                      // node 1: a dies here
-  Value d = b.add(c, x, "d");                      // node 2: c dies here
-  Value e = b.add(x, x, "e");                      // node 3: never read, dies at once
+  Value a = ops::add(b, x, x, "a");                      // node 0
+  Value c = ops::add(b, a, a, "c");                      // node 1: a dies here
+  Value d = ops::add(b, c, x, "d");                      // node 2: c dies here
+  Value e = ops::add(b, x, x, "e");                      // node 3: never read, dies at once
   g.mark_output(d);
   Liveness live = analyze_liveness(g, exact);
 
@@ -39,7 +41,7 @@ TEST(Liveness, CountsBytesAsTheAllocatorDoes) {
   Graph g;
   Builder b(g, DType::f32);
   Value x = b.input("x", Shape{3}, DType::f32);
-  g.mark_output(b.add(x, x));
+  g.mark_output(ops::add(b, x, x));
   Liveness live = analyze_liveness(g, [](uint64_t n) { return (n + 255) / 256 * 256; });
   EXPECT_EQ(live.peak_bytes, 256u);
 }
@@ -52,9 +54,9 @@ TEST(Liveness, RopeWritesOverAnInputThatDiesThere) {
   Graph g;
   Builder b(g, DType::f32);
   Value x = b.input("x", Shape{1, 2, 8}, DType::f32);  // 64 bytes, the caller's
-  Value a = b.add(x, x, "a");                          // node 0
-  Value r = b.rope(a, 2, inv_freq());                  // node 1: a dies here
-  Value d = b.add(r, x, "d");                          // node 2
+  Value a = ops::add(b, x, x, "a");                          // node 0
+  Value r = ops::rope(b, a, 2, inv_freq());                  // node 1: a dies here
+  Value d = ops::add(b, r, x, "d");                          // node 2
   g.mark_output(d);
   Liveness live = analyze_liveness(g, exact);
 
@@ -72,9 +74,9 @@ TEST(Liveness, AnInputReadLaterKeepsItsBuffer) {
   Graph g;
   Builder b(g, DType::f32);
   Value x = b.input("x", Shape{1, 2, 8}, DType::f32);
-  Value a = b.add(x, x, "a");
-  Value r = b.rope(a, 2, inv_freq());
-  g.mark_output(b.add(r, a, "d"));  // a is read after the rope
+  Value a = ops::add(b, x, x, "a");
+  Value r = ops::rope(b, a, 2, inv_freq());
+  g.mark_output(ops::add(b, r, a, "d"));  // a is read after the rope
   Liveness live = analyze_liveness(g, exact);
 
   EXPECT_EQ(live.of[static_cast<size_t>(r.id)].takes_over, -1);
@@ -86,8 +88,8 @@ TEST(Liveness, OnlyOpsThatMayWriteInPlaceTakeOver) {
   Graph g;
   Builder b(g, DType::f32);
   Value x = b.input("x", Shape{4}, DType::f32);
-  Value a = b.add(x, x, "a");
-  g.mark_output(b.add(a, x, "c"));  // add's kernels may alias, but it is not listed
+  Value a = ops::add(b, x, x, "a");
+  g.mark_output(ops::add(b, a, x, "c"));  // add's kernels may alias, but it is not listed
   Liveness live = analyze_liveness(g, exact);
   EXPECT_TRUE(live.handed_over_at[1].empty());
   EXPECT_EQ(live.bytes_in_use, (std::vector<uint64_t>{16, 32}));

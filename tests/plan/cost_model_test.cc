@@ -8,6 +8,10 @@
 #include "graph/builder.h"
 #include "graph/fuse_loss_gradient.h"
 #include "graph/fuse_matmul_swiglu.h"
+#include "ops/cross_entropy_op.h"
+#include "ops/fill_op.h"
+#include "ops/matmul_op.h"
+#include "ops/swiglu_op.h"
 
 namespace spillway::plan {
 namespace {
@@ -26,7 +30,7 @@ Chain chain() {
   graph::Value x = b.input("x", Shape{kRows, 4096}, DType::f32);
   for (int i = 0; i < 3; ++i) {
     c.weights.push_back(b.parameter("w" + std::to_string(i), Shape{4096, 4096}));
-    x = b.matmul(x, c.weights.back(), false, false, "mm" + std::to_string(i));
+    x = ops::matmul(b, x, c.weights.back(), false, false, "mm" + std::to_string(i));
     c.outputs.push_back(x);
   }
   c.g.mark_output(x);
@@ -104,10 +108,10 @@ TEST(NodeCost, TheLossWithItsGradientReadsTheLogitsOnce) {
   graph::Builder b(g, DType::bf16);
   const graph::Value logits = b.input("logits", Shape{4096, 128256}, DType::bf16);
   const graph::Value targets = b.input("targets", Shape{4096}, DType::i32);
-  const graph::Value loss = b.cross_entropy(logits, targets, "loss");
+  const graph::Value loss = ops::cross_entropy(b, logits, targets, "loss");
   b.set_backward(true);
-  const graph::Value dloss = b.fill("loss.grad", Shape{}, 1.0, DType::f32);
-  g.mark_output(b.cross_entropy_backward(logits, targets, g.find("loss.lse"), dloss, "loss.backward"));
+  const graph::Value dloss = ops::fill(b, "loss.grad", Shape{}, 1.0, DType::f32);
+  g.mark_output(ops::cross_entropy_backward(b, logits, targets, g.find("loss.lse"), dloss, "loss.backward"));
   g.mark_output(loss);
   const graph::Graph fused = graph::fuse_loss_gradient(g).graph;
   ASSERT_EQ(fused.nodes().size(), 1u);
@@ -129,11 +133,11 @@ TEST(NodeCost, AProductWithSwigluBackwardCountsTheProductsFlops) {
   const graph::Value dy = b.input("dy", Shape{kTokens, kDim}, DType::bf16);
   const graph::Value w = b.parameter("w_down", Shape{kDim, kFfn});
   const graph::Value gate_up = b.input("gate_up", Shape{kTokens, 2 * kFfn}, DType::bf16);
-  const graph::Value dout = b.matmul(dy, w, false, false, "down.dx");
-  g.mark_output(b.swiglu_packed_backward(dout, gate_up, "swiglu.backward"));
+  const graph::Value dout = ops::matmul(b, dy, w, false, false, "down.dx");
+  g.mark_output(ops::swiglu_packed_backward(b, dout, gate_up, "swiglu.backward"));
   const graph::Graph fused = graph::fuse_matmul_swiglu(g).graph;
   ASSERT_EQ(fused.nodes().size(), 1u);
-  ASSERT_TRUE(fused.nodes()[0].attrs.swiglu_backward);
+  ASSERT_EQ(fused.nodes()[0].attrs.fused, graph::Fused::swiglu_backward);
 
   const MachineRates r = h100_rates();
   const double product_flops = 2.0 * kTokens * kFfn * kDim;

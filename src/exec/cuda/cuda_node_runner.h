@@ -1,21 +1,19 @@
-// Runs graph nodes on one CUDA stream: the map from the IR's ops to the GPU
-// kernels of src/ops/ (bf16 activations, fp32 statistics and parameter
-// gradients). Work is only enqueued; the stream's order is what makes the
-// executor's frees at last use safe.
+// Runs graph nodes on one CUDA stream through their ops' definitions
+// (graph::OpDef::cuda, beside the GPU kernels in src/ops/: bf16
+// activations, fp32 statistics and parameter gradients). Work is only
+// enqueued; the stream's order is what makes the executor's frees at last
+// use safe.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <map>
 #include <memory>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "device/memory_space.h"
 #include "exec/executor.h"
-#include "ops/attention_cudnn.h"
-#include "ops/matmul_cuda.h"
+#include "ops/cuda_op_context.h"
 
 namespace spillway::exec {
 
@@ -55,7 +53,7 @@ class CudaNodeRunner final : public NodeRunner {
   // write it instead: the first micro-batch of an optimizer step then needs
   // no zeroed gradient buffers, and its matmuls no read of them (beta = 0).
   // Adding a result to zero gives the result's bits, so nothing else changes.
-  void set_overwrite_accumulated(bool on) { overwrite_accumulated_ = on; }
+  void set_overwrite_accumulated(bool on);
 
   // For a caller whose accumulated values stay bound to its buffers for the
   // whole step (the all-on-device engine). While overwriting (above), a
@@ -67,47 +65,12 @@ class CudaNodeRunner final : public NodeRunner {
   // except that a row no token uses keeps a product of -0 where base + 0
   // would make it +0 (as overwriting itself keeps a -0 that 0 + -0 would
   // not): AdamW and the gradient norm treat the two zeros alike.
-  void set_tied_gradient_in_place(bool on) { tied_gradient_in_place_ = on; }
+  void set_tied_gradient_in_place(bool on);
 
  private:
-  // The embedding_backward whose tied gradient node n (it, or the product
-  // that is its base) writes in place this run: on, and that scatter
-  // overwriting rather than adding; null otherwise.
-  const graph::Node* tied_in_place(const graph::Node& n) const;
-  const float* inv_freq_on_device(const std::vector<float>& inv_freq);
-  // The cosines and sines of ops::rope_table_cuda for a matmul with its rope
-  // folded in, made on first use and kept.
-  const float* rope_table_on_device(const std::vector<float>& inv_freq, const float* inv_freq_device, int64_t seq,
-                                    int64_t head_dim, int64_t pos0);
-  // Attention over a packed q|k|v: cuDNN reads the column blocks in place;
-  // the own kernels get dense copies made in the workspace. Forward passes
-  // out and lse; backward passes dout, out_in, lse_in and dqkv.
-  void run_packed_attention(const graph::Node& n, const ops::AttentionShape& shape, void* qkv, void* dout,
-                            void* out_in, void* lse_in, void* out, void* lse, void* dqkv);
-
-  MemorySpace& memory_;
-  cudaStream_t stream_;
-  void* matmul_workspace_ = nullptr;
-  std::unique_ptr<ops::CublasLtMatmul> matmul_;
-  std::unique_ptr<ops::CudnnAttention> cudnn_;
-  std::map<const graph::Node*, bool> use_cudnn_;
-  void* workspace_ = nullptr;
-  std::map<const std::vector<float>*, void*> inv_freq_;
-  std::map<std::tuple<const std::vector<float>*, int64_t, int64_t, int64_t>, void*> rope_tables_;
-  bool overwrite_accumulated_ = false;
-  bool tied_gradient_in_place_ = false;
-  // An embedding_backward that writes an accumulated value from a plain
-  // product read only as its base: the product and the scatter, each to the
-  // scatter.
-  std::map<const graph::Node*, const graph::Node*> tied_scatter_;
-  // Per matmul that also writes its SwiGLU gate: whether the own Hopper
-  // GEMM runs it (own_gemm, a Hopper GPU with sm_90a code, a shape of whole
-  // tiles) or cuBLASLt and the gate kernel.
-  std::map<const graph::Node*, bool> use_hopper_gemm_;
-  // Down's dX with SwiGLU's backward (NodeAttrs::swiglu_backward): on the own Hopper GEMM, or not.
-  std::map<const graph::Node*, bool> use_hopper_gemm_backward_;
-  // The q|k|v product with its rope folded in (NodeAttrs::rope): on the own Hopper GEMM, or not.
-  std::map<const graph::Node*, bool> use_hopper_gemm_rope_;
+  // Each node's kernels, choices and shared buffers, reached through its
+  // op's definition (graph::OpDef::cuda_prepare, ::cuda).
+  std::unique_ptr<ops::CudaOpContext> cuda_;
 };
 
 }  // namespace spillway::exec

@@ -1,0 +1,22 @@
+// Every op of the IR, one line each. The OpKind enum (graph/graph.h), op
+// names and the registry of definitions (ops/op_registry.cc) all expand
+// this list, so registering an op is adding its line here; its definition,
+// ops::<kind>_def, lives beside its kernels in src/ops/<family>_op.cc.
+//
+// No include guard: each includer defines SPW_OP(kind) first.
+SPW_OP(fill)  // a constant: the loss's seed gradient
+SPW_OP(embedding)
+SPW_OP(embedding_backward)
+SPW_OP(rmsnorm)
+SPW_OP(rmsnorm_backward)
+SPW_OP(matmul)
+SPW_OP(rope)
+SPW_OP(rope_backward)
+SPW_OP(attention)
+SPW_OP(attention_backward)
+SPW_OP(swiglu)
+SPW_OP(swiglu_backward)
+SPW_OP(add)
+SPW_OP(cross_entropy)
+SPW_OP(cross_entropy_backward)
+SPW_OP(cast)

@@ -1,0 +1,93 @@
+// rope's definition: the rotation and its backward, both of which may write
+// over their input.
+#include "ops/rope_op.h"
+
+#include "ops/op_definition.h"
+#include "ops/rope.h"
+
+namespace spillway::ops {
+
+namespace {
+
+void rope_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
+  vjp.add(n.inputs[0], rope_backward(vjp.b, dout, n.attrs, graph::backward_name(n)));
+}
+
+// Every backend reads a pair of elements before writing it, in one thread,
+// and leaves the carried heads untouched.
+int rotated_over_input(const Node&, size_t output) { return output == 0 ? 0 : -1; }
+
+// The two directions share a signature: Kernel is rope_forward or rope_backward.
+template <typename T, void (*Kernel)(const T*, T*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t)>
+void cpu_rotate(const Operands& x) {
+  const RopeDims r = rope_dims(x.graph(), x.node());
+  Kernel(x.in<T>(0), x.out<T>(0), r.batch, r.seq, r.heads, r.head_dim, x.attrs().inv_freq->data(), x.attrs().pos0,
+         r.rotated_heads);
+}
+
+#ifdef SPILLWAY_HAS_CUDA
+template <void (*Kernel)(const bf16*, bf16*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, cudaStream_t,
+                         int64_t)>
+void cuda_rotate(const Graph& g, const Node& n, const std::vector<void*>& data, CudaOpContext& cuda) {
+  const Operands x(g, n, data);
+  const RopeDims r = rope_dims(g, n);
+  Kernel(x.in<bf16>(0), x.out<bf16>(0), r.batch, r.seq, r.heads, r.head_dim, cuda.inv_freq_on_device(*n.attrs.inv_freq),
+         n.attrs.pos0, cuda.stream, r.rotated_heads);
+}
+#endif
+
+}  // namespace
+
+graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
+                  int64_t pos0, std::string_view name, int64_t rotated_heads) {
+  const graph::ValueInfo& xi = b.info(x);
+  const std::string label = b.label(OpKind::rope, name);
+  SPW_CHECK(xi.shape.rank() == 3, label, "x must be [batch, seq, heads * head_dim], got ", xi.shape.str());
+  SPW_CHECK(heads > 0 && xi.shape.last() % heads == 0, label, "last dimension of ", xi.shape.str(),
+            " is not a multiple of ", heads, " heads");
+  SPW_CHECK(inv_freq && static_cast<int64_t>(inv_freq->size()) * 2 == xi.shape.last() / heads, label, "head_dim ",
+            xi.shape.last() / heads, " needs ", xi.shape.last() / heads / 2, " rotary frequencies, got ",
+            inv_freq ? inv_freq->size() : 0);
+  SPW_CHECK(rotated_heads >= 0 && rotated_heads <= heads, label, "cannot rotate ", rotated_heads, " of ", heads,
+            " heads");
+  graph::NodeAttrs attrs;
+  attrs.heads = heads;
+  attrs.rotated_heads = rotated_heads;
+  attrs.inv_freq = std::move(inv_freq);
+  attrs.pos0 = pos0;
+  return b.emit(OpKind::rope, name, {x}, {{xi.shape, xi.dtype, ""}}, attrs)[0];
+}
+
+graph::Value rope_backward(graph::Builder& b, graph::Value dout, const graph::NodeAttrs& forward_attrs,
+                           std::string_view name) {
+  const graph::ValueInfo& di = b.info(dout);
+  return b.emit(OpKind::rope_backward, name, {dout}, {{di.shape, di.dtype, ""}}, forward_attrs)[0];
+}
+
+RopeDims rope_dims(const Graph& g, const Node& n) {
+  const Shape& s = g.value(n.outputs[0]).shape;  // the rotated rows: a rope's output has its input's shape
+  const int64_t heads = n.attrs.heads;
+  return RopeDims{s[0], s[1], heads, s.last() / heads, n.attrs.rotated_heads > 0 ? n.attrs.rotated_heads : heads};
+}
+
+constinit const graph::OpDef rope_def{
+    .backward = rope_vjp,
+    .cost = graph::memory_bound,
+    .cheap_to_recompute = true,
+    .in_place_input = rotated_over_input,
+    .cpu = on_cpu<cpu_rotate<float, rope_forward<float>>, cpu_rotate<double, rope_forward<double>>>,
+#ifdef SPILLWAY_HAS_CUDA
+    .cuda = cuda_rotate<rope_forward_cuda>,
+#endif
+};
+
+constinit const graph::OpDef rope_backward_def{
+    .cost = graph::memory_bound,
+    .in_place_input = rotated_over_input,
+    .cpu = on_cpu<cpu_rotate<float, rope_backward<float>>, cpu_rotate<double, rope_backward<double>>>,
+#ifdef SPILLWAY_HAS_CUDA
+    .cuda = cuda_rotate<rope_backward_cuda>,
+#endif
+};
+
+}  // namespace spillway::ops

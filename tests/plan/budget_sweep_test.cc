@@ -187,7 +187,9 @@ TEST(BudgetSweep, Llama3_8BFrom8To16GiB) {
     const Sweep s = sweep(shape, recompute, true, OffloadMode::automatic, 8ull << 30, 16ull << 30, 1ull << 28,
                           110ull << 30, /*run=*/false);
     EXPECT_EQ(s.plans + s.refusals, 33);
-    if (recompute == graph::RecomputePolicy::layers) EXPECT_EQ(s.plans, 33);
+    if (recompute == graph::RecomputePolicy::layers) {
+      EXPECT_EQ(s.plans, 33);
+    }
   }
 }
 

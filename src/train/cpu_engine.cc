@@ -26,7 +26,8 @@ class CpuEngine final : public Engine {
       : weights_(weights),
         optimizer_(optimizer),
         options_(o),
-        space_(make_host_heap_space("cpu:device", o.device_memory ? o.device_memory : MemorySpace::kUnlimited)),
+        space_(make_host_heap_space("cpu:device",
+                                    o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited)),
         host_(make_host_heap_space("cpu:pinned_host", MemorySpace::kUnlimited)),
         step_(weights.config(), o.batch, o.seq, *space_, true, offload(o)),
         eval_(weights.config(), o.batch, o.seq, *space_, /*with_backward=*/false, offload(o)),
@@ -35,7 +36,7 @@ class CpuEngine final : public Engine {
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
     if (const plan::Placement* p = step_.placement()) {
-      d += "; device budget " + format_bytes(options_.device_memory) + " planned: peak " +
+      d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
            format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
            format_bytes(p->bytes_loaded + p->bytes_stored) + " moved per micro-step";
     }
@@ -82,8 +83,8 @@ class CpuEngine final : public Engine {
   EngineOptions options_;
   // Members are built in declaration order, so host_ exists when the steps ask.
   std::optional<Offload> offload(const EngineOptions& o) const {
-    if (o.device_memory == 0) return std::nullopt;
-    return Offload{o.device_memory, host_.get()};
+    if (o.memory.device_mem == 0) return std::nullopt;
+    return Offload{o.memory.device_mem, host_.get()};
   }
 
   std::unique_ptr<MemorySpace> space_;
@@ -176,29 +177,25 @@ std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& opt
 }
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
-  SPW_CHECK(options.device == "auto" || options.device == "cpu" || options.device == "cuda", "--device",
-            "unknown device '", options.device, "' (auto, cpu or cuda)");
-  SPW_CHECK(options.projections == "auto" || options.projections == "fused" || options.projections == "separate",
-            "--projections", "unknown value '", options.projections, "' (auto, fused or separate)");
-  SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
-                options.offload == "stream",
-            "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
 #ifdef SPILLWAY_HAS_CUDA
-  if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
+  if (options.device == DeviceChoice::cuda || (options.device == DeviceChoice::automatic && cuda_device_count() > 0)) {
     // Recomputation is the planned engine's; bf16 moments both engines'.
-    bool offload = options.offload == "on" || options.offload == "stream" || options.recompute != "none";
-    if (options.offload == "auto" && !offload) {
-      const uint64_t budget = options.device_memory ? options.device_memory : cuda_default_device_budget(0);
+    const MemoryConfig& m = options.memory;
+    bool offload = m.offload == OffloadMode::on || m.offload == OffloadMode::stream ||
+                   m.recompute != graph::RecomputePolicy::none;
+    if (m.offload == OffloadMode::automatic && !offload) {
+      const uint64_t budget = m.device_mem ? m.device_mem : cuda_default_device_budget(0);
       offload = !plan::fits_on_device(weights.config(), options.batch, options.seq, budget);
       if (offload) log_info("the training state does not fit " + format_bytes(budget) + " of GPU memory: planning offload");
     }
     return offload ? make_cuda_offload_engine(weights, optimizer, options) : make_cuda_engine(weights, optimizer, options);
   }
 #else
-  SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
+  SPW_CHECK(options.device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
 #endif
-  SPW_CHECK(options.recompute == "none", "--recompute", "recomputation is a feature of the planned GPU engine");
-  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engines; "
+  SPW_CHECK(options.memory.recompute == graph::RecomputePolicy::none, "--recompute",
+            "recomputation is a feature of the planned GPU engine");
+  SPW_CHECK(!options.memory.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engines; "
             "the CPU engine keeps fp32 moments");
   return make_cpu_engine(weights, optimizer, options);
 }

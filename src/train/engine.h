@@ -14,6 +14,7 @@
 #include "graph/graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
+#include "train/run_config.h"
 
 namespace spillway::train {
 
@@ -22,50 +23,15 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
 };
 
+// What an engine needs of a run configuration (train/run_config.h).
 struct EngineOptions {
   int64_t batch = 1;
   int64_t seq = 1;
-  int64_t micro_batches = 1;         // per optimizer step, as the trainer will call train_step (the planner needs it)
-  double grad_clip = 1.0;            // <= 0: no clipping
-  std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
-  uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
-  uint64_t host_memory = 0;          // pinned host budget of the planned GPU engine; 0: 90% of what is available
-  // GPU only. auto: plan the step across device and host memory when the
-  // whole training state does not fit the device budget; on: always; off:
-  // never; stream: always, with weights and gradients at home on the host.
-  std::string offload = "auto";
-  // GPU engines: AdamW moments kept in bf16 (half the moments' memory and
-  // traffic). The caller's AdamW may then hold no fp32 moments; sync_to_host
-  // fills them.
-  bool bf16_moments = false;
-  // Planned GPU engine only: none, layers or selective (graph/recompute.h).
-  std::string recompute = "none";
-  bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
-  // All-on-device GPU engine: capture the step once (after an eager first
-  // run has made every cuBLASLt plan and cuDNN graph) and replay it, the
-  // same bits with no per-kernel launches (1B: 250.1 against 250.8 ms a
-  // step); a step that cannot be captured stays eager, with a warning.
-  bool cuda_graph = true;
-  // GPU: how many of cuBLASLt's candidates each matmul shape times on its
-  // first run, keeping the fastest (1: the heuristic's first). The choice
-  // does not change the bits (ops/matmul_cuda.h). 8 made the K = 2048
-  // matmuls 5-13% faster alone, but on an H100 the step runs at the power
-  // cap and did not gain (1B: 255.6 against 255.0 ms; 8B: 25.60 against
-  // 25.66 s), while timing cost the first step 3.5 s (1B) and 2.7 s (8B).
-  int matmul_candidates = 1;
-  // All-on-device GPU engine: the q|k|v product with its RoPE, the MLP's
-  // gate|up product with its SwiGLU gate, and down's dX product with
-  // SwiGLU's backward, each as one kernel of spillway's own Hopper GEMM
-  // (ops/gemm_hopper.h, graph/fuse_matmul_rope.h, graph/fuse_matmul_swiglu.h)
-  // where the GPU is Hopper; false keeps cuBLASLt and the separate kernels.
-  // The bits are the same either way.
-  bool own_gemm = true;
-  // GPU: q|k|v and gate|up as one matmul each over stacked weights
-  // (model/llama_graph.h): fused, separate, or auto: fused in the
-  // all-on-device engine; separate in the planned one, whose placement of
-  // the larger stacked blocks ran LLaMA-3-8B at 76 GiB 9% slower (27.1 s
-  // against 24.95 s a step; 14.4 GiB offloaded per micro-batch, not 9).
-  std::string projections = "auto";
+  int64_t micro_batches = 1;  // per optimizer step, as the trainer will call train_step (the planner needs it)
+  double grad_clip = 1.0;     // <= 0: no clipping
+  DeviceChoice device = DeviceChoice::automatic;
+  MemoryConfig memory;
+  KernelConfig kernels;
 };
 
 class Engine {
@@ -91,11 +57,11 @@ class Engine {
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
   // Whether training steps are replayed from a captured CUDA graph
-  // (EngineOptions::cuda_graph, on an engine that honours it, and no
+  // (KernelConfig::cuda_graph, on an engine that honours it, and no
   // capture has failed).
   virtual bool replays_cuda_graph() const { return false; }
   // Whether the step runs q|k|v and gate|up as single matmuls
-  // (EngineOptions::projections; the CPU engine keeps them separate).
+  // (KernelConfig::projections; the CPU engine keeps them separate).
   virtual bool fused_projections() const { return false; }
   // The planner's prediction of one optimizer step, in seconds (0 where the
   // engine runs without a plan), for comparing with the measured step.

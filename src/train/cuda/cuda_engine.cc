@@ -100,7 +100,7 @@ class CudaEngine final : public Engine {
     stacks.insert(stacks.end(), plain.begin(), plain.end());
     const std::vector<uint64_t> offsets = model::stacked_offsets(stacks, numel, kStackAlign);
     elements_ = offsets.back();
-    const uint64_t moment_bytes = o.bf16_moments ? 2 : 4;
+    const uint64_t moment_bytes = o.memory.bf16_moments ? 2 : 4;
     working_ = static_cast<bf16*>(mem.allocate(elements_ * 2, "weights (bf16)"));
     remainder_ = static_cast<uint16_t*>(mem.allocate(elements_ * 2, "fp32 master, low halves"));
     grads_ = static_cast<float*>(mem.allocate(elements_ * 4, "gradients (fp32)"));
@@ -147,7 +147,7 @@ class CudaEngine final : public Engine {
   std::string description() const override {
     const std::string gemm = train_.runner->gemm_summary();
     return name_ + " (" + train_.runner->attention_summary() + (gemm.empty() ? "" : "; " + gemm) +
-           (options_.bf16_moments ? "; bf16 AdamW moments" : "") + ")";
+           (options_.memory.bf16_moments ? "; bf16 AdamW moments" : "") + ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -205,7 +205,7 @@ class CudaEngine final : public Engine {
       ops::join_master(working.data(), remainder.data(), weights_.tensors()[i].data.data(), p.n);
       for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
         float* to = host->tensors()[i].data.data();
-        if (!options_.bf16_moments) {
+        if (!options_.memory.bf16_moments) {
           SPW_CUDA(cudaMemcpyAsync(to, moment, bytes, cudaMemcpyDeviceToHost, stream_));
           continue;
         }
@@ -220,7 +220,7 @@ class CudaEngine final : public Engine {
   }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
-  bool replays_cuda_graph() const override { return options_.cuda_graph; }
+  bool replays_cuda_graph() const override { return options_.kernels.cuda_graph; }
   bool fused_projections() const override { return train::fused_projections(options_, /*planned_engine=*/false); }
 
   void set_profiling(bool on) override {
@@ -245,7 +245,7 @@ class CudaEngine final : public Engine {
   // AdamW over elements [first, first + n) of the per-tensor arrays.
   void update(uint64_t first, uint64_t n, const ops::AdamWHyper& hp) {
     const auto count = static_cast<int64_t>(n);
-    if (options_.bf16_moments) {
+    if (options_.memory.bf16_moments) {
       ops::adamw_update_split_bf16_moments_cuda(working_ + first, remainder_ + first, grads_ + first,
                                                 reinterpret_cast<bf16*>(m_) + first,
                                                 reinterpret_cast<bf16*>(v_) + first, count, hp, stream_);
@@ -261,7 +261,7 @@ class CudaEngine final : public Engine {
   // it had none.
   void upload_state() {
     const bool have_moments = !optimizer_.m.tensors().empty();
-    if (!have_moments && !options_.bf16_moments) optimizer_ = AdamW(weights_.config());
+    if (!have_moments && !options_.memory.bf16_moments) optimizer_ = AdamW(weights_.config());
     std::vector<bf16> narrow, working;
     std::vector<uint16_t> remainder;
     for (size_t i = 0; i < params_.size(); ++i) {
@@ -274,7 +274,7 @@ class CudaEngine final : public Engine {
       SPW_CUDA(cudaMemcpyAsync(p.working, working.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
       SPW_CUDA(cudaMemcpyAsync(p.remainder, remainder.data(), bytes / 2, cudaMemcpyHostToDevice, stream_));
       for (auto [moment, host] : {std::pair{p.m, &optimizer_.m}, std::pair{p.v, &optimizer_.v}}) {
-        if (!options_.bf16_moments) {
+        if (!options_.memory.bf16_moments) {
           SPW_CUDA(cudaMemcpyAsync(moment, host->tensors()[i].data.data(), bytes, cudaMemcpyHostToDevice, stream_));
         } else if (have_moments) {
           const float* from = host->tensors()[i].data.data();
@@ -299,8 +299,8 @@ class CudaEngine final : public Engine {
     }
     s.graph = graph::fuse_matmul_rope(graph::fuse_matmul_swiglu(graph::fuse_step(s.graph)).graph).graph;
     MemorySpace& mem = device_->device_memory();
-    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.deterministic,
-                                                      options_.matmul_candidates, options_.own_gemm);
+    s.runner = std::make_unique<exec::CudaNodeRunner>(s.graph, mem, stream_, options_.kernels.deterministic,
+                                                      options_.kernels.matmul_candidates, options_.kernels.own_gemm);
     // The executor keeps the gradients bound for the whole step.
     s.runner->set_tied_gradient_in_place(true);
     s.executor = std::make_unique<exec::Executor>(s.graph, mem, *s.runner);
@@ -326,7 +326,7 @@ class CudaEngine final : public Engine {
     cudaGraphExec_t& replay = s.replay[first ? 0 : 1];
     if (replay && !profiling_) {
       SPW_CUDA(cudaGraphLaunch(replay, stream_));
-    } else if (options_.cuda_graph && !profiling_ && &s == &train_ && s.eager_runs > 0) {
+    } else if (options_.kernels.cuda_graph && !profiling_ && &s == &train_ && s.eager_runs > 0) {
       capture(s, replay);
     } else {
       s.executor->run();
@@ -360,7 +360,7 @@ class CudaEngine final : public Engine {
       replay = nullptr;
       (void)cudaGetLastError();
       log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
-      options_.cuda_graph = false;
+      options_.kernels.cuda_graph = false;
       s.executor->run();
       return;
     }

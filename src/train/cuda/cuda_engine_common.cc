@@ -10,11 +10,13 @@ namespace spillway::train {
 
 std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t pinned_bytes) {
   SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
-  return make_cuda_device(0, options.device_memory ? options.device_memory : MemorySpace::kUnlimited, pinned_bytes);
+  const uint64_t budget = options.memory.device_mem ? options.memory.device_mem : MemorySpace::kUnlimited;
+  return make_cuda_device(0, budget, pinned_bytes);
 }
 
 bool fused_projections(const EngineOptions& options, bool planned_engine) {
-  return options.projections == "fused" || (options.projections == "auto" && !planned_engine);
+  const ProjectionMode p = options.kernels.projections;
+  return p == ProjectionMode::fused || (p == ProjectionMode::automatic && !planned_engine);
 }
 
 std::string cuda_engine_name(int ordinal) {

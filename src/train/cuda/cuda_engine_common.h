@@ -22,7 +22,7 @@ std::unique_ptr<Device> open_cuda_device(const EngineOptions& options, uint64_t 
 // bytes in bf16, cuBLASLt's plans assume that much, and 512 in fp32.
 inline constexpr uint64_t kStackAlign = 128;
 
-// Whether the step stacks q|k|v and gate|up (EngineOptions::projections);
+// Whether the step stacks q|k|v and gate|up (KernelConfig::projections);
 // `auto` differs by engine, as engine.h says why.
 bool fused_projections(const EngineOptions& options, bool planned_engine);
 

@@ -135,7 +135,7 @@ class CudaOffloadEngine final : public Engine {
     h2d_ = as_cuda_stream(device_->stream(StreamKind::h2d)).handle();
     d2h_ = as_cuda_stream(device_->stream(StreamKind::d2h)).handle();
     name_ = cuda_engine_name(0);
-    if (optimizer_.m.tensors().empty() && !o.bf16_moments) optimizer_ = AdamW(weights_.config());
+    if (optimizer_.m.tensors().empty() && !o.memory.bf16_moments) optimizer_ = AdamW(weights_.config());
     MemorySpace& mem = device_->device_memory();
 
     // The step graph first: its runners size the workspaces the plan must
@@ -146,18 +146,18 @@ class CudaOffloadEngine final : public Engine {
     req.seq = o.seq;
     req.micro_batches = std::max<int64_t>(1, o.micro_batches);
     req.device_budget = mem.budget();
-    req.host_budget = o.host_memory ? o.host_memory : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    req.host_budget = o.memory.host_mem ? o.memory.host_mem : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
     req.rates = plan::h100_rates();
-    req.stream_weights = o.offload == "stream";
-    req.bf16_moments = o.bf16_moments;
-    req.recompute = graph::parse_recompute_policy(o.recompute);
+    req.stream_weights = o.memory.offload == OffloadMode::stream;
+    req.bf16_moments = o.memory.bf16_moments;
+    req.recompute = o.memory.recompute;
     req.fused_projections = train::fused_projections(o, /*planned_engine=*/true);
     plan_ = plan::training_graph(req);
-    runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.deterministic,
-                                                       o.matmul_candidates);
+    runner_ = std::make_unique<exec::CudaNodeRunner>(plan_->graph, mem, compute_, o.kernels.deterministic,
+                                                       o.kernels.matmul_candidates);
     build_eval_graph();
-    eval_.runner = std::make_unique<exec::CudaNodeRunner>(eval_.graph, mem, compute_, o.deterministic,
-                                                            o.matmul_candidates);
+    eval_.runner = std::make_unique<exec::CudaNodeRunner>(eval_.graph, mem, compute_, o.kernels.deterministic,
+                                                            o.kernels.matmul_candidates);
     // Optimizer chunks: at most kMaxChunk elements, no more than the largest tensor.
     for (const auto& t : weights_.tensors()) chunk_ = std::max(chunk_, t.shape.numel());
     chunk_ = std::min(chunk_, kMaxChunk);
@@ -212,9 +212,10 @@ class CudaOffloadEngine final : public Engine {
   }
 
   std::string description() const override {
-    return name_ + " (planned: " + plan_->layout() + (options_.bf16_moments ? "; bf16 AdamW moments" : "") +
-           (options_.recompute != "none" ? "; recomputation: " + options_.recompute : "") + "; " +
-           runner_->attention_summary() + ")";
+    return name_ + " (planned: " + plan_->layout() + (options_.memory.bf16_moments ? "; bf16 AdamW moments" : "") +
+           (options_.memory.recompute != graph::RecomputePolicy::none
+                ? "; recomputation: " + std::string(enum_name(options_.memory.recompute)) : "") +
+           "; " + runner_->attention_summary() + ")";
   }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -264,7 +265,7 @@ class CudaOffloadEngine final : public Engine {
       });
     }
     host_current_ = true;
-    if (!options_.bf16_moments) return;
+    if (!options_.memory.bf16_moments) return;
     if (optimizer_.m.tensors().empty()) {
       optimizer_.m = model::LlamaWeights::zeros(weights_.config());
       optimizer_.v = model::LlamaWeights::zeros(weights_.config());
@@ -367,7 +368,7 @@ class CudaOffloadEngine final : public Engine {
       // loads a tensor's sum just before adding to it and sends it back.
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_grads_), host_grad_bytes, cudaHostAllocDefault));
     }
-    if (options_.bf16_moments) {
+    if (options_.memory.bf16_moments) {
       SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_moments_), 2 * working_bytes, cudaHostAllocDefault));
     }
     SPW_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&host_remainders_), weights_.numel() * 2, cudaHostAllocDefault));

@@ -1,5 +1,6 @@
 #include "base/config_file.h"
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -80,28 +81,23 @@ json read_json(const std::string& path, const std::string& text) {
   }
 }
 
-toml::array toml_array(const nlohmann::ordered_json& list);
-
-// One value as toml++ spells it.
+// One value: text as toml++ quotes it; numbers and booleans as JSON spells
+// them, which TOML reads the same (and numbers in their shortest exact form).
 void write_value(std::ostream& out, const nlohmann::ordered_json& v) {
-  if (v.is_string()) out << toml::value<std::string>(v.get<std::string>());
-  else if (v.is_boolean()) out << toml::value<bool>(v.get<bool>());
-  else if (v.is_number_integer()) out << toml::value<int64_t>(v.get<int64_t>());
-  else if (v.is_number()) out << toml::value<double>(v.get<double>());
-  else if (v.is_array()) out << toml_array(v);
-  else throw Error("settings", "cannot write " + v.dump() + " as TOML");
-}
-
-toml::array toml_array(const nlohmann::ordered_json& list) {
-  toml::array out;
-  for (const auto& v : list) {
-    if (v.is_string()) out.push_back(v.get<std::string>());
-    else if (v.is_boolean()) out.push_back(v.get<bool>());
-    else if (v.is_number_integer()) out.push_back(v.get<int64_t>());
-    else if (v.is_number()) out.push_back(v.get<double>());
-    else throw Error("settings", "cannot write " + v.dump() + " in a TOML list");
+  if (v.is_string()) {
+    out << toml::value<std::string>(v.get<std::string>());
+  } else if (v.is_array()) {
+    out << "[";
+    for (size_t i = 0; i < v.size(); ++i) {
+      out << (i ? ", " : "");
+      write_value(out, v[i]);
+    }
+    out << "]";
+  } else if (v.is_boolean() || v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()))) {
+    out << v.dump();
+  } else {
+    throw Error("settings", "cannot write " + v.dump() + " as TOML");
   }
-  return out;
 }
 
 }  // namespace

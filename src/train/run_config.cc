@@ -74,7 +74,8 @@ RunConfig resolve_run_config(Command command, const RunSources& sources) {
   }
   // A variable is read only where no flag overrides it, so that a malformed
   // one stops only the runs that would use it.
-  const auto getenv = sources.getenv ? sources.getenv : [](const char* name) -> const char* { return std::getenv(name); };
+  const auto getenv =
+      sources.getenv ? sources.getenv : [](const char* name) -> const char* { return std::getenv(name); };
   for (const Field& f : run_config_fields()) {
     if (f.env.empty() || !uses(f, command) || flags.count(f.key)) continue;
     if (const char* value = getenv(std::string(f.env).c_str())) {

@@ -180,8 +180,8 @@ struct RunConfig {
 // the field's dotted key and hold the text given ("24GiB"; "true" or "false"
 // for switches; one text per value of a list).
 struct RunSources {
-  std::string file;  // .toml or .json; empty: none
-  std::vector<std::pair<std::string, std::vector<std::string>>> flags;
+  std::string file = {};  // .toml or .json; empty: none
+  std::vector<std::pair<std::string, std::vector<std::string>>> flags = {};
   // Reads an environment variable (nullptr: unset); std::getenv by default.
   const char* (*getenv)(const char* name) = nullptr;
 };

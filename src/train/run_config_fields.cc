@@ -314,7 +314,7 @@ void set_field_json(const Field& field, RunConfig& config, const json& value, st
           if (!value.is_boolean()) throw expected();
           *ref = value.get<bool>();
         } else if constexpr (std::is_same_v<T, double*>) {
-          if (!value.is_number()) throw expected();
+          if (!value.is_number() || !std::isfinite(value.get<double>())) throw expected();
           *ref = value.get<double>();
         } else if constexpr (std::is_same_v<T, std::string*>) {
           if (!value.is_string()) throw expected();
@@ -354,7 +354,8 @@ json field_json(const Field& field, const RunConfig& config) {
         if constexpr (std::is_same_v<T, EnumRef>) {
           return std::string(ref.names[ref.get(ref.target)]);
         } else if constexpr (std::is_same_v<T, uint64_t*>) {
-          return field.bytes ? json(format_bytes_exact(*ref)) : json(*ref);
+          // A budget of 0 (the backend's default) reads better as a number.
+          return field.bytes && *ref != 0 ? json(format_bytes_exact(*ref)) : json(*ref);
         } else {
           return *ref;
         }

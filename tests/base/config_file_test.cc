@@ -2,37 +2,19 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
 #include <string>
 
-#include "base/status.h"
+#include "testing/settings.h"
 
 namespace spillway {
 namespace {
 
-namespace fs = std::filesystem;
-
-class SettingsFile : public ::testing::Test {
+class SettingsFile : public testing::SettingsTest {
  protected:
-  std::string write(const std::string& name, const std::string& text) {
-    const std::string path = (dir_ / name).string();
-    std::ofstream(path, std::ios::binary) << text;
-    return path;
+  // The one-line message of reading `text` as a file named `name`.
+  std::string error_of_file(const std::string& name, const std::string& text) {
+    return error_of([&] { read_settings_file(write(name, text)); });
   }
-  // The one-line message of reading `text` as `name`.
-  std::string error_of(const std::string& name, const std::string& text) {
-    const std::string path = write(name, text);
-    try {
-      read_settings_file(path);
-    } catch (const Error& e) {
-      return std::string(e.what()).substr(dir_.string().size() + 1);
-    }
-    return "no error";
-  }
-  void SetUp() override { fs::create_directories(dir_); }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_ = fs::path(::testing::TempDir()) / ("settings_file_" + std::to_string(::getpid()));
 };
 
 TEST_F(SettingsFile, TomlAndJsonGiveTheSameTree) {
@@ -67,25 +49,21 @@ TEST_F(SettingsFile, DottedTomlKeysAreTables) {
 }
 
 TEST_F(SettingsFile, SyntaxErrorsSayWhereInPlainWords) {
-  EXPECT_EQ(error_of("a.toml", "[schedule]\nsteps = = 3\n"),
+  EXPECT_EQ(error_of_file("a.toml", "[schedule]\nsteps = = 3\n"),
             "a.toml:2:9: Error while parsing value: could not determine value type");
-  EXPECT_EQ(error_of("b.toml", "[schedule]\nsteps = 1\nsteps = 2\n"),
+  EXPECT_EQ(error_of_file("b.toml", "[schedule]\nsteps = 1\nsteps = 2\n"),
             "b.toml:3:9: Error while parsing key-value pair: cannot redefine existing integer 'steps'");
-  EXPECT_EQ(error_of("c.json", "{\"memory\": {\"offload\": \"on\",}}"),
+  EXPECT_EQ(error_of_file("c.json", "{\"memory\": {\"offload\": \"on\",}}"),
             "c.json:1:29: unexpected '}'; expected string literal (reading object key)");
-  EXPECT_EQ(error_of("d.json", "{\"memory\":\n {\"offload\": tru}}"),
+  EXPECT_EQ(error_of_file("d.json", "{\"memory\":\n {\"offload\": tru}}"),
             "d.json:2:17: invalid literal; last read: '\"offload\": tru}' (reading value)");
 }
 
 TEST_F(SettingsFile, DatesExtensionsAndMissingFilesAreNamed) {
-  EXPECT_EQ(error_of("e.toml", "[run]\nwhen = 1979-05-27\n"), "e.toml:2:8: run.when is a date or time, which no setting is");
-  EXPECT_EQ(error_of("f.yaml", "a: 1\n"), "f.yaml: a settings file is .toml or .json");
-  try {
-    read_settings_file((dir_ / "absent.toml").string());
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.problem(), "cannot read it (no such file?)");
-  }
+  EXPECT_EQ(error_of_file("e.toml", "[run]\nwhen = 1979-05-27\n"),
+            "e.toml:2:8: run.when is a date or time, which no setting is");
+  EXPECT_EQ(error_of_file("f.yaml", "a: 1\n"), "f.yaml: a settings file is .toml or .json");
+  EXPECT_EQ(error_of([&] { read_settings_file(file("absent.toml")); }), "absent.toml: cannot read it (no such file?)");
 }
 
 TEST_F(SettingsFile, WrittenTomlReadsBackInOrder) {

@@ -229,35 +229,34 @@ std::string_view command_default(const Field& field, Command command) {
   return {};
 }
 
-std::string expected_text(const Field& field) {
+namespace {
+
+// How errors and --help speak of a field's values.
+struct TypeWords {
+  std::string expected;   // "a whole number"
+  std::string type_name;  // "INT"
+};
+
+TypeWords type_words(const Field& field) {
   RunConfig scratch;
   return std::visit(
-      [&](auto ref) -> std::string {
+      [&](auto ref) -> TypeWords {
         using T = decltype(ref);
-        if constexpr (std::is_same_v<T, EnumRef>) return "one of " + join(ref.names);
-        else if constexpr (std::is_same_v<T, bool*>) return "true or false";
-        else if constexpr (std::is_same_v<T, double*>) return "a number";
-        else if constexpr (std::is_same_v<T, std::string*>) return "text";
-        else if constexpr (std::is_same_v<T, std::vector<std::string>*>) return "a list of text";
-        else return field.bytes ? "a byte size such as 24GiB, 512MB or 4096" : "a whole number";
+        if constexpr (std::is_same_v<T, EnumRef>) return {"one of " + join(ref.names), join(ref.names, "|")};
+        else if constexpr (std::is_same_v<T, bool*>) return {"true or false", ""};
+        else if constexpr (std::is_same_v<T, double*>) return {"a number", "FLOAT"};
+        else if constexpr (std::is_same_v<T, std::string*>) return {"text", "TEXT"};
+        else if constexpr (std::is_same_v<T, std::vector<std::string>*>) return {"a list of text", "PATH"};
+        else if (field.bytes) return {"a byte size such as 24GiB, 512MB or 4096", "BYTES"};
+        else return {"a whole number", "INT"};
       },
       field.ref(scratch));
 }
 
-std::string value_type_name(const Field& field) {
-  RunConfig scratch;
-  return std::visit(
-      [&](auto ref) -> std::string {
-        using T = decltype(ref);
-        if constexpr (std::is_same_v<T, EnumRef>) return join(ref.names, "|");
-        else if constexpr (std::is_same_v<T, bool*>) return "";
-        else if constexpr (std::is_same_v<T, double*>) return "FLOAT";
-        else if constexpr (std::is_same_v<T, std::string*>) return "TEXT";
-        else if constexpr (std::is_same_v<T, std::vector<std::string>*>) return "PATH";
-        else return field.bytes ? "BYTES" : "INT";
-      },
-      field.ref(scratch));
-}
+}  // namespace
+
+std::string expected_text(const Field& field) { return type_words(field).expected; }
+std::string value_type_name(const Field& field) { return type_words(field).type_name; }
 
 void set_field_text(const Field& field, RunConfig& config, std::span<const std::string> texts, std::string_view what) {
   SPW_CHECK(!texts.empty(), what, "needs a value");

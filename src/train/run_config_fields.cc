@@ -46,7 +46,7 @@ const Field kFields[] = {
     // model
     {.key = "model.config", .flag = "--config", .help = "a preset (tiny, llama3.2-1b, llama3-8b, ...) or a config.json",
      .commands = T | B | P, .ref = at<&R::model, &ModelConfig::config>, .plan_default = "llama3-8b"},
-    {.key = "model.init_from", .flag = "--model", .help = "model folder or run folder to start from",
+    {.key = "model.init_from", .flag = "--model", .help = "model folder or run folder to start from (required)",
      .commands = F, .ref = at<&R::model, &ModelConfig::init_from>},
     // data
     {.key = "data.paths", .flag = "--data",

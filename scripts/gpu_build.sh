@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds spillway on the lent GPU machine (Ubuntu, PyTorch's venv holding
 # cuDNN and NCCL, no network) into build/gpu. Arguments are ninja targets
-# (default: everything). Needs the carried folder .deps/ (pcre2 .debs and the
-# cuDNN frontend headers, made by scripts/gpu_deps.sh on a machine with network).
+# (default: everything). Needs the carried folder .deps/ (pcre2 and toml++
+# .debs and the cuDNN frontend headers, made by scripts/gpu_deps.sh on a
+# machine with network).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
+  libtomlplusplus-dev           # run configuration files (used header-only)
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev
   fortunes                      # the default English training corpus

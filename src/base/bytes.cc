@@ -53,4 +53,13 @@ std::string format_bytes(uint64_t bytes) {
   return buf;
 }
 
+std::string format_bytes_exact(uint64_t bytes) {
+  static constexpr const char* kNames[] = {"KiB", "MiB", "GiB", "TiB"};
+  for (int i = 3; i >= 0; --i) {
+    const uint64_t unit = 1ull << (10 * (i + 1));
+    if (bytes != 0 && bytes % unit == 0) return std::to_string(bytes / unit) + kNames[i];
+  }
+  return std::to_string(bytes);
+}
+
 }  // namespace spillway

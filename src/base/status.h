@@ -13,11 +13,14 @@ class Error : public std::runtime_error {
  public:
   Error(std::string_view thing, std::string_view problem)
       : std::runtime_error(std::string(thing) + ": " + std::string(problem)),
-        thing_(thing) {}
+        thing_(thing),
+        problem_(problem) {}
   const std::string& thing() const { return thing_; }
+  const std::string& problem() const { return problem_; }
 
  private:
   std::string thing_;
+  std::string problem_;
 };
 
 namespace detail {

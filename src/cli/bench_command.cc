@@ -14,6 +14,7 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/run_flags.h"
 #include "device/power_monitor.h"
 #include "model/llama_config_json.h"
 #include "plan/machine_rates.h"
@@ -23,55 +24,33 @@ namespace spillway::cli {
 
 namespace {
 
+// What a bench run takes besides its run configuration: how long to time,
+// and what to report where.
 struct BenchArgs {
-  std::string config = "tiny";
-  int64_t seq = 128;
-  int64_t batch = 8;
-  int64_t grad_accum = 1;
-  int64_t steps = 10;
-  int64_t warmup = 2;
-  std::string device = "auto";
-  std::string device_mem;
-  std::string host_mem;
-  std::string offload = "auto";
-  std::string timeline;
+  int64_t steps = 10;  // timed steps
+  int64_t warmup = 2;  // untimed steps first
+  uint64_t seed = 1;   // of the random weights and tokens
   std::string json_path;
-  uint64_t seed = 1;
-  bool nondeterministic = false;
   bool profile = false;
-  bool bf16_moments = false;
-  std::string recompute = "none";
-  bool cuda_graph = true;
-  std::string projections = "auto";
-  int matmul_candidates = train::EngineOptions{}.matmul_candidates;
-  bool cublaslt_only = false;
+  std::string timeline;
 };
 
-int run_bench(const BenchArgs& a) {
-  model::LlamaConfig config = model::resolve_config(a.config);
+int run_bench(const train::RunConfig& c, const BenchArgs& a) {
+  model::LlamaConfig config = model::resolve_config(c.model.config);
   SPW_CHECK(a.steps > 0 && a.warmup >= 0, "--steps", "need at least one timed step");
+  const train::ScheduleConfig& s = c.schedule;
   model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
   // With bf16 moments the engine keeps its own; fp32 ones would only cost memory.
-  train::AdamW optimizer = a.bf16_moments ? train::AdamW() : train::AdamW(config);
-  train::EngineOptions eo;
-  eo.batch = a.batch;
-  eo.seq = a.seq;
-  eo.device = a.device;
-  eo.deterministic = !a.nondeterministic;
-  if (!a.device_mem.empty()) eo.device_memory = parse_bytes(a.device_mem, "--device-mem");
-  if (!a.host_mem.empty()) eo.host_memory = parse_bytes(a.host_mem, "--host-mem");
-  eo.offload = a.offload;
-  eo.bf16_moments = a.bf16_moments;
-  eo.recompute = a.recompute;
-  eo.cuda_graph = a.cuda_graph;
-  eo.projections = a.projections;
-  SPW_CHECK(a.matmul_candidates >= 1, "--matmul-candidates", "need at least 1, got ", a.matmul_candidates);
-  eo.matmul_candidates = a.matmul_candidates;
-  eo.own_gemm = !a.cublaslt_only;
-  eo.micro_batches = a.grad_accum;
+  train::AdamW optimizer = c.memory.bf16_moments ? train::AdamW() : train::AdamW(config);
+  const train::EngineOptions eo{.batch = s.batch,
+                                .seq = s.seq,
+                                .micro_batches = s.grad_accum,
+                                .device = c.run.device,
+                                .memory = c.memory,
+                                .kernels = c.kernels};
   auto engine = train::make_engine(weights, optimizer, eo);
 
-  const size_t n = static_cast<size_t>(a.batch * a.seq * a.grad_accum);
+  const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);
   std::vector<int32_t> tokens(n), targets(n);
   std::mt19937_64 rng(a.seed);
   for (size_t i = 0; i < n; ++i) {
@@ -79,8 +58,9 @@ int run_bench(const BenchArgs& a) {
     targets[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
   }
   std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s\n",
-              a.config.c_str(), std::to_string(model::parameter_count(config)).c_str(), static_cast<long long>(a.batch),
-              static_cast<long long>(a.seq), static_cast<long long>(a.grad_accum), n, engine->description().c_str());
+              c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
+              static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum), n,
+              engine->description().c_str());
   const bool gpu = engine->on_gpu();
   // The engines run on GPU 0. Sampled over the timed steps only.
   std::string no_power;
@@ -92,7 +72,7 @@ int run_bench(const BenchArgs& a) {
   for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
     if (power && i == a.warmup) power->start();
     auto t0 = std::chrono::steady_clock::now();
-    loss = engine->train_step(tokens, targets, a.grad_accum, 1e-4).loss;  // returns after the step finished
+    loss = engine->train_step(tokens, targets, s.grad_accum, 1e-4).loss;  // returns after the step finished
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) times.push_back(secs);
     std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
@@ -101,7 +81,7 @@ int run_bench(const BenchArgs& a) {
   if (power) power_summary = power->stop();
   if (a.profile) {
     engine->set_profiling(true);
-    engine->train_step(tokens, targets, a.grad_accum, 1e-4);
+    engine->train_step(tokens, targets, s.grad_accum, 1e-4);
     std::printf("time by op (one profiled step):\n%s", engine->profile_report().c_str());
     const std::string svg = engine->measured_timeline_svg();
     if (!a.timeline.empty() && !svg.empty()) {
@@ -115,7 +95,7 @@ int run_bench(const BenchArgs& a) {
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
-  const double flops = model::training_flops_per_token(config, a.seq) * tok_s;
+  const double flops = model::training_flops_per_token(config, s.seq) * tok_s;
   const double mfu = flops / plan::rates_for_gpu(engine->device_name()).peak_flops;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
@@ -130,11 +110,11 @@ int run_bench(const BenchArgs& a) {
   }
   if (!a.json_path.empty()) {
     nlohmann::json j = {{"system", "spillway"},
-                        {"config", a.config},
+                        {"config", c.model.config},
                         {"device", engine->description()},
-                        {"seq", a.seq},
-                        {"batch", a.batch},
-                        {"grad_accum", a.grad_accum},
+                        {"seq", s.seq},
+                        {"batch", s.batch},
+                        {"grad_accum", s.grad_accum},
                         {"tokens_per_step", n},
                         {"step_s", step_s},
                         {"mean_step_s", mean_step_s},
@@ -143,13 +123,13 @@ int run_bench(const BenchArgs& a) {
                         {"tflops", flops / 1e12},
                         {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
                         {"peak_device_bytes", engine->peak_device_bytes()},
-                        {"deterministic", !a.nondeterministic},
-                        {"bf16_moments", a.bf16_moments},
-                        {"recompute", a.recompute},
+                        {"deterministic", c.kernels.deterministic},
+                        {"bf16_moments", c.memory.bf16_moments},
+                        {"recompute", train::enum_name(c.memory.recompute)},
                         {"cuda_graph", engine->replays_cuda_graph()},
                         {"fused_projections", engine->fused_projections()},
-                        {"matmul_candidates", a.matmul_candidates},
-                        {"own_gemm", !a.cublaslt_only},
+                        {"matmul_candidates", c.kernels.matmul_candidates},
+                        {"own_gemm", c.kernels.own_gemm},
                         {"final_loss", loss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     if (power_summary.samples > 0) {
@@ -172,44 +152,14 @@ int run_bench(const BenchArgs& a) {
 Runner add_bench(CLI::App& app) {
   auto a = std::make_shared<BenchArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "time full training steps (forward, backward, AdamW): tok/s, MFU, memory");
-  cmd->add_option("--config", a->config, "a preset or a config.json")->capture_default_str();
-  cmd->add_option("--seq", a->seq, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "sequences per micro-batch")->capture_default_str();
-  cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per step")->capture_default_str();
+  auto flags = std::make_shared<RunFlags>(cmd, train::Command::bench);
   cmd->add_option("--steps", a->steps, "timed steps (the median is reported)")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
-  cmd->add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
-  cmd->add_option("--device-mem", a->device_mem, "device memory budget (e.g. 24GiB, 0.9)")
-      ->envname("SPILLWAY_DEVICE_MEM");
-  cmd->add_option("--host-mem", a->host_mem, "pinned host memory budget for a planned GPU step")
-      ->envname("SPILLWAY_HOST_MEM");
-  cmd->add_option("--offload", a->offload,
-                  "GPU: auto (the fastest layout that fits), on (the masters' rest and the moments at home), off "
-                  "(everything on the device), stream (weights and gradient sums at home too)")
-      ->capture_default_str();
-  cmd->add_flag("--cuda-graph,!--no-cuda-graph", a->cuda_graph,
-                "GPU, where the step copies nothing: capture the step once, then replay it (the default; "
-                "--no-cuda-graph: launch every kernel every step)");
-  cmd->add_option("--projections", a->projections,
-                  "GPU: q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or "
-                  "auto (fused where the step copies nothing)")
-      ->capture_default_str();
-  cmd->add_option("--matmul-candidates", a->matmul_candidates,
-                  "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)")
-      ->capture_default_str();
-  cmd->add_flag("--cublaslt-only", a->cublaslt_only,
-                "GPU: every matmul through cuBLASLt (no own Hopper GEMM with RoPE or SwiGLU fused in)");
-  cmd->add_option("--recompute", a->recompute, "GPU: none, layers, selective or auto (the fastest predicted)")
-      ->capture_default_str();
-  cmd->add_flag("--bf16-moments", a->bf16_moments,
-                "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)");
-  cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
-  cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
+  cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_flag("--profile", a->profile, "after the timed steps, time each op kind over two more steps");
-  cmd->add_flag("--nondeterministic", a->nondeterministic,
-                "use cuDNN's atomic attention backward (faster; results may differ in the last bits run to run)");
-  return [a] { return run_bench(*a); };
+  cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
+  return [a, flags] { return run_bench(flags->resolve(), *a); };
 }
 
 }  // namespace spillway::cli

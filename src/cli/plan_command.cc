@@ -1,4 +1,3 @@
-#include <charconv>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -7,6 +6,7 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/run_flags.h"
 #include "device/memory_space.h"
 #include "model/llama_config_json.h"
 #include "plan/cost_model.h"
@@ -18,58 +18,44 @@ namespace spillway::cli {
 
 namespace {
 
+// What a plan takes besides its run configuration.
 struct PlanArgs {
-  std::string config = "llama3-8b";
-  int64_t seq = 8192;
-  std::string batch = "1";
-  int64_t grad_accum = 1;
-  bool bf16_moments = false;
-  std::string projections = "auto";
-  std::string recompute = "none";
-  std::string offload = "auto";
-  std::string device_mem = "80GiB";
-  std::string host_mem = "125GiB";
+  bool batch_auto = false;  // --batch auto
   std::string gpu = "H100";
   std::string svg;
 };
 
-int64_t parse_batch(const std::string& text) {
-  int64_t n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  SPW_CHECK(ec == std::errc() && end == text.data() + text.size() && n >= 1, "--batch",
-            "expected a number of sequences or auto, got '", text, "'");
-  return n;
-}
-
-int run_plan(const PlanArgs& a) {
+int run_plan(const train::RunConfig& run, const PlanArgs& a) {
+  const train::ScheduleConfig& s = run.schedule;
+  const train::MemoryConfig& m = run.memory;
   train::StepPlanRequest req;
-  req.config = model::resolve_config(a.config);
-  req.seq = a.seq;
-  req.device_budget = parse_bytes(a.device_mem, "--device-mem");
-  req.host_budget = parse_bytes(a.host_mem, "--host-mem");
+  req.config = model::resolve_config(run.model.config);
+  req.seq = s.seq;
+  req.device_budget = m.device_mem;
+  req.host_budget = m.host_mem;
   // Kernel workspaces outside the graph, as the GPU engine measures them:
   // a few gigabytes at most.
   const uint64_t reserved = 2ull << 30;
   req.device_reserved = [reserved](const train::LlamaStep&) { return reserved; };
   req.rates = plan::rates_for_gpu(a.gpu);
-  req.bf16_moments = a.bf16_moments;
-  req.offload = plan::parse_offload_mode(a.offload);
-  SPW_CHECK(a.projections == "auto" || a.projections == "fused" || a.projections == "separate", "--projections",
-            "unknown value '", a.projections, "' (auto, fused or separate)");
-  if (a.projections != "auto") req.fused_projections = a.projections == "fused";
-  if (a.recompute != "auto") req.recompute = graph::parse_recompute_policy(a.recompute);
+  req.bf16_moments = m.bf16_moments;
+  req.offload = m.offload;
+  const train::ProjectionMode projections = run.kernels.projections;
+  if (projections != train::ProjectionMode::automatic) {
+    req.fused_projections = projections == train::ProjectionMode::fused;
+  }
+  req.recompute = train::recompute_policy(m.recompute);
   train::PlannedStep chosen;
   int64_t batch = 1, micro_batches = 1;
-  if (a.batch == "auto") {
+  if (a.batch_auto) {
     // The optimizer step keeps its --grad-accum sequences; they are split
     // into micro-batches of 1, 2, 4, ... sequences and the split with the
     // fastest predicted step is kept (more sequences per micro-batch: fewer
     // gradient-sum round trips over PCIe, more activation memory).
-    SPW_CHECK(a.grad_accum >= 1, "--grad-accum", "needs at least one sequence per optimizer step");
-    for (int64_t b = 1; b <= a.grad_accum; b *= 2) {
-      if (a.grad_accum % b != 0) break;
+    for (int64_t b = 1; b <= s.grad_accum; b *= 2) {
+      if (s.grad_accum % b != 0) break;
       req.batch = b;
-      req.micro_batches = a.grad_accum / b;
+      req.micro_batches = s.grad_accum / b;
       try {
         train::PlannedStep c = train::plan_llama_step(req);
         if (!chosen.step || c.plan.step_seconds < chosen.plan.step_seconds) {
@@ -83,17 +69,17 @@ int run_plan(const PlanArgs& a) {
       }
     }
   } else {
-    req.batch = batch = parse_batch(a.batch);
-    req.micro_batches = micro_batches = a.grad_accum;
+    req.batch = batch = s.batch;
+    req.micro_batches = micro_batches = s.grad_accum;
     chosen = train::plan_llama_step(req);
   }
   const plan::TrainingPlan& p = chosen.plan;
   const graph::Graph& g = chosen.step->step.graph;
   const graph::RecomputePolicy recompute = chosen.step->recompute;
   std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
-              a.config.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
-              a.batch == "auto" ? " (auto)" : "", static_cast<long long>(a.seq), static_cast<long long>(micro_batches),
-              static_cast<long long>(batch * a.seq * micro_batches));
+              run.model.config.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
+              a.batch_auto ? " (auto)" : "", static_cast<long long>(s.seq), static_cast<long long>(micro_batches),
+              static_cast<long long>(batch * s.seq * micro_batches));
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
               recompute == graph::RecomputePolicy::none
@@ -109,11 +95,11 @@ int run_plan(const PlanArgs& a) {
               format_bytes(req.device_budget).c_str());
   if (p.optimizer_resident) {
     std::printf("host: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values of %s\n",
-                a.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
+                m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
                 format_bytes(req.host_budget).c_str());
   } else {
     std::printf("host: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values of %s\n",
-                format_bytes(p.host_state_bytes).c_str(), a.bf16_moments ? "bf16" : "fp32",
+                format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
                 p.weights_resident ? "" : ", bf16 weights", format_bytes(p.placement.host_peak).c_str(),
                 format_bytes(req.host_budget).c_str());
   }
@@ -124,8 +110,8 @@ int run_plan(const PlanArgs& a) {
               req.rates.name.c_str(), p.micro.step_seconds, p.micro.compute_seconds, p.micro.wait_seconds,
               p.micro.h2d_seconds, p.micro.d2h_seconds, p.optimizer_seconds, p.step_seconds, p.tokens_per_second, p.mfu);
   if (!a.svg.empty()) {
-    write_text_file_atomically(a.svg, plan::timeline_svg(g, p.placement, p.micro, req.rates,
-                                                         a.config + " seq " + std::to_string(a.seq) + ", one micro-batch"));
+    const std::string title = run.model.config + " seq " + std::to_string(s.seq) + ", one micro-batch";
+    write_text_file_atomically(a.svg, plan::timeline_svg(g, p.placement, p.micro, req.rates, title));
     std::printf("timeline: %s\n", a.svg.c_str());
   }
   return 0;
@@ -134,32 +120,20 @@ int run_plan(const PlanArgs& a) {
 }  // namespace
 
 Runner add_plan(CLI::App& app) {
-  auto a = std::make_shared<PlanArgs>();
   CLI::App* cmd = app.add_subcommand("plan", "plan a training step under memory budgets: peaks, traffic, predicted time");
-  cmd->add_option("--config", a->config, "a preset or a config.json")->capture_default_str();
-  cmd->add_option("--seq", a->seq, "tokens per sequence")->capture_default_str();
-  cmd->add_option("--batch", a->batch,
-                  "sequences per micro-batch, or auto: the --grad-accum sequences of a step split into the "
-                  "micro-batch size with the fastest predicted step")
-      ->capture_default_str();
-  cmd->add_option("--device-mem", a->device_mem, "device budget")->capture_default_str()->envname("SPILLWAY_DEVICE_MEM");
-  cmd->add_option("--host-mem", a->host_mem, "host budget")->capture_default_str()->envname("SPILLWAY_HOST_MEM");
-  cmd->add_option("--grad-accum", a->grad_accum, "micro-batches per optimizer step")->capture_default_str();
-  cmd->add_option("--recompute", a->recompute, "none, layers, selective, or auto (the fastest predicted): forward values remade in the backward pass")
-      ->capture_default_str();
-  cmd->add_option("--offload", a->offload,
-                  "which layouts of the training state the plan may choose: auto (the fastest that fits), on (the "
-                  "masters' rest and the moments at home), off (everything on the device), stream (weights and "
-                  "gradient sums at home too)")
-      ->capture_default_str();
-  cmd->add_option("--gpu", a->gpu, "the GPU to predict for: H100 or H200")->capture_default_str();
-  cmd->add_flag("--bf16-moments", a->bf16_moments, "AdamW moments in bf16 (half the host memory and optimizer traffic)");
-  cmd->add_option("--projections", a->projections,
-                  "q|k|v and gate|up as one matmul each (fused), as the checkpoint stores them (separate), or auto "
-                  "(fused where the step copies nothing)")
-      ->capture_default_str();
-  cmd->add_option("--svg", a->svg, "write the predicted timeline of the step here");
-  return [a] { return run_plan(*a); };
+  auto flags = std::make_shared<RunFlags>(
+      cmd, train::Command::plan,
+      std::vector<ChoiceWord>{
+          {"schedule.batch", "auto",
+           "the --grad-accum sequences of a step split into the micro-batch size with the fastest predicted step"}});
+  auto args = std::make_shared<PlanArgs>();
+  cmd->add_option("--gpu", args->gpu, "the GPU to predict for: H100 or H200")->capture_default_str();
+  cmd->add_option("--svg", args->svg, "write the predicted timeline of the step here");
+  return [flags, args] {
+    PlanArgs a = *args;
+    a.batch_auto = flags->chose("schedule.batch");
+    return run_plan(flags->resolve(), a);
+  };
 }
 
 }  // namespace spillway::cli

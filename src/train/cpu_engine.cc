@@ -19,7 +19,7 @@ class CpuEngine final : public Engine {
       : weights_(weights),
         optimizer_(optimizer),
         options_(o),
-        device_(make_cpu_device(o.device_memory ? o.device_memory : MemorySpace::kUnlimited)),
+        device_(make_cpu_device(o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited)),
         step_(make_step(/*with_backward=*/true)),
         eval_(make_step(/*with_backward=*/false)),
         grads_(model::LlamaWeights::zeros(weights.config())) {}
@@ -27,7 +27,7 @@ class CpuEngine final : public Engine {
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
     if (const plan::Placement* p = step_->placement()) {
-      d += "; device budget " + format_bytes(options_.device_memory) + " planned: peak " +
+      d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
            format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
            format_bytes(p->bytes_loaded + p->bytes_stored) + " moved per micro-step";
     }
@@ -78,7 +78,7 @@ class CpuEngine final : public Engine {
   // memory; without one they run in device memory alone.
   std::unique_ptr<TrainStep> make_step(bool with_backward) {
     const auto& c = weights_.config();
-    if (options_.device_memory) return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward);
+    if (options_.memory.device_mem) return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward);
     return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward);
   }
 

@@ -109,7 +109,7 @@ BpeTokenizer train_tokenizer(const std::vector<std::string>& text_files, const C
   return train_bpe(views, bpe);
 }
 
-Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir, const BpeTokenizer* tokenizer,
+Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir, const BpeTokenizer* tokenizer,
                         bool quiet) {
   Dataset ds;
   fs::path folder;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "model/bpe_tokenizer.h"
+#include "train/run_config.h"
 #include "train/text_to_tokens.h"
 #include "train/token_file.h"
 
@@ -28,14 +29,6 @@ inline constexpr const char* kFortuneSeparator = "%";
 // is not installed (with the command that installs it).
 std::vector<std::string> default_corpus_files();
 
-struct DataOptions {
-  std::vector<std::string> paths;        // empty: the default corpus
-  std::string document_separator;        // empty: "%" for the default corpus, else whole files
-  int32_t vocab_size = 4096;             // for a tokenizer trained here
-  double validation_fraction = 0.05;
-  uint64_t seed = 1;
-};
-
 struct Dataset {
   std::unique_ptr<BpeTokenizer> tokenizer;
   std::unique_ptr<TokenFile> train;
@@ -48,7 +41,7 @@ struct Dataset {
 
 // `tokenizer`: use this one (fine-tuning, resuming) instead of training one.
 // Writes into `work_dir` when it has to tokenize.
-Dataset prepare_dataset(const DataOptions& options, const std::string& work_dir,
+Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir,
                         const BpeTokenizer* tokenizer, bool quiet = false);
 
 // Turns text files into a prepared folder (`spillway tokenize`).

@@ -88,22 +88,16 @@ size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t>
 }
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
-  SPW_CHECK(options.device == "auto" || options.device == "cpu" || options.device == "cuda", "--device",
-            "unknown device '", options.device, "' (auto, cpu or cuda)");
-  SPW_CHECK(options.projections == "auto" || options.projections == "fused" || options.projections == "separate",
-            "--projections", "unknown value '", options.projections, "' (auto, fused or separate)");
-  SPW_CHECK(options.offload == "auto" || options.offload == "on" || options.offload == "off" ||
-                options.offload == "stream",
-            "--offload", "unknown value '", options.offload, "' (auto, on, off or stream)");
 #ifdef SPILLWAY_HAS_CUDA
-  if (options.device == "cuda" || (options.device == "auto" && cuda_device_count() > 0)) {
+  if (options.device == DeviceChoice::cuda || (options.device == DeviceChoice::automatic && cuda_device_count() > 0)) {
     return make_cuda_engine(weights, optimizer, options);
   }
 #else
-  SPW_CHECK(options.device != "cuda", "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
+  SPW_CHECK(options.device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
 #endif
-  SPW_CHECK(options.recompute == "none", "--recompute", "recomputation is a feature of the GPU engine");
-  SPW_CHECK(!options.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engines; "
+  SPW_CHECK(options.memory.recompute == RecomputeChoice::none, "--recompute",
+            "recomputation is a feature of the GPU engine");
+  SPW_CHECK(!options.memory.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engine; "
             "the CPU engine keeps fp32 moments");
   return make_cpu_engine(weights, optimizer, options);
 }

@@ -15,6 +15,7 @@
 #include "graph/graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
+#include "train/run_config.h"
 
 namespace spillway::train {
 
@@ -23,45 +24,15 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
 };
 
+// What an engine needs of a run configuration (train/run_config.h).
 struct EngineOptions {
   int64_t batch = 1;
   int64_t seq = 1;
-  int64_t micro_batches = 1;         // per optimizer step, as the trainer will call train_step (the planner needs it)
-  double grad_clip = 1.0;            // <= 0: no clipping
-  std::string device = "auto";       // auto (GPU when there is one), cpu, cuda
-  uint64_t device_memory = 0;        // budget in bytes; 0: the backend's default
-  uint64_t host_memory = 0;          // GPU: pinned host budget; 0: 90% of what is available
-  // GPU: which layouts of the state the plan may choose (plan::OffloadMode):
-  // auto, on, off or stream.
-  std::string offload = "auto";
-  // GPU: AdamW moments kept in bf16 (half the moments' memory and traffic).
-  // The caller's AdamW may then hold no fp32 moments; sync_to_host fills them.
-  bool bf16_moments = false;
-  // GPU: none, layers or selective (graph/recompute.h), or auto: the
-  // fastest predicted.
-  std::string recompute = "none";
-  bool deterministic = true;         // false: faster GPU attention backward whose last bits may vary
-  // GPU, where the step copies nothing: capture the step once (after an
-  // eager first run has made every cuBLASLt plan and cuDNN graph) and replay
-  // it, the same bits with no per-kernel launches; a step that cannot be
-  // captured stays eager, with a warning.
-  bool cuda_graph = true;
-  // GPU: how many of cuBLASLt's candidates each matmul shape times on its
-  // first run, keeping the fastest (1: the heuristic's first). The choice
-  // does not change the bits (ops/matmul_cuda.h); at the power cap it did
-  // not pay (docs/performance.md).
-  int matmul_candidates = 1;
-  // GPU: the q|k|v product with its RoPE, the MLP's gate|up product with
-  // its SwiGLU gate, and down's dX product with SwiGLU's backward, each as
-  // one kernel of spillway's own Hopper GEMM (ops/gemm_hopper.h) where the
-  // GPU is Hopper; false keeps cuBLASLt and the separate kernels. The bits
-  // are the same either way.
-  bool own_gemm = true;
-  // GPU: q|k|v and gate|up as one matmul each over stacked weights
-  // (model/llama_graph.h): fused, separate, or auto: fused where the step
-  // copies nothing, separate where the plan moves state or activations
-  // (the planner places the smaller blocks better: docs/performance.md).
-  std::string projections = "auto";
+  int64_t micro_batches = 1;  // per optimizer step, as the trainer will call train_step (the planner needs it)
+  double grad_clip = 1.0;     // <= 0: no clipping
+  DeviceChoice device = DeviceChoice::automatic;
+  MemoryConfig memory;
+  KernelConfig kernels;
 };
 
 class Engine {
@@ -89,11 +60,11 @@ class Engine {
   // empty where the engine has a single stream.
   virtual std::string measured_timeline_svg() const { return {}; }
   // Whether training steps are replayed from a captured CUDA graph
-  // (EngineOptions::cuda_graph, where the step copies nothing, and no
+  // (KernelConfig::cuda_graph, where the step copies nothing, and no
   // capture has failed).
   virtual bool replays_cuda_graph() const { return false; }
   // Whether the step runs q|k|v and gate|up as single matmuls
-  // (EngineOptions::projections; the CPU engine keeps them separate).
+  // (KernelConfig::projections; the CPU engine keeps them separate).
   virtual bool fused_projections() const { return false; }
   // The planner's prediction of one optimizer step, in seconds (0 where the
   // engine runs without a plan), for comparing with the measured step.

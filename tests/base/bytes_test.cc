@@ -33,5 +33,15 @@ TEST(Bytes, Formats) {
   EXPECT_EQ(format_bytes(3ull << 29), "1.50 GiB");
 }
 
+TEST(Bytes, FormatsExactlyWhatParsesBack) {
+  EXPECT_EQ(format_bytes_exact(0), "0");
+  EXPECT_EQ(format_bytes_exact(4097), "4097");
+  EXPECT_EQ(format_bytes_exact(24ull << 30), "24GiB");
+  EXPECT_EQ(format_bytes_exact(3ull << 29), "1536MiB");
+  for (uint64_t n : {0ull, 1ull, 4096ull, 4097ull, 3ull << 29, 76ull << 30, (1ull << 40) + 1}) {
+    EXPECT_EQ(parse_bytes(format_bytes_exact(n), "x"), n);
+  }
+}
+
 }  // namespace
 }  // namespace spillway

@@ -113,11 +113,30 @@ TEST_F(BadInput, ImpossibleBudgetsAndUnknownOffloadMode) {
   expect_one_error_line(run_spillway("plan --config tiny --seq 64 --offload sometimes"),
                         {"--offload", "unknown value 'sometimes'"});
   expect_one_error_line(run_spillway("bench --config tiny --steps 1 --device cpu --bf16-moments"),
-                        {"--bf16-moments", "GPU engines"});
+                        {"--bf16-moments", "GPU engine"});
   expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 2GiB --host-mem 125GiB --bf16-moments"),
                         {"--device-mem", "2.00 GiB"});
   expect_one_error_line(run_spillway("plan --config llama3-8b --seq 8192 --device-mem 76GiB --host-mem 64GiB"),
                         {"--host-mem", "64.00 GiB"});
+}
+
+TEST_F(BadInput, RunFilesWithUnknownKeysWrongTypesOrBadSyntax) {
+  write_file(dir_ / "typo.toml", "[memory]\nofload = \"on\"\n");
+  expect_one_error_line(run_spillway("train " + (dir_ / "typo.toml") + " --out " + (dir_ / "r")),
+                        {"typo.toml: unknown key memory.ofload"});
+  write_file(dir_ / "word.toml", "[memory]\noffload = \"maybe\"\n");
+  expect_one_error_line(run_spillway("bench " + (dir_ / "word.toml")),
+                        {"word.toml: memory.offload is \"maybe\"; one of auto, on, off, stream"});
+  write_file(dir_ / "type.json", R"({"schedule": {"steps": "ten"}})");
+  expect_one_error_line(run_spillway("train " + (dir_ / "type.json") + " --out " + (dir_ / "r")),
+                        {"type.json: schedule.steps is \"ten\"; expected a whole number"});
+  write_file(dir_ / "syntax.toml", "[schedule]\nsteps = = 3\n");
+  expect_one_error_line(run_spillway("plan " + (dir_ / "syntax.toml")), {"syntax.toml:2:9: "});
+  expect_one_error_line(run_spillway("train " + (dir_ / "absent.toml")), {"absent.toml", "cannot read"});
+  expect_one_error_line(run_spillway("train --steps 0 --out " + (dir_ / "r")), {"--steps", "at least 1"});
+  expect_one_error_line(run_spillway("train --dp 2 --out " + (dir_ / "r")), {"parallel", "one device"});
+  expect_one_error_line(run_spillway("finetune --steps 1"), {"--model", "finetune needs"});
+  EXPECT_FALSE(has_checkpoint_or_temp(dir_ / "r"));
 }
 
 }  // namespace

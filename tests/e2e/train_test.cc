@@ -17,24 +17,24 @@ class TrainE2E : public ::testing::Test {
     write_file(dir_ / "corpus.txt", make_corpus(400, 7));
     write_file(dir_ / "micro.json", micro_config_json());
   }
-  train::TrainOptions options(const std::string& run, int64_t steps) {
-    train::TrainOptions o;
-    o.out_dir = dir_ / run;
-    o.config = dir_ / "micro.json";
+  train::RunConfig options(const std::string& run, int64_t steps) {
+    train::RunConfig o;
+    o.run.out = dir_ / run;
+    o.model.config = dir_ / "micro.json";
     o.data.paths = {dir_ / "corpus.txt"};
     o.data.document_separator = "%";
     o.data.vocab_size = 300;
-    o.steps = steps;
-    o.batch = 4;
-    o.seq = 32;
-    o.lr = 1e-2;
-    o.min_lr = 1e-3;
-    o.warmup = 5;
-    o.eval_every = 0;
-    o.eval_batches = 4;
-    o.checkpoint_every = 0;
-    o.sample_tokens = 0;
-    o.quiet = true;
+    o.schedule.steps = steps;
+    o.schedule.batch = 4;
+    o.schedule.seq = 32;
+    o.optimizer.lr = 1e-2;
+    o.optimizer.min_lr = 1e-3;
+    o.optimizer.warmup = 5;
+    o.schedule.eval_every = 0;
+    o.schedule.eval_batches = 4;
+    o.schedule.checkpoint_every = 0;
+    o.sample.tokens = 0;
+    o.run.quiet = true;
     return o;
   }
   ScratchDir dir_{"train_e2e"};
@@ -58,19 +58,19 @@ TEST_F(TrainE2E, LossFallsBelowTheUnigramEntropy) {
 }
 
 TEST_F(TrainE2E, ResumeIsBitIdentical) {
-  train::TrainOptions straight = options("straight", 10);
-  straight.checkpoint_every = 3;
-  straight.eval_every = 4;
+  train::RunConfig straight = options("straight", 10);
+  straight.schedule.checkpoint_every = 3;
+  straight.schedule.eval_every = 4;
   train::train_model(straight);
 
-  train::TrainOptions first = options("halves", 10);
-  first.checkpoint_every = 3;
-  first.eval_every = 4;
-  first.stop_after = 5;
+  train::RunConfig first = options("halves", 10);
+  first.schedule.checkpoint_every = 3;
+  first.schedule.eval_every = 4;
+  first.schedule.stop_after = 5;
   train::train_model(first);
-  train::TrainOptions rest = options("halves", 10);
-  rest.resume = true;
-  rest.lr = 99;  // ignored: a resumed run keeps the options it started with
+  train::RunConfig rest = options("halves", 10);
+  rest.run.resume = true;
+  rest.optimizer.lr = 99;  // ignored: a resumed run keeps the options it started with
   train::TrainResult r = train::train_model(rest);
   EXPECT_EQ(r.steps_done, 10);
 

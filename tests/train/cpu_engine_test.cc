@@ -51,7 +51,7 @@ TEST(CpuEngine, TwoMicroBatchesUpdateAsOneBatchOfTwiceTheSize) {
     half_opts.batch = 2;
     whole_opts.seq = half_opts.seq = 16;
     whole_opts.grad_clip = half_opts.grad_clip = c.grad_clip;
-    whole_opts.device = half_opts.device = "cpu";
+    whole_opts.device = half_opts.device = DeviceChoice::cpu;
     auto w_whole = model::LlamaWeights::random(config(c.tied), 4, 0.1);
     auto w_halves = w_whole;
     const auto w0 = w_whole;
@@ -86,7 +86,7 @@ TEST(CpuEngine, EachStepStartsANewGradientSum) {
   o.batch = 2;
   o.seq = 16;
   o.grad_clip = 0;
-  o.device = "cpu";
+  o.device = DeviceChoice::cpu;
   auto w_a = model::LlamaWeights::random(config(false), 5, 0.1);
   AdamW opt_a(config(false));
   auto a = make_cpu_engine(w_a, opt_a, o);

@@ -146,7 +146,7 @@ TEST(CudaEngine, OwnGemmGivesCublasLtsBits) {
     EngineOptions o;
     o.batch = 2;
     o.seq = 128;
-    o.own_gemm = own_gemm;
+    o.kernels.own_gemm = own_gemm;
     auto w = model::LlamaWeights::random(config, 8, 0.05);
     AdamW opt(config);
     auto e = make_cuda_engine(w, opt, o);
@@ -180,7 +180,7 @@ TEST(CudaEngine, ReplayedStepsEqualEagerOnesBitForBit) {
     EngineOptions o;
     o.batch = 2;
     o.seq = 64;
-    o.cuda_graph = cuda_graph;
+    o.kernels.cuda_graph = cuda_graph;
     auto w = model::LlamaWeights::random(config, 3, 0.05);
     AdamW opt(config);
     o.micro_batches = 2;
@@ -197,7 +197,7 @@ TEST(CudaEngine, ReplayedStepsEqualEagerOnesBitForBit) {
     gpu->sync_to_host();
     return w;
   };
-  EXPECT_TRUE(EngineOptions{}.cuda_graph);  // the default
+  EXPECT_TRUE(EngineOptions{}.kernels.cuda_graph);  // the default
   std::vector<double> eager_losses, replay_losses;
   const auto eager = run(false, eager_losses);
   // Step 1's first micro-batch eager, each mode captured on its next run, then replayed.

@@ -34,7 +34,7 @@ TrainedRun train(EngineOptions o, bool tied = false) {
   const auto config = small(tied);
   TrainedRun r;
   r.weights = model::LlamaWeights::random(config, 5, 0.05);
-  if (!o.bf16_moments) r.optimizer = AdamW(config);
+  if (!o.memory.bf16_moments) r.optimizer = AdamW(config);
   auto engine = make_engine(r.weights, r.optimizer, o);
   r.description = engine->description();
   const size_t n = static_cast<size_t>(o.batch * o.seq * micro_batches);
@@ -87,24 +87,24 @@ void expect_same_training(const TrainedRun& a, const TrainedRun& b) {
   EXPECT_LT(relative_difference(b.weights, a.weights), 1e-5);
 }
 
-EngineOptions options(std::string offload, int64_t micro_batches = 1) {
+EngineOptions options(OffloadMode offload, int64_t micro_batches = 1) {
   EngineOptions o;
   o.micro_batches = micro_batches;
-  o.device = "cuda";
+  o.device = DeviceChoice::cuda;
   o.batch = 2;
   o.seq = 128;
   o.grad_clip = 1.0;
-  o.offload = std::move(offload);
-  o.host_memory = 1ull << 30;
+  o.memory.offload = offload;
+  o.memory.host_mem = 1ull << 30;
   // The checkpoint's separate q, k, v (and gate, up) matmuls; the tests of
   // stacked projections say so.
-  o.projections = "separate";
+  o.kernels.projections = ProjectionMode::separate;
   return o;
 }
 
 TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off", 2), planned = options("on", 2);
+  EngineOptions resident = options(OffloadMode::off, 2), planned = options(OffloadMode::on, 2);
   TrainedRun a = train(resident);
   TrainedRun b = train(planned);
   EXPECT_NE(b.description.find("planned: weights and gradients on the device"), std::string::npos) << b.description;
@@ -125,8 +125,8 @@ TEST(CudaOffloadEngine, WithTheStateOnTheDeviceItMatchesTheResidentEngineBitForB
 TEST(CudaOffloadEngine, TiedEmbeddingsTrainAsInTheResidentEngineBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   for (int64_t micro_batches : {1, 2}) {
-    TrainedRun a = train(options("off", micro_batches), /*tied=*/true);
-    TrainedRun b = train(options("on", micro_batches), /*tied=*/true);
+    TrainedRun a = train(options(OffloadMode::off, micro_batches), /*tied=*/true);
+    TrainedRun b = train(options(OffloadMode::on, micro_batches), /*tied=*/true);
     EXPECT_NE(b.description.find("planned: weights and gradients on the device"), std::string::npos) << b.description;
     EXPECT_NE(a.description.find("lm_head's dW written into the tied embedding's gradient"), std::string::npos)
         << a.description;
@@ -144,8 +144,8 @@ TEST(CudaOffloadEngine, TiedEmbeddingsTrainAsInTheResidentEngineBitForBit) {
 // tensor, so it still trains as the resident engine does.
 TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off", 2), planned = options("on", 2);
-  resident.projections = planned.projections = "fused";
+  EngineOptions resident = options(OffloadMode::off, 2), planned = options(OffloadMode::on, 2);
+  resident.kernels.projections = planned.kernels.projections = ProjectionMode::fused;
   TrainedRun a = train(resident);
   TrainedRun b = train(planned);
   EXPECT_EQ(a.losses, b.losses);
@@ -153,9 +153,9 @@ TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
   EXPECT_TRUE(same_bits(a.weights, b.weights));
   EXPECT_TRUE(same_bits(a.optimizer.m, b.optimizer.m));
   // Weights streamed and the sums at home: the stacks move as one block.
-  EngineOptions tight = options("stream", 2);
-  tight.projections = "fused";
-  tight.device_memory = 150ull << 20;
+  EngineOptions tight = options(OffloadMode::stream, 2);
+  tight.kernels.projections = ProjectionMode::fused;
+  tight.memory.device_mem = 150ull << 20;
   TrainedRun c = train(tight);
   EXPECT_NE(c.description.find("weights streamed from the host, gradient sums at home"), std::string::npos)
       << c.description;
@@ -164,26 +164,26 @@ TEST(CudaOffloadEngine, StackedProjectionsTrainAsInTheResidentEngine) {
 
 TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off");
+  EngineOptions resident = options(OffloadMode::off);
   TrainedRun a = train(resident);
   // Weights and gradients at home; room for the kernel workspaces (two
   // 64 MiB cuBLASLt workspaces, the optimizer's staging) and a few
   // activations at a time.
-  EngineOptions tight = options("stream");
-  tight.device_memory = 150ull << 20;
+  EngineOptions tight = options(OffloadMode::stream);
+  tight.memory.device_mem = 150ull << 20;
   TrainedRun b = train(tight);
   EXPECT_NE(b.description.find("weights streamed from the host, gradient sums at home"), std::string::npos)
       << b.description;
   EXPECT_EQ(b.description.find("; 0 activations offloaded"), std::string::npos) << b.description;
-  EXPECT_LE(b.peak, tight.device_memory);
+  EXPECT_LE(b.peak, tight.memory.device_mem);
   expect_same_training(a, b);
   EXPECT_NEAR(b.eval, a.eval, 1e-6 * a.eval);
 }
 
 TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions fp32 = options("on"), bf16 = options("on");
-  bf16.bf16_moments = true;
+  EngineOptions fp32 = options(OffloadMode::on), bf16 = options(OffloadMode::on);
+  bf16.memory.bf16_moments = true;
   TrainedRun a = train(fp32);
   TrainedRun b = train(bf16);
   EXPECT_NE(b.description.find("bf16 AdamW moments"), std::string::npos) << b.description;
@@ -201,8 +201,8 @@ TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {
 // device, the same bits, and the caller's fp32 moments filled by sync_to_host.
 TEST(CudaOffloadEngine, Bf16MomentsInTheResidentEngineMatchThePlannedEngineBitForBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off", 2), planned = options("on", 2);
-  resident.bf16_moments = planned.bf16_moments = true;
+  EngineOptions resident = options(OffloadMode::off, 2), planned = options(OffloadMode::on, 2);
+  resident.memory.bf16_moments = planned.memory.bf16_moments = true;
   TrainedRun a = train(resident);
   TrainedRun b = train(planned);
   EXPECT_EQ(a.description.find("planned"), std::string::npos) << a.description;
@@ -217,11 +217,12 @@ TEST(CudaOffloadEngine, Bf16MomentsInTheResidentEngineMatchThePlannedEngineBitFo
 
 TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions kept = options("on", 2);
+  EngineOptions kept = options(OffloadMode::on, 2);
   TrainedRun a = train(kept);
-  for (const char* policy : {"selective", "layers"}) {
+  for (RecomputeChoice choice : {RecomputeChoice::selective, RecomputeChoice::layers}) {
+    const std::string policy(enum_name(choice));
     EngineOptions remade = kept;
-    remade.recompute = policy;
+    remade.memory.recompute = choice;
     TrainedRun b = train(remade);
     EXPECT_NE(b.description.find(std::string("recomputation: ") + policy), std::string::npos) << b.description;
     EXPECT_EQ(a.losses, b.losses) << policy;
@@ -232,10 +233,10 @@ TEST(CudaOffloadEngine, RecomputationChangesNoBit) {
 
 TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off", 2);
+  EngineOptions resident = options(OffloadMode::off, 2);
   TrainedRun a = train(resident);
-  EngineOptions tight = options("stream", 2);
-  tight.device_memory = 150ull << 20;
+  EngineOptions tight = options(OffloadMode::stream, 2);
+  tight.memory.device_mem = 150ull << 20;
   TrainedRun b = train(tight);
   EXPECT_NE(b.description.find("gradient sums at home"), std::string::npos) << b.description;
   expect_same_training(a, b);
@@ -245,12 +246,12 @@ TEST(CudaOffloadEngine, GradientSumsAtHomeAccumulateMicroBatches) {
 // norm takes each tensor's part where its sum lies, in parameter order.
 TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  EngineOptions resident = options("off", 2);
+  EngineOptions resident = options(OffloadMode::off, 2);
   TrainedRun a = train(resident);
-  EngineOptions split = options("on", 2);
+  EngineOptions split = options(OffloadMode::on, 2);
   bool found = false;
   for (uint64_t mib = 400; mib >= 60 && !found; mib -= 5) {
-    split.device_memory = mib << 20;
+    split.memory.device_mem = mib << 20;
     model::LlamaWeights w = model::LlamaWeights::random(small(), 5, 0.05);
     AdamW opt(small());
     try {

@@ -33,7 +33,7 @@ TEST(Offload, QuarterOfTheTrainingStateGivesBitIdenticalSteps) {
   // Weights, gradients and the two AdamW moments, all fp32.
   const uint64_t training_state = static_cast<uint64_t>(w_free.numel()) * 4 * 4;
   EngineOptions tight_opts = free_opts;
-  tight_opts.device_memory = training_state / 4;
+  tight_opts.memory.device_mem = training_state / 4;
 
   AdamW o_free(config()), o_tight(config());
   auto free_engine = make_cpu_engine(w_free, o_free, free_opts);
@@ -55,8 +55,8 @@ TEST(Offload, QuarterOfTheTrainingStateGivesBitIdenticalSteps) {
     const auto& b = w_tight.tensors()[i].data;
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * 4), 0) << w_free.tensors()[i].name;
   }
-  EXPECT_LE(tight_engine->peak_device_bytes(), tight_opts.device_memory);
-  EXPECT_GT(free_engine->peak_device_bytes(), tight_opts.device_memory);
+  EXPECT_LE(tight_engine->peak_device_bytes(), tight_opts.memory.device_mem);
+  EXPECT_GT(free_engine->peak_device_bytes(), tight_opts.memory.device_mem);
 }
 
 TEST(Offload, MeasuredPeakIsThePlannedPeak) {
@@ -76,7 +76,7 @@ TEST(Offload, BudgetBelowTheMinimumFailsBeforeAnyWork) {
   EngineOptions o;
   o.batch = 2;
   o.seq = 64;
-  o.device_memory = 10'000;
+  o.memory.device_mem = 10'000;
   auto w = model::LlamaWeights::random(config(), 1);
   AdamW opt(config());
   try {

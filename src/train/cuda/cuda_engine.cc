@@ -45,10 +45,10 @@ std::string gpu_name(int ordinal) {
 }
 
 CudaStepOptions step_options(const EngineOptions& o) {
-  return {.deterministic = o.deterministic,
-          .matmul_candidates = o.matmul_candidates,
-          .own_gemm = o.own_gemm,
-          .cuda_graph = o.cuda_graph};
+  return {.deterministic = o.kernels.deterministic,
+          .matmul_candidates = o.kernels.matmul_candidates,
+          .own_gemm = o.kernels.own_gemm,
+          .cuda_graph = o.kernels.cuda_graph};
 }
 
 // A micro-batch of this many tokens and targets is all the device buffers
@@ -71,7 +71,7 @@ class CudaEngine final : public Engine {
   CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
       : weights_(weights), optimizer_(optimizer), options_(o) {
     SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
-    device_ = make_cuda_device(0, o.device_memory ? o.device_memory : MemorySpace::kUnlimited, 64ull << 20);
+    device_ = make_cuda_device(0, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
     gpu_ = gpu_name(0);
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
@@ -94,7 +94,7 @@ class CudaEngine final : public Engine {
     // The runners first: they take the places the ones measured while
     // planning had, below the state, as the plan's arena assumed.
     make_runners();
-    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.bf16_moments, *device_);
+    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.memory.bf16_moments, *device_);
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
@@ -115,7 +115,7 @@ class CudaEngine final : public Engine {
 
   std::string description() const override {
     const plan::TrainingPlan& p = planned_.plan;
-    const std::string moments = options_.bf16_moments ? "; bf16 AdamW moments" : "";
+    const std::string moments = options_.memory.bf16_moments ? "; bf16 AdamW moments" : "";
     const graph::RecomputePolicy recompute = planned_.step->recompute;
     const std::string remade = recompute == graph::RecomputePolicy::none
                                    ? ""
@@ -199,14 +199,15 @@ class CudaEngine final : public Engine {
     r.batch = options_.batch;
     r.seq = options_.seq;
     r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
-    if (options_.projections != "auto") r.fused_projections = options_.projections == "fused";
-    r.recompute = options_.recompute == "auto" ? std::nullopt
-                                               : std::optional(graph::parse_recompute_policy(options_.recompute));
-    r.bf16_moments = options_.bf16_moments;
-    r.offload = plan::parse_offload_mode(options_.offload);
+    const KernelConfig& k = options_.kernels;
+    if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;
+    r.recompute = recompute_policy(options_.memory.recompute);
+    r.bf16_moments = options_.memory.bf16_moments;
+    r.offload = options_.memory.offload;
     r.device_budget = mem.budget();
-    r.host_budget = options_.host_memory ? options_.host_memory
-                                         : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    r.host_budget = options_.memory.host_mem
+                        ? options_.memory.host_mem
+                        : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
     r.rates = plan::rates_for_gpu(gpu_);
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
@@ -215,10 +216,11 @@ class CudaEngine final : public Engine {
       uint64_t taken = 0;
       {
         auto eval = eval_step(s);
-        exec::CudaNodeRunner train_runner(s.step.graph, mem, compute_stream(), options_.deterministic,
-                                          options_.matmul_candidates, options_.own_gemm);
-        exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute_stream(), options_.deterministic,
-                                         options_.matmul_candidates, options_.own_gemm);
+        const KernelConfig& k = options_.kernels;
+        exec::CudaNodeRunner train_runner(s.step.graph, mem, compute_stream(), k.deterministic, k.matmul_candidates,
+                                          k.own_gemm);
+        exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute_stream(), k.deterministic,
+                                         k.matmul_candidates, k.own_gemm);
         taken = mem.in_use() - before;
       }
       return before + taken + mem.budget() / 100;

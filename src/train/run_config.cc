@@ -1,0 +1,111 @@
+#include "train/run_config.h"
+
+#include <cstdlib>
+#include <map>
+
+#include "base/config_file.h"
+#include "base/status.h"
+#include "train/run_config_fields.h"
+
+namespace spillway::train {
+
+const std::array<std::string_view, 4> EnumNames<OffloadMode>::names{
+    plan::offload_mode_name(OffloadMode::automatic), plan::offload_mode_name(OffloadMode::on),
+    plan::offload_mode_name(OffloadMode::off), plan::offload_mode_name(OffloadMode::stream)};
+
+const std::array<std::string_view, 4> EnumNames<RecomputeChoice>::names{
+    graph::recompute_policy_name(graph::RecomputePolicy::none),
+    graph::recompute_policy_name(graph::RecomputePolicy::layers),
+    graph::recompute_policy_name(graph::RecomputePolicy::selective), "auto"};
+
+std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice) {
+  switch (choice) {
+    case RecomputeChoice::none: return graph::RecomputePolicy::none;
+    case RecomputeChoice::layers: return graph::RecomputePolicy::layers;
+    case RecomputeChoice::selective: return graph::RecomputePolicy::selective;
+    case RecomputeChoice::automatic: return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+std::string_view command_name(Command command) {
+  switch (command) {
+    case Command::train: return "train";
+    case Command::finetune: return "finetune";
+    case Command::bench: return "bench";
+    case Command::plan: return "plan";
+  }
+  return "?";
+}
+
+RunConfig default_run_config(Command command) {
+  RunConfig config;
+  for (const Field& f : run_config_fields()) {
+    const std::string_view text = command_default(f, command);
+    if (!text.empty()) set_field_text(f, config, std::vector<std::string>{std::string(text)}, f.key);
+  }
+  return config;
+}
+
+namespace {
+
+// What set each field, to name it in errors: a flag, a variable, or a file.
+struct Source {
+  std::string thing;
+  bool file = false;
+};
+using Blame = std::map<std::string_view, Source>;  // by dotted key
+
+void check(const RunConfig& config, Command command, const Blame& blame) {
+  for (const Field& f : run_config_fields()) {
+    if (!uses(f, command)) continue;
+    const auto it = blame.find(f.key);
+    if (it == blame.end()) check_field_range(f, config, f.flag);
+    else check_field_range(f, config, it->second.thing, it->second.file);
+  }
+  const ParallelConfig& p = config.parallel;
+  const int64_t devices = p.dp * p.tp * p.pp * p.cp;
+  SPW_CHECK(devices == 1, "parallel", "dp ", p.dp, " x tp ", p.tp, " x pp ", p.pp, " x cp ", p.cp, " = ", devices,
+            " devices, but spillway runs on one device until its rank grid lands; set each to 1");
+  SPW_CHECK(command != Command::finetune || !config.model.init_from.empty(), "--model",
+            "finetune needs the model or run folder to start from (--model, or model.init_from in a run file)");
+}
+
+}  // namespace
+
+RunConfig resolve_run_config(Command command, const RunSources& sources) {
+  RunConfig config = default_run_config(command);
+  Blame blame;
+  if (!sources.file.empty()) {
+    apply_run_config_json(config, command, read_settings_file(sources.file), sources.file,
+                          [&](const Field& f) { blame[f.key] = {sources.file, true}; });
+  }
+  std::map<std::string_view, const std::vector<std::string>*> flags;
+  for (const auto& [key, texts] : sources.flags) {
+    const Field* f = find_field(key);
+    SPW_CHECK(f != nullptr && uses(*f, command), key, "is not a setting of ", command_name(command));
+    flags[f->key] = &texts;
+  }
+  // A variable is read only where no flag overrides it, so that a malformed
+  // one stops only the runs that would use it.
+  const auto getenv =
+      sources.getenv ? sources.getenv : [](const char* name) -> const char* { return std::getenv(name); };
+  for (const Field& f : run_config_fields()) {
+    if (f.env.empty() || !uses(f, command) || flags.count(f.key)) continue;
+    if (const char* value = getenv(std::string(f.env).c_str())) {
+      set_field_text(f, config, std::vector<std::string>{value}, f.env);
+      blame[f.key] = {std::string(f.env)};
+    }
+  }
+  for (const auto& [key, texts] : flags) {
+    const Field& f = *find_field(key);
+    set_field_text(f, config, *texts, f.flag);
+    blame[f.key] = {std::string(f.flag)};
+  }
+  check(config, command, blame);
+  return config;
+}
+
+void check_run_config(const RunConfig& config, Command command) { check(config, command, {}); }
+
+}  // namespace spillway::train

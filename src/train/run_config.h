@@ -1,0 +1,204 @@
+// One typed configuration of a run, shared by `train`, `finetune`, `bench`
+// and `plan`: what model, what data, how the optimizer steps, how long and
+// how big the schedule is, how memory is spent, which kernels run, how the
+// work is split over devices, and where the run lives.
+//
+// The member initializers are the defaults (of `train`; the field table in
+// run_config_fields.h says where another command starts elsewhere). Reading
+// files, command-line flags, the environment and checkpoints all goes
+// through that table, so a setting is declared once.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "graph/recompute.h"
+#include "plan/training_plan.h"
+
+namespace spillway::train {
+
+// The commands that take a run configuration.
+enum class Command : uint8_t { train, finetune, bench, plan };
+std::string_view command_name(Command command);
+
+// Where the step runs: the GPU when there is one, or as named.
+enum class DeviceChoice : uint8_t { automatic, cpu, cuda };
+
+// GPU: which layouts of the training state the plan may choose
+// (plan/training_plan.h).
+using plan::OffloadMode;
+
+// GPU: q|k|v and gate|up as one matmul each over stacked weights
+// (model/llama_graph.h): fused, separate, or automatic: fused where the whole
+// state and every activation stay on the device, separate where the plan
+// moves them (the planner places the smaller blocks better:
+// docs/performance.md).
+enum class ProjectionMode : uint8_t { automatic, fused, separate };
+
+// GPU: a recomputation policy (graph/recompute.h), or automatic: the one
+// with the fastest predicted step.
+enum class RecomputeChoice : uint8_t { none, layers, selective, automatic };
+// The policy a choice names; nullopt for automatic.
+std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
+
+// Each enum's one table of names, indexed by value; `noun` is what an error
+// calls a word that is not in it ("unknown policy 'x'").
+template <typename E>
+struct EnumNames;
+template <>
+struct EnumNames<DeviceChoice> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "cpu", "cuda"};
+  static constexpr std::string_view noun = "device";
+};
+// plan/training_plan.h names the offload modes and graph/recompute.h the
+// policies; these tables are built from those names.
+template <>
+struct EnumNames<OffloadMode> {
+  static const std::array<std::string_view, 4> names;
+  static constexpr std::string_view noun = "value";
+};
+template <>
+struct EnumNames<ProjectionMode> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "fused", "separate"};
+  static constexpr std::string_view noun = "value";
+};
+template <>
+struct EnumNames<RecomputeChoice> {
+  static const std::array<std::string_view, 4> names;
+  static constexpr std::string_view noun = "policy";
+};
+
+template <typename E>
+std::string_view enum_name(E value) {
+  return EnumNames<E>::names[static_cast<size_t>(value)];
+}
+
+struct ModelConfig {
+  std::string config = "tiny";  // a preset or a config.json; unused when init_from is set
+  std::string init_from;        // finetune: the model or run folder to start from
+};
+
+struct DataConfig {
+  std::vector<std::string> paths;  // empty: the default corpus
+  std::string document_separator;  // empty: "%" for the default corpus, else whole files
+  int32_t vocab_size = 4096;       // for a tokenizer trained here
+  double validation_fraction = 0.05;
+  uint64_t seed = 1;  // which documents are held out; fixed, so that a resume finds the same split
+};
+
+struct OptimizerConfig {
+  double lr = 2e-3;      // peak learning rate
+  double min_lr = 2e-4;  // at the end of the cosine
+  int64_t warmup = 30;   // linear warm-up steps
+  double weight_decay = 0.1;
+  double grad_clip = 1.0;  // <= 0: no clipping
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+};
+
+struct ScheduleConfig {
+  int64_t steps = 600;      // length of the schedule
+  int64_t stop_after = -1;  // stop (with a checkpoint) after this many steps; -1: at the end
+  int64_t batch = 16;       // sequences per micro-batch
+  int64_t seq = 128;
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  int64_t eval_every = 100;
+  int64_t eval_batches = 16;
+  int64_t checkpoint_every = 200;
+  uint64_t seed = 1337;
+};
+
+struct MemoryConfig {
+  uint64_t device_mem = 0;  // device budget in bytes; 0: the backend's default
+  uint64_t host_mem = 0;    // GPU: pinned host budget; 0: 90% of what is available
+  OffloadMode offload = OffloadMode::automatic;
+  RecomputeChoice recompute = RecomputeChoice::none;
+  // GPU: AdamW moments kept in bf16 (half the moments' memory and traffic).
+  // The caller's AdamW may then hold no fp32 moments; sync_to_host fills them.
+  bool bf16_moments = false;
+};
+
+struct KernelConfig {
+  bool deterministic = true;  // false: faster GPU attention backward whose last bits may vary
+  // GPU: the q|k|v product with its RoPE, the MLP's gate|up product with its
+  // SwiGLU gate, and down's dX product with SwiGLU's backward, each as one
+  // kernel of spillway's own Hopper GEMM (ops/gemm_hopper.h) where the GPU is
+  // Hopper; false keeps cuBLASLt and the separate kernels. The bits are the
+  // same either way.
+  bool own_gemm = true;
+  // GPU, where the step copies nothing: capture the step once (after an
+  // eager first run has made every cuBLASLt plan and cuDNN graph) and replay
+  // it, the same bits with no per-kernel launches; a step that cannot be
+  // captured stays eager, with a warning.
+  bool cuda_graph = true;
+  ProjectionMode projections = ProjectionMode::automatic;
+  // GPU: how many of cuBLASLt's candidates each matmul shape times on its
+  // first run, keeping the fastest (1: the heuristic's first). The choice
+  // does not change the bits (ops/matmul_cuda.h); at the power cap it did
+  // not pay (docs/performance.md).
+  int matmul_candidates = 1;
+};
+
+// Degrees of data, tensor, pipeline and context parallelism (DESIGN.md's
+// rank grid). Parsed and checked now; a run needs all four at 1 until the
+// rank grid exists.
+struct ParallelConfig {
+  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+};
+
+// Where the run executes and keeps its files.
+struct RunPlace {
+  DeviceChoice device = DeviceChoice::automatic;
+  std::string out = "runs/tiny";  // run folder: checkpoints, train_log.jsonl, loss.svg, run_config.toml
+  bool resume = false;            // continue out's run from its latest checkpoint
+  bool quiet = false;             // no progress output
+};
+
+// The text generated after training.
+struct SampleConfig {
+  int64_t tokens = 120;  // 0: none
+  std::string prompt;    // empty: start a new document
+  double temperature = 0.8;
+  int64_t top_k = 40;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  DataConfig data;
+  OptimizerConfig optimizer;
+  ScheduleConfig schedule;
+  MemoryConfig memory;
+  KernelConfig kernels;
+  ParallelConfig parallel;
+  RunPlace run;
+  SampleConfig sample;
+};
+
+// What a run configuration is read from, lowest precedence first after the
+// defaults: a file, the environment, the command line. Flags are keyed by
+// the field's dotted key and hold the text given ("24GiB"; "true" or "false"
+// for switches; one text per value of a list).
+struct RunSources {
+  std::string file = {};  // .toml or .json; empty: none
+  std::vector<std::pair<std::string, std::vector<std::string>>> flags = {};
+  // Reads an environment variable (nullptr: unset); std::getenv by default.
+  const char* (*getenv)(const char* name) = nullptr;
+};
+
+// `command`'s defaults.
+RunConfig default_run_config(Command command);
+
+// The run configuration `command` uses: its defaults, then `sources` over
+// them. Errors name the file and dotted key, the environment variable or
+// the flag that gave the value, in one line.
+RunConfig resolve_run_config(Command command, const RunSources& sources);
+
+// Checks the ranges of the fields `command` uses and that the run fits one
+// device; Error naming the field's flag.
+void check_run_config(const RunConfig& config, Command command);
+
+}  // namespace spillway::train

@@ -1,0 +1,83 @@
+#include "base/config_file.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/settings.h"
+
+namespace spillway {
+namespace {
+
+class SettingsFile : public testing::SettingsTest {
+ protected:
+  // The one-line message of reading `text` as a file named `name`.
+  std::string error_of_file(const std::string& name, const std::string& text) {
+    return error_of([&] { read_settings_file(write(name, text)); });
+  }
+};
+
+TEST_F(SettingsFile, TomlAndJsonGiveTheSameTree) {
+  const nlohmann::json from_toml = read_settings_file(write("run.toml", R"(
+# a comment
+[schedule]
+steps = 100
+seed = 7
+[optimizer]
+lr = 3e-4
+[data]
+paths = ["a.txt", "b.txt"]
+separator = "%"
+[memory]
+bf16_moments = true
+device_mem = "24GiB"
+)"));
+  const nlohmann::json from_json = read_settings_file(write("run.json", R"({
+  "schedule": {"steps": 100, "seed": 7},
+  "optimizer": {"lr": 3e-4},
+  "data": {"paths": ["a.txt", "b.txt"], "separator": "%"},
+  "memory": {"bf16_moments": true, "device_mem": "24GiB"}
+})"));
+  EXPECT_EQ(from_toml, from_json);
+  EXPECT_TRUE(from_toml["schedule"]["steps"].is_number_integer());
+  EXPECT_TRUE(from_toml["optimizer"]["lr"].is_number_float());
+}
+
+TEST_F(SettingsFile, DottedTomlKeysAreTables) {
+  EXPECT_EQ(read_settings_file(write("run.toml", "memory.offload = \"on\"\n")),
+            nlohmann::json::parse(R"({"memory": {"offload": "on"}})"));
+}
+
+TEST_F(SettingsFile, SyntaxErrorsSayWhereInPlainWords) {
+  EXPECT_EQ(error_of_file("a.toml", "[schedule]\nsteps = = 3\n"),
+            "a.toml:2:9: Error while parsing value: could not determine value type");
+  EXPECT_EQ(error_of_file("b.toml", "[schedule]\nsteps = 1\nsteps = 2\n"),
+            "b.toml:3:9: Error while parsing key-value pair: cannot redefine existing integer 'steps'");
+  EXPECT_EQ(error_of_file("c.json", "{\"memory\": {\"offload\": \"on\",}}"),
+            "c.json:1:29: unexpected '}'; expected string literal (reading object key)");
+  EXPECT_EQ(error_of_file("d.json", "{\"memory\":\n {\"offload\": tru}}"),
+            "d.json:2:17: invalid literal; last read: '\"offload\": tru}' (reading value)");
+}
+
+TEST_F(SettingsFile, DatesExtensionsAndMissingFilesAreNamed) {
+  EXPECT_EQ(error_of_file("e.toml", "[run]\nwhen = 1979-05-27\n"),
+            "e.toml:2:8: run.when is a date or time, which no setting is");
+  EXPECT_EQ(error_of_file("f.yaml", "a: 1\n"), "f.yaml: a settings file is .toml or .json");
+  EXPECT_EQ(error_of([&] { read_settings_file(file("absent.toml")); }), "absent.toml: cannot read it (no such file?)");
+}
+
+TEST_F(SettingsFile, WrittenTomlReadsBackInOrder) {
+  nlohmann::ordered_json tree;
+  tree["schedule"]["steps"] = 100;
+  tree["schedule"]["batch"] = 4;
+  tree["optimizer"]["lr"] = 0.002;
+  tree["optimizer"]["eps"] = 1e-8;
+  tree["data"]["paths"] = {"a b.txt", "quote\".txt"};
+  tree["memory"]["bf16_moments"] = false;
+  const std::string text = settings_toml(tree, "first line\nsecond line");
+  EXPECT_EQ(text.rfind("# first line\n# second line\n\n[schedule]\nsteps = 100\nbatch = 4\n", 0), 0u) << text;
+  EXPECT_EQ(read_settings_file(write("back.toml", text)), nlohmann::json(tree));
+}
+
+}  // namespace
+}  // namespace spillway

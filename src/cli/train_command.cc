@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/run_flags.h"
+#include "infer/generate.h"
 #include "train/trainer.h"
 
 namespace spillway::cli {
@@ -10,7 +11,11 @@ namespace spillway::cli {
 namespace {
 
 int run_training(const train::RunConfig& config) {
-  train::TrainResult r = train::train_model(config);
+  train::TrainResult r = train::train_model(
+      config, [](const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const train::SampleConfig& s,
+                 uint64_t seed) {
+        return infer::sample_text(weights, tokenizer, s.prompt, s.tokens, s.temperature, s.top_k, seed);
+      });
   std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s\n",
               static_cast<long long>(r.steps_done), r.train_loss, r.validation_loss, r.unigram_entropy,
               r.tokens_per_second);

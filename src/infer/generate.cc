@@ -36,4 +36,18 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
   return out;
 }
 
+std::string sample_text(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const std::string& prompt,
+                        int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed) {
+  const std::vector<int32_t> ids =
+      prompt.empty() ? std::vector<int32_t>{tokenizer.eos_id()} : tokenizer.encode(prompt);
+  LlamaDecoder decoder(weights, static_cast<int64_t>(ids.size()) + max_new_tokens);
+  GenerateOptions g;
+  g.max_new_tokens = max_new_tokens;
+  g.sampling.temperature = temperature;
+  g.sampling.top_k = top_k;
+  g.sampling.seed = seed;
+  g.stop_token = tokenizer.eos_id();
+  return prompt + tokenizer.decode(generate(decoder, ids, g));
+}
+
 }  // namespace spillway::infer

@@ -6,9 +6,13 @@
 #include <span>
 #include <vector>
 
+#include <string>
+
 #include "infer/decoder.h"
 #include "infer/llama_decoder.h"  // the CPU decoder, which callers of generate() often make
 #include "infer/sampler.h"
+#include "model/bpe_tokenizer.h"
+#include "model/llama_weights.h"
 
 namespace spillway::infer {
 
@@ -34,5 +38,12 @@ struct GenerateStats {
 std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
                               const std::function<void(int32_t)>& on_token = nullptr,
                               GenerateStats* stats = nullptr);
+
+// Text sampled on the CPU from `weights`: `prompt` (empty: a new document,
+// after the tokenizer's end of text) and up to `max_new_tokens` more, with
+// temperature and top-k sampling from `seed`. What a training run shows at
+// its end.
+std::string sample_text(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const std::string& prompt,
+                        int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed);
 
 }  // namespace spillway::infer

@@ -9,7 +9,6 @@
 #include "base/atomic_file.h"
 #include "base/config_file.h"
 #include "base/status.h"
-#include "infer/generate.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer_json.h"
@@ -74,23 +73,9 @@ class JsonLog {
   std::ofstream out_;
 };
 
-std::string generate_sample(const model::LlamaWeights& weights, const BpeTokenizer& tok, const SampleConfig& o,
-                            uint64_t seed) {
-  std::vector<int32_t> prompt = o.prompt.empty() ? std::vector<int32_t>{tok.eos_id()} : tok.encode(o.prompt);
-  infer::LlamaDecoder decoder(weights, static_cast<int64_t>(prompt.size()) + o.tokens);
-  infer::GenerateOptions g;
-  g.max_new_tokens = o.tokens;
-  g.sampling.temperature = o.temperature;
-  g.sampling.top_k = o.top_k;
-  g.sampling.seed = seed;
-  g.stop_token = tok.eos_id();
-  auto ids = infer::generate(decoder, prompt, g);
-  return o.prompt + tok.decode(ids);
-}
-
 }  // namespace
 
-TrainResult train_model(RunConfig o) {
+TrainResult train_model(RunConfig o, const SampleText& sample_text) {
   const Command command = o.model.init_from.empty() ? Command::train : Command::finetune;
   const fs::path run(o.run.out);
   model::LlamaWeights weights;
@@ -241,8 +226,8 @@ TrainResult train_model(RunConfig o) {
   write_text_file_atomically((run / "loss.svg").string(), svg);
   engine->sync_to_host();
   result.peak_device_bytes = engine->peak_device_bytes();
-  if (o.sample.tokens > 0 && end_step == s.steps) {
-    result.sample = generate_sample(weights, *data.tokenizer, o.sample, s.seed);
+  if (sample_text && o.sample.tokens > 0 && end_step == s.steps) {
+    result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});
   }
   log.write({{"event", "end"}, {"step", end_step}, {"train_loss", result.train_loss},

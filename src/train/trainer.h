@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
+#include "model/bpe_tokenizer.h"
+#include "model/llama_weights.h"
 #include "train/run_config.h"
 
 namespace spillway::train {
@@ -22,9 +25,16 @@ struct TrainResult {
   std::string sample;      // generated text
 };
 
+// The text a finished run shows, from its final weights (the layer that
+// generates text lies above training: the caller brings it).
+using SampleText = std::function<std::string(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer,
+                                             const SampleConfig& sample, uint64_t seed)>;
+
 // Trains as `config` says: from scratch, from config.model.init_from
 // (finetune), or on from the latest checkpoint of config.run.out (resume),
-// writing the resolved configuration to RUN/run_config.toml first.
-TrainResult train_model(RunConfig config);
+// writing the resolved configuration to RUN/run_config.toml first. With
+// `sample_text` and config.sample.tokens > 0, a run that reaches the end of
+// its schedule ends with a sample.
+TrainResult train_model(RunConfig config, const SampleText& sample_text = {});
 
 }  // namespace spillway::train

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# A/B on the GPU machine: the 1B step (seq 4096, batch 4) under each of
+# A/B on the GPU machine: a step (by default the 1B step, seq 4096, batch 4;
+# SHAPE replaces those bench flags, WARMUP the 2 untimed steps) under each of
 # MODES (bench flags and NAME=value environment settings, modes separated
 # by commas), alternated ROUNDS times, so that
 # clock and power drift fall on every mode alike; step times swing by ±3%
@@ -27,8 +28,8 @@ for round in $(seq "${ROUNDS:-3}"); do
       elif [[ "$word" =~ ^[A-Z_][A-Z0-9_]*= ]]; then envs+=("$word")
       else flags+=("$word"); fi
     done
-    env "${envs[@]}" "$bin" bench --config llama3.2-1b --seq 4096 --batch 4 --steps "${STEPS:-12}" \
-      --warmup 2 --json "$OUT/ab.jsonl" "${flags[@]}" > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
+    env "${envs[@]}" "$bin" bench ${SHAPE:---config llama3.2-1b --seq 4096 --batch 4} --steps "${STEPS:-12}" \
+      --warmup "${WARMUP:-2}" --json "$OUT/ab.jsonl" "${flags[@]}" > "$OUT/ab_run.log" 2>&1 || { tail -5 "$OUT/ab_run.log"; exit 1; }
     echo "round $round mode $i (${modes[$i]}): $(tail -1 "$OUT/ab.jsonl" | python3 -c \
       'import json,sys; j=json.load(sys.stdin); print("median %.1f ms, mean %.1f ms" % (j["step_s"]*1e3, j["mean_step_s"]*1e3))')"
   done

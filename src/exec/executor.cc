@@ -30,10 +30,24 @@ void StepProgram::check_binding(Value v, uint64_t bytes) const {
             info.bytes(), " (", info.shape.str(), " ", dtype_name(info.dtype), ")");
 }
 
-void Executor::bind(Value v, void* data) {
-  const auto& info = graph_.value(v);
+void StepProgram::check_bindable(Value v) const {
+  const auto& info = graph().value(v);
   SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
             "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
+}
+
+void StepProgram::check_all_bound(const std::vector<void*>& bound) const {
+  const auto& values = graph().values();
+  for (size_t v = 0; v < values.size(); ++v) {
+    SPW_CHECK(values[v].role == ValueRole::computed || bound[v], values[v].name,
+              "input or parameter was not bound before the step");
+    SPW_CHECK(!values[v].accumulated || bound[v], values[v].name,
+              "accumulated value was not bound to the caller's buffer before the step");
+  }
+}
+
+void Executor::bind(Value v, void* data) {
+  check_bindable(v);
   data_[static_cast<size_t>(v.id)] = data;
 }
 
@@ -49,13 +63,7 @@ void Executor::release_outputs() {
 
 void Executor::run() {
   release_outputs();
-  const auto& values = graph_.values();
-  for (size_t v = 0; v < values.size(); ++v) {
-    SPW_CHECK(values[v].role == ValueRole::computed || data_[v], values[v].name,
-              "input or parameter was not bound before the step");
-    SPW_CHECK(!values[v].accumulated || data_[v], values[v].name,
-              "accumulated value was not bound to the caller's buffer before the step");
-  }
+  check_all_bound(data_);
   const auto& nodes = graph_.nodes();
   try {
     for (size_t i = 0; i < nodes.size(); ++i) {

@@ -56,6 +56,10 @@ class StepProgram {
 
  protected:
   void check_binding(graph::Value v, uint64_t bytes) const;
+  // Only inputs, parameters and accumulated values are bound; a step runs
+  // only when all of them are (`bound` by value id).
+  void check_bindable(graph::Value v) const;
+  void check_all_bound(const std::vector<void*>& bound) const;
 };
 
 class Executor : public StepProgram {

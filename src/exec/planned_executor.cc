@@ -10,22 +10,6 @@ using graph::ValueRole;
 
 namespace {
 
-void check_bindable(const graph::Graph& g, Value v) {
-  const auto& info = g.value(v);
-  SPW_CHECK(info.role != ValueRole::computed || info.accumulated, info.name,
-            "only inputs, parameters and accumulated values are bound; computed values belong to the executor");
-}
-
-void check_all_bound(const graph::Graph& g, const std::vector<void*>& bound) {
-  const auto& values = g.values();
-  for (size_t v = 0; v < values.size(); ++v) {
-    SPW_CHECK(values[v].role == ValueRole::computed || bound[v], values[v].name,
-              "input or parameter was not bound before the step");
-    SPW_CHECK(!values[v].accumulated || bound[v], values[v].name,
-              "accumulated value was not bound to the caller's buffer before the step");
-  }
-}
-
 const void* planned_data(const graph::Graph& g, Value v, const std::vector<void*>& bound,
                          const std::vector<void*>& on_host, const std::vector<void*>& on_device) {
   const auto id = static_cast<size_t>(v.id);
@@ -83,7 +67,7 @@ PlannedExecutor::~PlannedExecutor() {
 }
 
 void PlannedExecutor::bind(Value v, void* data) {
-  check_bindable(graph_, v);
+  check_bindable(v);
   bound_[static_cast<size_t>(v.id)] = data;
   if (placement_.resident[static_cast<size_t>(v.id)]) on_device_[static_cast<size_t>(v.id)] = data;
 }
@@ -108,7 +92,7 @@ void PlannedExecutor::run() {
   // The caller synchronized after the previous step: its host copies and
   // device outputs are free to go.
   release_all();
-  check_all_bound(graph_, bound_);
+  check_all_bound(bound_);
   const auto& values = graph_.values();
   events_used_ = 0;
   marks_.clear();

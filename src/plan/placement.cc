@@ -384,7 +384,9 @@ Placement plan_placement(const Graph& g, const PlacementRequest& r, const graph:
       const uint64_t short_by = miss(effective, early_loads);
       if (short_by == 0) {
         SPW_CHECK(out.host_peak <= r.host_budget, "--host-mem", "the plan needs ", format_bytes(out.host_peak),
-                  " of host memory for offloaded values, more than the budget of ", format_bytes(r.host_budget));
+                  " of host memory for offloaded values",
+                  r.host_taken ? " beside " + format_bytes(r.host_taken) + " of training state at home" : "",
+                  ", more than the budget of ", format_bytes(r.host_budget + r.host_taken));
         return out;
       }
       const uint64_t step = std::max(short_by, r.device_budget / 64);

@@ -45,6 +45,9 @@ struct Placement {
 struct PlacementRequest {
   uint64_t device_budget = UINT64_MAX;  // for the values the plan moves; resident ones are outside it
   uint64_t host_budget = UINT64_MAX;    // for stored copies of computed values
+  // Host memory the caller keeps beside host_budget (the training state at
+  // home), for saying what the whole budget must hold when it does not.
+  uint64_t host_taken = 0;
   // By value id: bound by the caller to device memory for the whole step
   // (weights and gradient accumulators that fit). The plan never moves
   // them and does not count them.

@@ -90,7 +90,7 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
             " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
   p.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - p.host_state_bytes,
-                                   std::move(out.resident), r.rates);
+                                   std::move(out.resident), r.rates, p.host_state_bytes);
   SPW_CHECK(!out.layout.optimizer || r.offload != OffloadMode::off || p.placement.values_offloaded == 0,
             "--device-mem", "a budget of ", format_bytes(r.device_budget), " holds the training state but not the ",
             "step's activations with nothing offloaded (--offload off)");
@@ -176,10 +176,11 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
 }
 
 Placement plan_gpu_placement(const graph::Graph& g, uint64_t device_budget, uint64_t host_budget,
-                             std::vector<bool> resident, const MachineRates& rates) {
+                             std::vector<bool> resident, const MachineRates& rates, uint64_t host_taken) {
   PlacementRequest req;
   req.device_budget = device_budget;
   req.host_budget = host_budget;
+  req.host_taken = host_taken;
   req.resident = std::move(resident);
   for (const auto& n : g.nodes()) req.node_seconds.push_back(node_cost(g, n, rates).seconds);
   req.h2d_bytes_per_second = rates.h2d_bytes;

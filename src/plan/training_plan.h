@@ -99,8 +99,9 @@ TrainingPlan plan_training(const graph::Graph& step, const TrainingStateSpec& st
 // The placement of `graph` on a GPU of `rates` under these budgets, with
 // loads and stores timed by the cost model and the pool's best-fit arena
 // replayed: what the training step and an evaluation step both run under.
+// `host_taken`: host memory already spent beside `host_budget` (for errors).
 Placement plan_gpu_placement(const graph::Graph& graph, uint64_t device_budget, uint64_t host_budget,
-                             std::vector<bool> resident, const MachineRates& rates);
+                             std::vector<bool> resident, const MachineRates& rates, uint64_t host_taken = 0);
 
 // The optimizer's time: in place, reading and writing the state at the
 // device's memory rate (and the gradient sums once more for their norm), or

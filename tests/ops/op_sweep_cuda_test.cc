@@ -36,13 +36,12 @@ class PoisonedDeviceMemory final : public MemoryBacking {
 
 // Each output of `s` after one step on the GPU, as doubles.
 std::vector<std::vector<double>> run_on_gpu(const SweepGraph& s) {
-  cudaStream_t stream = nullptr;
-  SPW_CUDA(cudaStreamCreate(&stream));
+  CudaStream compute("sweep:compute", 0);
   std::vector<std::vector<double>> outputs;
   {
     MemorySpace space("sweep:cuda", MemorySpace::kUnlimited, std::make_unique<PoisonedDeviceMemory>());
     std::vector<std::unique_ptr<DeviceArray<char>>> inputs;
-    exec::CudaNodeRunner runner(s.graph, space, stream);
+    exec::CudaNodeRunner runner(s.graph, space, compute);
     exec::Executor executor(s.graph, space, runner);
     for (const InputSpec& in : s.inputs) {
       const graph::ValueInfo& info = s.graph.value(in.value);
@@ -59,7 +58,6 @@ std::vector<std::vector<double>> run_on_gpu(const SweepGraph& s) {
       outputs.push_back(from_bytes(host.data(), info.shape.numel(), info.dtype));
     }
   }
-  SPW_CUDA(cudaStreamDestroy(stream));
   return outputs;
 }
 

@@ -1,5 +1,7 @@
 #include "exec/cuda/cuda_node_runner.h"
 
+#include "device/cuda/cuda_stream.h"
+
 #include <algorithm>
 
 #include "base/status.h"
@@ -10,9 +12,10 @@
 
 namespace spillway::exec {
 
-CudaNodeRunner::CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream,
-                               bool deterministic, int matmul_candidates, bool own_gemm)
-    : cuda_(std::make_unique<ops::CudaOpContext>(memory, stream, deterministic, matmul_candidates, own_gemm)) {
+CudaNodeRunner::CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, Stream& stream, bool deterministic,
+                               int matmul_candidates, bool own_gemm)
+    : cuda_(std::make_unique<ops::CudaOpContext>(memory, as_cuda_stream(stream).handle(), deterministic,
+                                                 matmul_candidates, own_gemm)) {
   uint64_t need = 0;
   for (const graph::Node& n : graph.nodes()) {
     const auto prepare = graph::op_def(n.kind).cuda_prepare;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "device/memory_space.h"
+#include "device/stream.h"
 #include "exec/executor.h"
 #include "ops/cuda_op_context.h"
 
@@ -29,7 +30,8 @@ class CudaNodeRunner final : public NodeRunner {
   // or that rotates its product by RoPE (graph/fuse_matmul_rope.h), runs as
   // one kernel of ops/gemm_hopper.h on a Hopper GPU; off, or elsewhere, it
   // is cuBLASLt then the separate kernel.
-  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, cudaStream_t stream, bool deterministic = true,
+  // Kernels go to `stream`, a CUDA device's compute stream.
+  CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, Stream& stream, bool deterministic = true,
                  int matmul_candidates = 1, bool own_gemm = true);
   ~CudaNodeRunner() override;
 

@@ -217,18 +217,17 @@ class CudaEngine final : public Engine {
       {
         auto eval = eval_step(s);
         const KernelConfig& k = options_.kernels;
-        exec::CudaNodeRunner train_runner(s.step.graph, mem, compute_stream(), k.deterministic, k.matmul_candidates,
+        Stream& compute = device_->stream(StreamKind::compute);
+        exec::CudaNodeRunner train_runner(s.step.graph, mem, compute, k.deterministic, k.matmul_candidates,
                                           k.own_gemm);
-        exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute_stream(), k.deterministic,
-                                         k.matmul_candidates, k.own_gemm);
+        exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute, k.deterministic, k.matmul_candidates,
+                                         k.own_gemm);
         taken = mem.in_use() - before;
       }
       return before + taken + mem.budget() / 100;
     };
     return r;
   }
-
-  cudaStream_t compute_stream() { return as_cuda_stream(device_->stream(StreamKind::compute)).handle(); }
 
   std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
     return build_llama_step(weights_.config(), options_.batch, options_.seq, train.fused_projections,

@@ -12,7 +12,8 @@ namespace spillway::train {
 CudaStep::CudaStep(const graph::Graph& graph, const StepIo& io, Device& device, const CudaStepOptions& options)
     : graph_(graph), io_(io), device_(device), options_(options) {
   stream_ = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
-  runner_ = std::make_unique<exec::CudaNodeRunner>(graph_, device_.device_memory(), stream_, options.deterministic,
+  runner_ = std::make_unique<exec::CudaNodeRunner>(graph_, device_.device_memory(),
+                                                   device_.stream(StreamKind::compute), options.deterministic,
                                                    options.matmul_candidates, options.own_gemm);
 }
 

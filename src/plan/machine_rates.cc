@@ -3,14 +3,15 @@
 namespace spillway::plan {
 
 MachineRates h100_rates() {
-  // Copies: both links together move 96 GB/s and offloaded steps keep both
-  // busy, so 48 each (docs/performance.md, the planner's rates).
+  // The measured ceilings (docs/performance.md, the planner's rates). A copy
+  // stream gets half of what both links move together: offloaded steps keep
+  // both busy at once.
   return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 48e9, 48e9, 989e12};
 }
 
 MachineRates h200_rates() {
-  // The H100's processor and host links with faster memory: the device copy
-  // measured at 4.3 TB/s on the lent H200s.
+  // The H100's processor and host links with faster memory, at the device
+  // copy's rate measured on the lent H200s.
   MachineRates r = h100_rates();
   r.name = "NVIDIA H200";
   r.memory_bytes = 4.3e12;

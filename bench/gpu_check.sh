@@ -18,7 +18,7 @@ echo "tests: $(( $(date +%s) - start )) s"
 # SANITIZE_TESTS names the test binaries (default: the engines' and the
 # kernels; "binary=filter" runs only the gtest filter's tests); racecheck
 # skips the engines (no shared memory of their own).
-[ "${SANITIZE:-1}" = 0 ] || for t in ${SANITIZE_TESTS:-test_train_offload_engine_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test}; do
+[ "${SANITIZE:-1}" = 0 ] || for t in ${SANITIZE_TESTS:-test_train_cuda_engine_layouts_cuda_test test_ops_attention_cached_cuda_test test_infer_cuda_decoder_cuda_test test_ops_matmul_cuda_test}; do
   for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
     [ "$tool" = racecheck ] && [[ "$t" == test_train_* ]] && continue
     filter=""; [[ "$t" == *=* ]] && filter="--gtest_filter=${t#*=}"

@@ -1,7 +1,8 @@
-// The planned GPU engine against the all-on-device one: the same kernels on
-// the same inputs, so with the state on the device the runs agree bit for
-// bit; with weights streamed, activations offloaded and gradients sent
-// home, the step must still compute the same numbers.
+// The GPU engine's layouts against the whole state on the device: the same
+// kernels on the same inputs, so with the masters' rest and the moments at
+// home the runs agree bit for bit; with weights streamed, activations
+// offloaded and gradients sent home, the step must still compute the same
+// numbers.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -10,6 +10,7 @@ packages=(
   libtomlplusplus-dev           # run configuration files (used header-only)
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev
+  libgloo-dev                   # the CPU backend's collectives (ranks as processes)
   fortunes                      # the default English training corpus
   python3 python3-venv
 )

@@ -1,8 +1,10 @@
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/run_flags.h"
+#include "cli/training_ranks.h"
 #include "infer/generate.h"
 #include "train/trainer.h"
 
@@ -10,12 +12,17 @@ namespace spillway::cli {
 
 namespace {
 
-int run_training(const train::RunConfig& config) {
+int run_training(const train::RunConfig& config, train::Command command) {
+  if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
+  const TrainingRanks ranks = meet_ranks(config, command);
   train::TrainResult r = train::train_model(
-      config, [](const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const train::SampleConfig& s,
-                 uint64_t seed) {
+      config,
+      [](const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const train::SampleConfig& s,
+         uint64_t seed) {
         return infer::sample_text(weights, tokenizer, s.prompt, s.tokens, s.temperature, s.top_k, seed);
-      });
+      },
+      ranks.data_parallel);
+  if (ranks.data_parallel.rank() != 0) return 0;
   std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s\n",
               static_cast<long long>(r.steps_done), r.train_loss, r.validation_loss, r.unigram_entropy,
               r.tokens_per_second);
@@ -29,7 +36,7 @@ int run_training(const train::RunConfig& config) {
 Runner add_training(CLI::App& app, train::Command command, const char* description) {
   CLI::App* cmd = app.add_subcommand(std::string(train::command_name(command)), description);
   auto flags = std::make_shared<RunFlags>(cmd, command);
-  return [flags] { return run_training(flags->resolve()); };
+  return [flags, command] { return run_training(flags->resolve(), command); };
 }
 
 }  // namespace

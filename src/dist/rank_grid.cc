@@ -21,7 +21,7 @@ RankGrid::RankGrid(int dp, int pp, int cp, int tp, int world) : world_(world) {
   }
   SPW_CHECK(static_cast<int64_t>(dp) * others == world, "--dp",
             "dp x pp x cp x tp = ", dp, " x ", pp, " x ", cp, " x ", tp, " = ", static_cast<int64_t>(dp) * others,
-            ", but the launcher started ", world, " ranks");
+            ", but the run has ", world, " ranks");
   degree_ = {dp, pp, cp, tp};
 }
 

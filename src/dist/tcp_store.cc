@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <condition_variable>
 #include <cstring>
 #include <map>
@@ -220,18 +222,19 @@ TcpStore::~TcpStore() {
   server_.reset();
 }
 
-std::vector<char> TcpStore::request(char op, const std::string& key, const std::vector<char>& value) {
+std::vector<char> TcpStore::request(char op, const std::string& key, const std::vector<char>& value,
+                                    std::chrono::milliseconds wait) {
   const std::string at = "rendezvous " + where(host_, port_);
   bool sent = send_all(fd_, &op, 1) && send_bytes(fd_, key);
   if (op == kSet) {
     sent = sent && send_bytes(fd_, std::string(value.begin(), value.end()));
   } else {
-    const auto wait_ms = static_cast<uint32_t>(timeout_.count());
+    const auto wait_ms = static_cast<uint32_t>(std::min<int64_t>(wait.count(), UINT32_MAX));
     sent = sent && send_all(fd_, &wait_ms, 4);
   }
   char status = 0;
   SPW_CHECK(sent && recv_all(fd_, &status, 1), at, "the store closed (did rank 0 end?)");
-  SPW_CHECK(status == kFound, at, "'", key, "' was not set within ", timeout_.count() / 1000,
+  SPW_CHECK(status == kFound, at, "'", key, "' was not set within ", wait.count() / 1000,
             " s: a rank did not arrive");
   if (op == kSet) return {};
   std::string got;
@@ -239,8 +242,12 @@ std::vector<char> TcpStore::request(char op, const std::string& key, const std::
   return {got.begin(), got.end()};
 }
 
-void TcpStore::set(const std::string& key, const std::vector<char>& value) { request(kSet, key, value); }
+void TcpStore::set(const std::string& key, const std::vector<char>& value) { request(kSet, key, value, timeout_); }
 
-std::vector<char> TcpStore::get(const std::string& key) { return request(kGet, key, {}); }
+std::vector<char> TcpStore::get(const std::string& key) { return request(kGet, key, {}, timeout_); }
+
+std::vector<char> TcpStore::get(const std::string& key, std::chrono::milliseconds wait) {
+  return request(kGet, key, {}, wait);
+}
 
 }  // namespace spillway::dist

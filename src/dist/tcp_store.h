@@ -28,13 +28,16 @@ class TcpStore final : public RendezvousStore {
 
   void set(const std::string& key, const std::vector<char>& value) override;
   std::vector<char> get(const std::string& key) override;
+  // As get, waiting at most `wait` instead of the store's timeout.
+  std::vector<char> get(const std::string& key, std::chrono::milliseconds wait);
   std::chrono::milliseconds timeout() const override { return timeout_; }
   // The port served (useful with port 0, which takes a free one).
   uint16_t port() const { return port_; }
 
  private:
   class Server;
-  std::vector<char> request(char op, const std::string& key, const std::vector<char>& value);
+  std::vector<char> request(char op, const std::string& key, const std::vector<char>& value,
+                            std::chrono::milliseconds wait);
 
   std::string host_;
   uint16_t port_;

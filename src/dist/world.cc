@@ -102,4 +102,11 @@ World::World(const LaunchEnv& env, const RankGrid& grid, int gpu_ordinal, const 
 
 World::~World() = default;
 
+void World::barrier(std::chrono::milliseconds wait) {
+  if (!store_) return;
+  const std::string at = "barrier/" + std::to_string(barriers_++) + "/";
+  store_->set(at + std::to_string(rank_), {});
+  for (int r = 0; r < size(); ++r) store_->get(at + std::to_string(r), wait);
+}
+
 }  // namespace spillway::dist

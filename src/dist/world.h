@@ -15,6 +15,8 @@
 
 namespace spillway::dist {
 
+class TcpStore;
+
 class World {
  public:
   // Meets the other ranks of `env` (at most `timeout` for each wait) and
@@ -32,11 +34,16 @@ class World {
   const RankGrid& grid() const { return grid_; }
   // This rank's communicator along `d`; null where the degree is 1.
   Communicator* group(Dim d) const { return groups_[static_cast<size_t>(d)].get(); }
+  // Returns once every rank of the world has called it, waiting at most
+  // `wait` (rank 0 preparing what the others then read can take long; a
+  // rank 0 that ends ends the wait at once, with an error).
+  void barrier(std::chrono::milliseconds wait);
 
  private:
   int rank_;
   RankGrid grid_;
-  std::unique_ptr<RendezvousStore> store_;
+  std::unique_ptr<TcpStore> store_;
+  int barriers_ = 0;
   std::array<std::unique_ptr<Communicator>, kDims> groups_;
 };
 

@@ -142,6 +142,7 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
   uint64_t least_host = UINT64_MAX;
   for (const Layout& layout : kLayouts) {
     if (!allowed(layout, r.offload)) continue;
+    if (r.gradient_sums_on_device && layout.grads != Grads::all) continue;
     if (layout.grads == Grads::kept_first && !any_kept_first) continue;
     Planned candidate = state_of(g, s, total, layout);
     if (candidate.plan.host_state_bytes >= r.host_budget) {

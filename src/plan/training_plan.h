@@ -51,6 +51,9 @@ struct TrainingPlanRequest {
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
   int64_t micro_batches = 1;     // per optimizer step
   OffloadMode offload = OffloadMode::automatic;
+  // Only layouts with every gradient sum on the device (data parallelism
+  // sums them across the ranks there).
+  bool gradient_sums_on_device = false;
   MachineRates rates;
   // What one micro-batch processes, for tokens per second and MFU.
   double tokens_per_micro_batch = 0;

@@ -45,8 +45,17 @@ class CpuEngine final : public Engine {
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), grads_) * share;
     }
-    const double scale =
-        accumulated_grad_scale(global_grad_norm(grads_), micro_batches, options_.grad_clip, &stats.grad_norm);
+    const int ranks = data_parallel_size(options_);
+    if (ranks > 1) {
+      Stream& comm = device_->stream(StreamKind::comm);
+      for (auto& t : grads_.tensors()) {
+        options_.data_parallel->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
+      }
+      sum_over_ranks(std::span<double>(&stats.loss, 1));  // waits for the sums above too
+      stats.loss /= ranks;
+    }
+    const double scale = accumulated_grad_scale(global_grad_norm(grads_), micro_batches * ranks, options_.grad_clip,
+                                                &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
     optimizer_.step(weights_, grads_, lr, scale);
     return stats;
@@ -54,6 +63,13 @@ class CpuEngine final : public Engine {
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     return eval_->run(weights_, inputs, targets);
+  }
+
+  void sum_over_ranks(std::span<double> values) override {
+    if (!options_.data_parallel) return;
+    Stream& comm = device_->stream(StreamKind::comm);
+    options_.data_parallel->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
+    comm.synchronize();
   }
 
   std::string device_name() const override { return "cpu"; }

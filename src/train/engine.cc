@@ -87,13 +87,20 @@ size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t>
   return n;
 }
 
+bool picks_gpu(DeviceChoice device) {
+#ifdef SPILLWAY_HAS_CUDA
+  return device == DeviceChoice::cuda || (device == DeviceChoice::automatic && cuda_device_count() > 0);
+#else
+  SPW_CHECK(device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
+  return false;
+#endif
+}
+
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
 #ifdef SPILLWAY_HAS_CUDA
-  if (options.device == DeviceChoice::cuda || (options.device == DeviceChoice::automatic && cuda_device_count() > 0)) {
-    return make_cuda_engine(weights, optimizer, options);
-  }
+  if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else
-  SPW_CHECK(options.device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
+  picks_gpu(options.device);
 #endif
   SPW_CHECK(options.memory.recompute == RecomputeChoice::none, "--recompute",
             "recomputation is a feature of the GPU engine");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "device/communicator.h"
 #include "graph/graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
@@ -20,8 +21,8 @@
 namespace spillway::train {
 
 struct StepStats {
-  double loss = 0;       // mean over the micro-batches
-  double grad_norm = 0;  // before clipping
+  double loss = 0;       // mean over the micro-batches of every data-parallel rank
+  double grad_norm = 0;  // of the step's gradient, before clipping
 };
 
 // What an engine needs of a run configuration (train/run_config.h).
@@ -33,7 +34,16 @@ struct EngineOptions {
   DeviceChoice device = DeviceChoice::automatic;
   MemoryConfig memory;
   KernelConfig kernels;
+  // Data parallelism: the ranks whose micro-batches make one optimizer step
+  // together (null: this process alone). Each rank's engine runs its own
+  // micro_batches; the gradient sums are summed over the ranks before the
+  // update, so every rank updates the same weights.
+  Communicator* data_parallel = nullptr;
+  int gpu_ordinal = 0;  // the GPU this rank runs on
 };
+
+// How many ranks train together (1 without data parallelism).
+inline int data_parallel_size(const EngineOptions& o) { return o.data_parallel ? o.data_parallel->size() : 1; }
 
 class Engine {
  public:
@@ -48,6 +58,9 @@ class Engine {
                                int64_t micro_batches, double lr) = 0;
   // Mean loss of one batch, weights unchanged.
   virtual double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) = 0;
+  // `values` summed over the data-parallel ranks, in place (as they are
+  // without data parallelism). Every rank must call it.
+  virtual void sum_over_ranks(std::span<double> values) = 0;
   // Makes the host weights and optimizer handed to the engine current.
   virtual void sync_to_host() = 0;
   virtual uint64_t peak_device_bytes() const = 0;
@@ -80,6 +93,10 @@ size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t>
 // the nodes of `graph`, as a table.
 std::string op_time_report(const graph::Graph& graph, const std::vector<double>& node_seconds, int steps,
                            double other_seconds);
+
+// Whether `device` picks the GPU engine on this machine; Error where it
+// asks for CUDA this build does not have.
+bool picks_gpu(DeviceChoice device);
 
 // `weights` and `optimizer` must outlive the engine; they are its host copy.
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);

@@ -64,9 +64,8 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
     else check_field_range(f, config, it->second.thing, it->second.file);
   }
   const ParallelConfig& p = config.parallel;
-  const int64_t devices = p.dp * p.tp * p.pp * p.cp;
-  SPW_CHECK(devices == 1, "parallel", "dp ", p.dp, " x tp ", p.tp, " x pp ", p.pp, " x cp ", p.cp, " = ", devices,
-            " devices, but spillway runs on one device until its rank grid lands; set each to 1");
+  SPW_CHECK(p.tp * p.pp * p.cp == 1, "parallel", "tp ", p.tp, " x pp ", p.pp, " x cp ", p.cp,
+            ": spillway splits runs over ranks by data parallelism only so far; set --tp, --pp and --cp to 1");
   SPW_CHECK(command != Command::finetune || !config.model.init_from.empty(), "--model",
             "finetune needs the model or run folder to start from (--model, or model.init_from in a run file)");
 }

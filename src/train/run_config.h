@@ -144,10 +144,15 @@ struct KernelConfig {
 };
 
 // Degrees of data, tensor, pipeline and context parallelism (DESIGN.md's
-// rank grid). Parsed and checked now; a run needs all four at 1 until the
-// rank grid exists.
+// rank grid, dist/rank_grid.h), and how the ranks start. Data parallelism
+// runs; tp, pp and cp must stay 1 until their layouts exist.
 struct ParallelConfig {
-  int64_t dp = 1, tp = 1, pp = 1, cp = 1;
+  int64_t dp = 0;  // 0: every rank the other degrees leave
+  int64_t tp = 1, pp = 1, cp = 1;
+  // Ranks this command starts on this host when no launcher (torchrun,
+  // mpirun, srun) started it: one process per device.
+  int64_t nproc_per_node = 1;
+  int64_t timeout_s = 300;  // how long a rank waits for the others to meet, or to answer
 };
 
 // Where the run executes and keeps its files.

@@ -57,6 +57,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   req.host_budget = r.host_budget;
   req.micro_batches = r.micro_batches;
   req.offload = r.offload;
+  req.gradient_sums_on_device = r.gradient_sums_on_device;
   req.rates = r.rates;
   req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
   req.flops_per_token = model::training_flops_per_token(r.config, r.seq);

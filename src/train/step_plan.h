@@ -46,6 +46,7 @@ struct StepPlanRequest {
   std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
   bool bf16_moments = false;
   plan::OffloadMode offload = plan::OffloadMode::automatic;
+  bool gradient_sums_on_device = false;  // plan::TrainingPlanRequest's
   uint64_t device_budget = 0, host_budget = 0;
   // The device bytes a step of this graph takes outside the graph and the
   // state (kernel workspaces): the GPU engine makes its runners for the

@@ -40,31 +40,39 @@ void check_options(const RunConfig& o, Command command) {
 
 // Mean loss over the validation file's first `max_batches` batches,
 // weighted by counted targets; a short last batch is padded with rows
-// whose targets do not count.
-double evaluate(Engine& engine, int64_t batch, int64_t seq, const TokenFile& val, int64_t max_batches) {
+// whose targets do not count. Data-parallel ranks take turns at the
+// batches and sum what they saw.
+double evaluate(Engine& engine, int64_t batch, int64_t seq, const TokenFile& val, int64_t max_batches,
+                const DataParallelRun& ranks) {
   SequentialBatches batches(val, batch, seq);
   TokenBatch b;
-  double loss_sum = 0, counted = 0;
+  double sums[2] = {0, 0};  // loss over counted targets, and their count
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
   for (int64_t i = 0; i < max_batches && batches.next(b); ++i) {
+    if (i % ranks.size() != ranks.rank()) continue;
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -100);
     std::copy(b.inputs.begin(), b.inputs.end(), inputs.begin());
     std::copy(b.targets.begin(), b.targets.end(), targets.begin());
     const double n = static_cast<double>(b.targets.size());
-    loss_sum += engine.eval_loss(inputs, targets) * n;
-    counted += n;
+    sums[0] += engine.eval_loss(inputs, targets) * n;
+    sums[1] += n;
   }
-  return counted > 0 ? loss_sum / counted : NAN;
+  engine.sum_over_ranks(sums);
+  return sums[1] > 0 ? sums[0] / sums[1] : NAN;
 }
 
+// Only the lead rank of a data-parallel run writes one.
 class JsonLog {
  public:
-  explicit JsonLog(const fs::path& path) : out_(path, std::ios::app) {
+  JsonLog(const fs::path& path, bool lead) {
+    if (!lead) return;
+    out_.open(path, std::ios::app);
     SPW_CHECK(out_.good(), path.string(), "cannot open the training log for writing");
   }
   void write(const json& line) {
+    if (!out_.is_open()) return;
     out_ << line.dump() << "\n";
     out_.flush();
   }
@@ -75,7 +83,10 @@ class JsonLog {
 
 }  // namespace
 
-TrainResult train_model(RunConfig o, const SampleText& sample_text) {
+TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks) {
+  // The lead rank prints, logs and checkpoints; every rank trains.
+  const bool lead = ranks.rank() == 0;
+  if (!lead) o.run.quiet = true;
   const Command command = o.model.init_from.empty() ? Command::train : Command::finetune;
   const fs::path run(o.run.out);
   model::LlamaWeights weights;
@@ -104,7 +115,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
   std::optional<model::LlamaConfig> fresh_config;
   if (weights.tensors().empty()) fresh_config = model::resolve_config(o.model.config);
 
+  // The lead rank prepares the data; the others then find it prepared.
+  if (!lead) ranks.barrier();
   Dataset data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
+  if (lead && ranks.size() > 1) ranks.barrier();
+  SPW_CHECK(s.grad_accum % ranks.size() == 0, "--grad-accum", "the ", s.grad_accum,
+            " micro-batches of an optimizer step do not split evenly over ", ranks.size(), " data-parallel ranks");
+  const int64_t rank_micro_batches = s.grad_accum / ranks.size();
   if (fresh_config) {
     fresh_config->vocab_size = data.tokenizer->vocab_size();
     weights = model::LlamaWeights::random(*fresh_config, s.seed);
@@ -136,24 +153,26 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
 
   const EngineOptions engine_options{.batch = s.batch,
                                      .seq = s.seq,
-                                     .micro_batches = s.grad_accum,
+                                     .micro_batches = rank_micro_batches,
                                      .grad_clip = o.optimizer.grad_clip,
                                      .device = o.run.device,
                                      .memory = o.memory,
-                                     .kernels = o.kernels};
+                                     .kernels = o.kernels,
+                                     .data_parallel = ranks.comm,
+                                     .gpu_ordinal = ranks.gpu_ordinal};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;
   const int64_t tokens_per_step = s.batch * s.seq * s.grad_accum;
 
   fs::create_directories(run);
-  write_text_file_atomically(
+  if (lead) write_text_file_atomically(
       (run / "run_config.toml").string(),
       settings_toml(run_config_json(o, command),
                     "The configuration this run resolved (docs/run_config.md); `spillway " +
                         std::string(command_name(command)) + " " + (run / "run_config.toml").string() +
                         "` reads it back."));
-  JsonLog log(run / "train_log.jsonl");
+  JsonLog log(run / "train_log.jsonl", lead);
   Progress progress(s.steps, o.run.quiet ? nullptr : stdout);
   if (!o.run.quiet) {
     std::printf("device: %s\n", engine->description().c_str());
@@ -175,6 +194,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
                {"validation_curve", json::array()}};
     for (auto [x, y] : curves.train) st["train_curve"].push_back({x, y});
     for (auto [x, y] : curves.validation) st["validation_curve"].push_back({x, y});
+    if (!lead) return std::string();
     std::string dir = save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer, st);
     log.write({{"event", "checkpoint"}, {"step", steps_done}, {"path", dir}});
     return dir;
@@ -191,7 +211,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
                    std::span<int32_t>(targets).subspan(micro * micro_tokens, micro_tokens));
     }
     const double lr = schedule.at(step);
-    const StepStats stats = engine->train_step(inputs, targets, s.grad_accum, lr);
+    // The step's micro-batches are drawn alike on every rank: this rank
+    // trains on its share.
+    const size_t share = micro_tokens * static_cast<size_t>(rank_micro_batches);
+    const size_t first = share * static_cast<size_t>(ranks.rank());
+    const StepStats stats = engine->train_step(std::span<const int32_t>(inputs).subspan(first, share),
+                                               std::span<const int32_t>(targets).subspan(first, share),
+                                               rank_micro_batches, lr);
     const double loss = stats.loss, norm = stats.grad_norm;
     SPW_CHECK(std::isfinite(loss), "training", "loss became ", loss, " at step ", step + 1,
               " (try a lower --lr)");
@@ -204,7 +230,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
                {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
     const bool last = step + 1 == end_step;
     if ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last) {
-      double val = evaluate(*engine, s.batch, s.seq, *data.validation, s.eval_batches);
+      double val = evaluate(*engine, s.batch, s.seq, *data.validation, s.eval_batches, ranks);
       curves.validation.emplace_back(static_cast<double>(step + 1), val);
       result.validation_loss = val;
       char line[160];
@@ -222,11 +248,10 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text) {
   result.tokens_per_second = progress.tokens_per_second();
   if (result.checkpoint.empty() && start_step == end_step) result.checkpoint = resolve_checkpoint(o.run.out);
 
-  const std::string svg = loss_plot_svg(curves);
-  write_text_file_atomically((run / "loss.svg").string(), svg);
+  if (lead) write_text_file_atomically((run / "loss.svg").string(), loss_plot_svg(curves));
   engine->sync_to_host();
   result.peak_device_bytes = engine->peak_device_bytes();
-  if (sample_text && o.sample.tokens > 0 && end_step == s.steps) {
+  if (lead && sample_text && o.sample.tokens > 0 && end_step == s.steps) {
     result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});
   }

@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "device/communicator.h"
 #include "model/bpe_tokenizer.h"
 #include "model/llama_weights.h"
 #include "train/run_config.h"
@@ -30,11 +31,24 @@ struct TrainResult {
 using SampleText = std::function<std::string(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer,
                                              const SampleConfig& sample, uint64_t seed)>;
 
+// This process's place among the ranks of a data-parallel run (the dist/
+// layer, which makes it, lies above training). Alone by default.
+struct DataParallelRun {
+  Communicator* comm = nullptr;  // the data-parallel group
+  std::function<void()> barrier;  // returns once every rank has called it
+  int gpu_ordinal = 0;            // this rank's GPU
+  int rank() const { return comm ? comm->rank() : 0; }
+  int size() const { return comm ? comm->size() : 1; }
+};
+
 // Trains as `config` says: from scratch, from config.model.init_from
 // (finetune), or on from the latest checkpoint of config.run.out (resume),
 // writing the resolved configuration to RUN/run_config.toml first. With
 // `sample_text` and config.sample.tokens > 0, a run that reaches the end of
-// its schedule ends with a sample.
-TrainResult train_model(RunConfig config, const SampleText& sample_text = {});
+// its schedule ends with a sample. With several data-parallel `ranks`, each
+// trains on its share of every optimizer step's config.schedule.grad_accum
+// micro-batches (which the ranks must divide), and the lead rank (0) alone
+// prints, logs and checkpoints.
+TrainResult train_model(RunConfig config, const SampleText& sample_text = {}, const DataParallelRun& ranks = {});
 
 }  // namespace spillway::train

@@ -52,7 +52,7 @@ TEST(RankGrid, AMismatchNamesTheDegreesAndTheWorld) {
     FAIL() << "2 x 2 accepted for 6 ranks";
   } catch (const Error& e) {
     EXPECT_EQ(std::string(e.what()),
-              "--dp: dp x pp x cp x tp = 2 x 1 x 1 x 2 = 4, but the launcher started 6 ranks");
+              "--dp: dp x pp x cp x tp = 2 x 1 x 1 x 2 = 4, but the run has 6 ranks");
   }
   EXPECT_THROW(RankGrid(0, 4, 1, 1, 6), Error);
   EXPECT_THROW(RankGrid(1, 0, 1, 1, 1), Error);

@@ -71,8 +71,13 @@ class CudaEngine final : public Engine {
   CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
       : weights_(weights), optimizer_(optimizer), options_(o) {
     SPW_CHECK(cuda_device_count() > 0, "--device cuda", "no CUDA GPU is visible to this process");
-    device_ = make_cuda_device(0, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
-    gpu_ = gpu_name(0);
+    const int gpu = o.gpu_ordinal;
+    SPW_CHECK(gpu >= 0 && gpu < cuda_device_count(), "--device cuda", "GPU ", gpu, " is not visible (",
+              cuda_device_count(), " are)");
+    // The kernels of every op run on the current device: this rank's GPU.
+    SPW_CUDA(cudaSetDevice(gpu));
+    device_ = make_cuda_device(gpu, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
+    gpu_ = gpu_name(gpu);
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
     io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
@@ -81,6 +86,7 @@ class CudaEngine final : public Engine {
     io_.pinned_ids = pinned_io_->as<int32_t>();
     io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
 
+    if (o.data_parallel) scalars_ = mem.allocate(kScalarBytes, "data-parallel sums");
     planned_ = plan_llama_step(plan_request());
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
@@ -128,7 +134,7 @@ class CudaEngine final : public Engine {
     return device_name() + " (" + train_->runner().attention_summary() + (gemm.empty() ? "" : "; " + gemm) + moments +
            remade + ")";
   }
-  std::string device_name() const override { return "cuda:0 " + gpu_; }
+  std::string device_name() const override { return "cuda:" + std::to_string(options_.gpu_ordinal) + " " + gpu_; }
   bool on_gpu() const override { return true; }
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
@@ -146,8 +152,14 @@ class CudaEngine final : public Engine {
       }
       stats.loss += train_->run(x, y, micro == 0) / static_cast<double>(micro_batches);
     }
+    const int ranks = data_parallel_size(options_);
+    if (ranks > 1) {
+      sum_gradients_over_ranks();
+      sum_over_ranks(std::span<double>(&stats.loss, 1));
+      stats.loss /= ranks;
+    }
     const auto optimizer_start = std::chrono::steady_clock::now();
-    const double grad_scale = accumulated_grad_scale(std::sqrt(norm_->sum_of_squares()), micro_batches,
+    const double grad_scale = accumulated_grad_scale(std::sqrt(norm_->sum_of_squares()), micro_batches * ranks,
                                                      options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
     adamw_->update(optimizer_, lr, grad_scale);
@@ -157,6 +169,17 @@ class CudaEngine final : public Engine {
       ++profiled_steps_;
     }
     return stats;
+  }
+
+  void sum_over_ranks(std::span<double> values) override {
+    if (!options_.data_parallel) return;
+    const uint64_t bytes = values.size_bytes();
+    SPW_CHECK(bytes <= kScalarBytes, "data parallelism", "summing ", values.size(), " values over the ranks at once");
+    Stream& comm = device_->stream(StreamKind::comm);
+    device_->copy_async(scalars_, values.data(), bytes, comm);
+    options_.data_parallel->all_reduce_sum(scalars_, values.size(), DType::f64, comm);
+    device_->copy_async(values.data(), scalars_, bytes, comm);
+    comm.synchronize();
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
@@ -209,6 +232,8 @@ class CudaEngine final : public Engine {
                         ? options_.memory.host_mem
                         : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
     r.rates = plan::rates_for_gpu(gpu_);
+    // The ranks sum the gradient sums where they lie: on the device.
+    r.gradient_sums_on_device = data_parallel_size(options_) > 1;
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
     r.device_reserved = [this, &mem](const LlamaStep& s) {
@@ -261,7 +286,7 @@ class CudaEngine final : public Engine {
       train_->make_executor();
       eval_->make_executor();
     } else {
-      host_pool_ = make_cuda_pool_space("cuda:0:pinned_host", CudaPoolKind::pinned_host, 0,
+      host_pool_ = make_cuda_pool_space(device_name() + ":pinned_host", CudaPoolKind::pinned_host, options_.gpu_ordinal,
                                         p.placement.host_peak + p.placement.host_peak / 8 + (64ull << 20));
       train_->make_executor(p.placement, host_pool_.get());
       const graph::Graph& g = eval_graph_->step.graph;
@@ -288,6 +313,23 @@ class CudaEngine final : public Engine {
     };
   }
 
+  // The gradient sums of every rank, summed on each. The comm stream waits
+  // for the step's last adds into them, and compute for the sums.
+  void sum_gradients_over_ranks() {
+    Stream& compute = device_->stream(StreamKind::compute);
+    Stream& comm = device_->stream(StreamKind::comm);
+    if (!grads_ready_) {
+      grads_ready_ = device_->new_event();
+      grads_summed_ = device_->new_event();
+    }
+    compute.record(*grads_ready_);
+    comm.wait(*grads_ready_);
+    options_.data_parallel->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float),
+                                           DType::f32, comm);
+    comm.record(*grads_summed_);
+    compute.wait(*grads_summed_);
+  }
+
   // A stacked parameter starts where its first tensor does.
   void bind(CudaStep& s, const LlamaStep& step, bool with_grads) {
     for (size_t j = 0; j < step.model.parameters.size(); ++j) {
@@ -312,6 +354,9 @@ class CudaEngine final : public Engine {
   std::unique_ptr<CudaStep> train_, eval_;
   std::unique_ptr<CudaAdamW> adamw_;
   exec::PlannedExecutor::BeforeStore before_store_;
+  std::unique_ptr<Event> grads_ready_, grads_summed_;
+  static constexpr uint64_t kScalarBytes = 256;
+  void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
   bool host_current_ = true;  // the caller's masters hold the engine's
   bool profiling_ = false;
   int profiled_steps_ = 0;

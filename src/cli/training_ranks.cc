@@ -1,0 +1,69 @@
+#include "cli/training_ranks.h"
+
+#include <chrono>
+#include <string>
+
+#include "base/status.h"
+#include "dist/launch_env.h"
+#include "dist/spawn.h"
+#include "train/engine.h"
+#include "train/run_config_fields.h"
+
+#ifdef SPILLWAY_HAS_CUDA
+#include "device/cuda/cuda_device.h"
+#endif
+
+namespace spillway::cli {
+
+namespace {
+
+// Rank 0 may tokenize a whole corpus while the others wait for it.
+constexpr std::chrono::hours kDataPreparationWait{24};
+
+// The GPU of the rank that is `local_rank` on its host: its own where the
+// launcher let it see them all, the one it sees where it gave each rank one.
+int gpu_of(const dist::LaunchEnv& env) {
+#ifdef SPILLWAY_HAS_CUDA
+  const int count = cuda_device_count();
+  if (count == 1) return 0;
+  SPW_CHECK(env.local_rank < count, "rank " + std::to_string(env.rank), "is local rank ", env.local_rank,
+            " on a host with ", count, " GPUs: start at most one rank per GPU");
+#endif
+  return env.local_rank;
+}
+
+dist::RankGrid grid_of(const train::ParallelConfig& p, int world) {
+  return dist::RankGrid(static_cast<int>(p.dp), static_cast<int>(p.pp), static_cast<int>(p.cp), static_cast<int>(p.tp),
+                        world);
+}
+
+}  // namespace
+
+std::optional<int> start_ranks_here(const train::RunConfig& config) {
+  const train::ParallelConfig& p = config.parallel;
+  if (p.nproc_per_node == 1 || !dist::read_launch_env().launcher.empty()) return std::nullopt;
+  grid_of(p, static_cast<int>(p.nproc_per_node));  // one error here rather than one from every rank
+  return dist::run_local_ranks(static_cast<int>(p.nproc_per_node));
+}
+
+TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command) {
+  const dist::LaunchEnv env = dist::read_launch_env();
+  const train::ParallelConfig& p = config.parallel;
+  SPW_CHECK(!env.launcher.empty() || p.dp <= 1, "--dp", p.dp, " needs ", p.dp,
+            " ranks, but this is one process: start them with --nproc-per-node ", p.dp,
+            ", or with a launcher (torchrun, mpirun, srun)");
+  const dist::RankGrid grid = grid_of(p, env.world);
+  const bool gpu = train::picks_gpu(config.run.device);
+  TrainingRanks ranks;
+  ranks.data_parallel.gpu_ordinal = gpu ? gpu_of(env) : 0;
+  if (env.world == 1) return ranks;
+  ranks.world = std::make_unique<dist::World>(env, grid, gpu ? ranks.data_parallel.gpu_ordinal : -1,
+                                              train::run_config_json(config, command).dump(),
+                                              std::chrono::seconds(p.timeout_s));
+  dist::World* world = ranks.world.get();
+  ranks.data_parallel.comm = world->group(dist::Dim::dp);
+  ranks.data_parallel.barrier = [world] { world->barrier(kDataPreparationWait); };
+  return ranks;
+}
+
+}  // namespace spillway::cli

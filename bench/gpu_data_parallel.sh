@@ -49,20 +49,51 @@ PY
 echo "tiny: $(( $(date +%s) - start )) s"
 
 [ "${BIG:-1}" = 0 ] && exit 0
-# The 1B model from scratch on that corpus: tok/s of steps 3.. from the log.
-big="$data --config llama3.2-1b --seq 4096 --batch 4 --grad-accum ${GRAD_ACCUM:-8} --steps ${STEPS:-8} --eval-every 0 --checkpoint-every 0 --sample-tokens 0 --quiet"
+# The 1B model from scratch on that corpus, GRAD_ACCUM micro-batches of 4 x 4096
+# tokens an optimizer step over all ranks: tok/s of steps 2.. from the log.
+ga=${GRAD_ACCUM:-8}
+big="$data --config llama3.2-1b --seq 4096 --batch 4 --grad-accum $ga --steps ${STEPS:-8} --eval-every 0 --checkpoint-every 0 --sample-tokens 0 --quiet"
 for n in 1 "$NPROC"; do
   extra=""; [ "$n" = 1 ] || extra="--nproc-per-node $n"
   $B train $big $extra --out $runs/big$n > "$OUT/big$n.log" 2>&1 || { tail -5 "$OUT/big$n.log"; exit 1; }
   cp $runs/big$n/train_log.jsonl "$OUT/big$n.jsonl"
-  python3 - $runs/big$n "$n" <<'PY'
-import json, sys
-steps = [j for j in map(json.loads, open(sys.argv[1] + "/train_log.jsonl")) if "loss" in j]
+  grep -E "done:" "$OUT/big$n.log"
+  python3 - $runs/big$n "$n" "$OUT/big$n.log" "$OUT/results.jsonl" $ga <<'PY'
+import json, re, sys
+run, n, log, results = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+steps = [j for j in map(json.loads, open(run + "/train_log.jsonl")) if "loss" in j]
 first, last = steps[1], steps[-1]
 s = (last["elapsed_s"] - first["elapsed_s"]) / (last["step"] - first["step"])
 tok = (last["tokens"] - first["tokens"]) / (last["elapsed_s"] - first["elapsed_s"])
-print("1B, %s GPU(s): %.3f s an optimizer step, %.0f tok/s, loss %.4f" % (sys.argv[2], s, tok, last["loss"]))
+# flops/token = 6 * matmul parameters + 6 * layers * seq * width (bench/torch_llama.py's formula)
+V, d, L, kv, ff, T = 128256, 2048, 16, 512, 8192, 4096
+flops = 6 * (L * (2 * d * d + 2 * d * kv + 3 * d * ff) + V * d) + 6 * L * T * d
+mem = re.search(r"peak device memory ([\d.]+ \w+)", open(log).read())
+base = [json.loads(l) for l in open(results)] if n > 1 else []
+one = next((r["tok_s_per_gpu"] for r in base if r["system"] == "spillway" and r["gpus"] == 1), None)
+r = dict(system="spillway", shape="llama3.2-1b", seq=T, batch=4, grad_accum=int(sys.argv[5]), gpus=n, dp=n, step_s=round(s, 4), tok_s=round(tok),
+         tok_s_per_gpu=round(tok / n), mfu=round(tok / n * flops / 989e12, 4), peak_device=mem.group(1) if mem else None,
+         loss=round(last["loss"], 4))
+if one: r["scaling"] = round(r["tok_s_per_gpu"] / one, 4)
+print(json.dumps(r))
+open(results, "a").write(json.dumps(r) + "\n")
 PY
-  grep -E "done:" "$OUT/big$n.log"
   echo "big$n: $(( $(date +%s) - start )) s"
+done
+
+[ "${TORCH:-1}" = 0 ] && exit 0
+# PyTorch on the same shape and GPUs: compiled, one GPU and NPROC through DDP.
+T=/opt/torch/.venv/bin/torchrun
+for n in 1 "$NPROC"; do
+  $T --standalone --nproc-per-node $n bench/torch_data_parallel.py --mode ddp --compile --grad-accum $(( ga / n )) \
+    > "$OUT/torch_ddp$n.log" 2>&1 || { tail -5 "$OUT/torch_ddp$n.log"; continue; }
+  python3 - "$OUT/torch_ddp$n.log" "$OUT/results.jsonl" <<'PY'
+import json, sys
+r = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+one = next((x["tok_s_per_gpu"] for x in map(json.loads, open(sys.argv[2])) if x["system"] == r["system"] and x["gpus"] == 1), None)
+if one and r["gpus"] > 1: r["scaling"] = round(r["tok_s_per_gpu"] / one, 4)
+print(json.dumps(r))
+open(sys.argv[2], "a").write(json.dumps(r) + "\n")
+PY
+  echo "torch_ddp$n: $(( $(date +%s) - start )) s"
 done

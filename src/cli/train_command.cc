@@ -2,6 +2,7 @@
 #include <memory>
 #include <optional>
 
+#include "base/bytes.h"
 #include "cli/commands.h"
 #include "cli/run_flags.h"
 #include "cli/training_ranks.h"
@@ -23,9 +24,9 @@ int run_training(const train::RunConfig& config, train::Command command) {
       },
       ranks.data_parallel);
   if (ranks.data_parallel.rank() != 0) return 0;
-  std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s\n",
+  std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s, peak device memory %s\n",
               static_cast<long long>(r.steps_done), r.train_loss, r.validation_loss, r.unigram_entropy,
-              r.tokens_per_second);
+              r.tokens_per_second, format_bytes(r.peak_device_bytes).c_str());
   const char* out = config.run.out.c_str();
   std::printf("checkpoint: %s\nlog: %s/train_log.jsonl\nloss curve: %s/loss.svg\nconfiguration: %s/run_config.toml\n",
               r.checkpoint.c_str(), out, out, out);

@@ -15,6 +15,7 @@
 #include "base/status.h"
 #include "cli/commands.h"
 #include "cli/run_flags.h"
+#include "cli/training_ranks.h"
 #include "device/power_monitor.h"
 #include "model/llama_config_json.h"
 #include "plan/machine_rates.h"
@@ -35,53 +36,73 @@ struct BenchArgs {
   std::string timeline;
 };
 
+// With data-parallel ranks, each runs its share of the step's grad_accum
+// micro-batches (on tokens of its own) and the lead rank reports the step.
 int run_bench(const train::RunConfig& c, const BenchArgs& a) {
+  if (std::optional<int> exit_code = start_ranks_here(c)) return *exit_code;
+  const TrainingRanks ranks = meet_ranks(c, train::Command::bench);
+  const int rank = ranks.data_parallel.rank(), size = ranks.data_parallel.size();
   model::LlamaConfig config = model::resolve_config(c.model.config);
   SPW_CHECK(a.steps > 0 && a.warmup >= 0, "--steps", "need at least one timed step");
   const train::ScheduleConfig& s = c.schedule;
+  SPW_CHECK(s.grad_accum % size == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", size,
+            " data-parallel ranks");
+  const int64_t micro_batches = s.grad_accum / size;
   model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
   // With bf16 moments the engine keeps its own; fp32 ones would only cost memory.
   train::AdamW optimizer = c.memory.bf16_moments ? train::AdamW() : train::AdamW(config);
   const train::EngineOptions eo{.batch = s.batch,
                                 .seq = s.seq,
-                                .micro_batches = s.grad_accum,
+                                .micro_batches = micro_batches,
                                 .device = c.run.device,
                                 .memory = c.memory,
-                                .kernels = c.kernels};
+                                .kernels = c.kernels,
+                                .data_parallel = ranks.data_parallel.comm,
+                                .shard = c.parallel.shard,
+                                .gpu_ordinal = ranks.data_parallel.gpu_ordinal};
   auto engine = train::make_engine(weights, optimizer, eo);
 
-  const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);
-  std::vector<int32_t> tokens(n), targets(n);
-  std::mt19937_64 rng(a.seed);
-  for (size_t i = 0; i < n; ++i) {
+  const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);  // over all ranks
+  const size_t mine = n / static_cast<size_t>(size);
+  std::vector<int32_t> tokens(mine), targets(mine);
+  std::mt19937_64 rng(a.seed + static_cast<uint64_t>(rank));
+  for (size_t i = 0; i < mine; ++i) {
     tokens[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
     targets[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
   }
-  std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s\n",
-              c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
-              static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum), n,
-              engine->description().c_str());
+  // Only the lead rank prints; the others' errors still reach the terminal.
+  const std::string ranks_note = size > 1 ? " x " + std::to_string(size) + " data-parallel ranks" : "";
+  if (rank == 0) {
+    std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s%s\n",
+                c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
+                static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum),
+                n, engine->description().c_str(), ranks_note.c_str());
+  }
   const bool gpu = engine->on_gpu();
-  // The engines run on GPU 0. Sampled over the timed steps only.
+  // The lead rank's GPU, sampled over the timed steps only.
   std::string no_power;
   std::unique_ptr<PowerMonitor> power =
-      gpu ? open_gpu_power_monitor(0, std::chrono::milliseconds(50), &no_power) : nullptr;
+      gpu && rank == 0 ? open_gpu_power_monitor(ranks.data_parallel.gpu_ordinal, std::chrono::milliseconds(50), &no_power)
+                       : nullptr;
   PowerSummary power_summary;
   std::vector<double> times;
   double loss = 0;
   for (int64_t i = 0; i < a.warmup + a.steps; ++i) {
     if (power && i == a.warmup) power->start();
     auto t0 = std::chrono::steady_clock::now();
-    loss = engine->train_step(tokens, targets, s.grad_accum, 1e-4).loss;  // returns after the step finished
+    loss = engine->train_step(tokens, targets, micro_batches, 1e-4).loss;  // returns after the step finished
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) times.push_back(secs);
-    std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
-                i < a.warmup ? " (warm-up)" : "");
+    if (rank == 0) {
+      std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
+                  i < a.warmup ? " (warm-up)" : "");
+    }
   }
   if (power) power_summary = power->stop();
   if (a.profile) {
     engine->set_profiling(true);
-    engine->train_step(tokens, targets, s.grad_accum, 1e-4);
+    engine->train_step(tokens, targets, micro_batches, 1e-4);
+    if (rank != 0) return 0;
     std::printf("time by op (one profiled step):\n%s", engine->profile_report().c_str());
     const std::string svg = engine->measured_timeline_svg();
     if (!a.timeline.empty() && !svg.empty()) {
@@ -96,7 +117,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
   const double flops = model::training_flops_per_token(config, s.seq) * tok_s;
-  const double mfu = flops / plan::rates_for_gpu(engine->device_name()).peak_flops;
+  const double mfu = flops / (plan::rates_for_gpu(engine->device_name()).peak_flops * size);
+  if (rank != 0) return 0;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
@@ -115,6 +137,10 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                         {"seq", s.seq},
                         {"batch", s.batch},
                         {"grad_accum", s.grad_accum},
+                        {"gpus", gpu ? size : 0},
+                        {"dp", size},
+                        {"shard", train::enum_name(c.parallel.shard)},
+                        {"tok_s_per_gpu", tok_s / size},
                         {"tokens_per_step", n},
                         {"step_s", step_s},
                         {"mean_step_s", mean_step_s},

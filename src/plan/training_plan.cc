@@ -127,8 +127,9 @@ StateBytes state_bytes(const graph::Graph& g, const TrainingStateSpec& s) {
     b.weights += g.value(p.weight).bytes();
     b.grads += g.value(p.grad).bytes();
   }
-  b.master = b.elements * s.master_bytes;
-  b.optimizer = b.elements * s.optimizer_bytes;
+  const uint64_t shards = std::max<uint64_t>(1, s.state_shards);
+  b.master = (b.elements * s.master_bytes + shards - 1) / shards;
+  b.optimizer = (b.elements * s.optimizer_bytes + shards - 1) / shards;
   return b;
 }
 

@@ -35,6 +35,9 @@ struct TrainingStateSpec {
   // weight, and the optimizer's state.
   uint64_t master_bytes = 0;
   uint64_t optimizer_bytes = 0;
+  // Data parallelism that shards the master's rest and the optimizer's
+  // state evenly over this many ranks: each keeps one share.
+  uint64_t state_shards = 1;
   // Device memory the optimizer takes to stream state that lives at home
   // through the GPU (its staging buffers); none when that state is on the
   // device.

@@ -22,7 +22,10 @@ class CpuEngine final : public Engine {
         device_(make_cpu_device(o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited)),
         step_(make_step(/*with_backward=*/true)),
         eval_(make_step(/*with_backward=*/false)),
-        grads_(model::LlamaWeights::zeros(weights.config())) {}
+        grads_(model::LlamaWeights::zeros(weights.config())) {
+    SPW_CHECK(o.shard != StateSharding::optimizer || data_parallel_size(o) == 1, "--shard optimizer",
+              "the CPU engine keeps the whole training state on every rank (the GPU engine shards it)");
+  }
 
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";

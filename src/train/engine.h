@@ -39,6 +39,7 @@ struct EngineOptions {
   // micro_batches; the gradient sums are summed over the ranks before the
   // update, so every rank updates the same weights.
   Communicator* data_parallel = nullptr;
+  StateSharding shard = StateSharding::automatic;  // with data_parallel (train/run_config.h)
   int gpu_ordinal = 0;  // the GPU this rank runs on
 };
 

@@ -46,6 +46,15 @@ enum class RecomputeChoice : uint8_t { none, layers, selective, automatic };
 // The policy a choice names; nullopt for automatic.
 std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
 
+// Data parallelism: what the ranks split between them instead of each
+// keeping it whole. none: every rank keeps the whole training state and the
+// gradient sums are all-reduced; optimizer: each rank keeps 1/N of the
+// masters' rest and of AdamW's moments and updates that share, the
+// gradient sums reduce-scattered and the updated weights all-gathered
+// (ZeRO-1's memory, ZeRO-2's traffic); automatic: optimizer wherever the
+// whole state then stays on the device.
+enum class StateSharding : uint8_t { automatic, none, optimizer };
+
 // Each enum's one table of names, indexed by value; `noun` is what an error
 // calls a word that is not in it ("unknown policy 'x'").
 template <typename E>
@@ -65,6 +74,11 @@ struct EnumNames<OffloadMode> {
 template <>
 struct EnumNames<ProjectionMode> {
   static constexpr std::array<std::string_view, 3> names{"auto", "fused", "separate"};
+  static constexpr std::string_view noun = "value";
+};
+template <>
+struct EnumNames<StateSharding> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "none", "optimizer"};
   static constexpr std::string_view noun = "value";
 };
 template <>
@@ -153,6 +167,7 @@ struct ParallelConfig {
   // mpirun, srun) started it: one process per device.
   int64_t nproc_per_node = 1;
   int64_t timeout_s = 300;  // how long a rank waits for the others to meet, or to answer
+  StateSharding shard = StateSharding::automatic;
 };
 
 // Where the run executes and keeps its files.

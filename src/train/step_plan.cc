@@ -66,6 +66,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     PlannedStep p;
     p.step = build_llama_step(r.config, r.batch, r.seq, fused, {.backward = true, .recompute = policy}, DType::bf16);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments);
+    p.state.state_shards = r.state_shards;
     plan::TrainingPlanRequest with_reserve = req;
     if (r.device_reserved) with_reserve.device_reserved = r.device_reserved(*p.step);
     p.plan = plan::plan_training(p.step->step.graph, p.state, with_reserve);

@@ -47,6 +47,7 @@ struct StepPlanRequest {
   bool bf16_moments = false;
   plan::OffloadMode offload = plan::OffloadMode::automatic;
   bool gradient_sums_on_device = false;  // plan::TrainingPlanRequest's
+  uint64_t state_shards = 1;             // plan::TrainingStateSpec's
   uint64_t device_budget = 0, host_budget = 0;
   // The device bytes a step of this graph takes outside the graph and the
   // state (kernel workspaces): the GPU engine makes its runners for the

@@ -159,6 +159,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .memory = o.memory,
                                      .kernels = o.kernels,
                                      .data_parallel = ranks.comm,
+                                     .shard = o.parallel.shard,
                                      .gpu_ordinal = ranks.gpu_ordinal};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};

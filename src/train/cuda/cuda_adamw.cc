@@ -41,24 +41,31 @@ void CudaAdamW::update(const AdamW& adamw, double lr, double grad_scale) {
   }
 }
 
+// Every element of the share the masters' rest and moments hold (the whole
+// layout, or this rank's part): weight-decayed stacks, then the rest.
 void CudaAdamW::update_in_place(const AdamW& adamw, double lr, double grad_scale) {
   const auto& a = state_.device_arrays();
   cudaStream_t stream = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
-  auto update = [&](uint64_t first, uint64_t n, bool matrix) {
+  const uint64_t lo = a.shard_first, hi = a.shard_first + a.shard_elements;
+  auto update = [&](uint64_t first, uint64_t end, bool matrix) {
+    first = std::max(first, lo);
+    end = std::min(end, hi);
+    if (first >= end) return;
     const ops::AdamWHyper hp = adamw.hyper(lr, grad_scale, matrix);
-    const auto count = static_cast<int64_t>(n);
+    const auto count = static_cast<int64_t>(end - first);
+    const uint64_t local = first - lo;
     if (state_.bf16_moments()) {
-      ops::adamw_update_split_bf16_moments_cuda(a.working + first, a.remainder + first, a.grads + first,
-                                                static_cast<bf16*>(a.m) + first, static_cast<bf16*>(a.v) + first,
+      ops::adamw_update_split_bf16_moments_cuda(a.working + first, a.remainder + local, a.grads + first,
+                                                static_cast<bf16*>(a.m) + local, static_cast<bf16*>(a.v) + local,
                                                 count, hp, stream);
     } else {
-      ops::adamw_update_split_cuda(a.working + first, a.remainder + first, a.grads + first,
-                                   static_cast<float*>(a.m) + first, static_cast<float*>(a.v) + first, count, hp,
+      ops::adamw_update_split_cuda(a.working + first, a.remainder + local, a.grads + first,
+                                   static_cast<float*>(a.m) + local, static_cast<float*>(a.v) + local, count, hp,
                                    stream);
     }
   };
   update(0, a.decayed_elements, /*matrix=*/true);
-  update(a.decayed_elements, a.elements - a.decayed_elements, /*matrix=*/false);
+  update(a.decayed_elements, a.elements, /*matrix=*/false);
   device_.stream(StreamKind::compute).synchronize();
 }
 

@@ -87,7 +87,7 @@ class CudaEngine final : public Engine {
     io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
 
     if (o.data_parallel) scalars_ = mem.allocate(kScalarBytes, "data-parallel sums");
-    planned_ = plan_llama_step(plan_request());
+    plan_sharding();
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
     if (!p.all_on_device()) {
@@ -100,7 +100,8 @@ class CudaEngine final : public Engine {
     // The runners first: they take the places the ones measured while
     // planning had, below the state, as the plan's arena assumed.
     make_runners();
-    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.memory.bf16_moments, *device_);
+    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.memory.bf16_moments, *device_,
+                                                 sharded_ ? o.data_parallel : nullptr);
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
@@ -121,7 +122,10 @@ class CudaEngine final : public Engine {
 
   std::string description() const override {
     const plan::TrainingPlan& p = planned_.plan;
-    const std::string moments = options_.memory.bf16_moments ? "; bf16 AdamW moments" : "";
+    std::string moments = options_.memory.bf16_moments ? "; bf16 AdamW moments" : "";
+    if (sharded_) {
+      moments += "; masters and moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+    }
     const graph::RecomputePolicy recompute = planned_.step->recompute;
     const std::string remade = recompute == graph::RecomputePolicy::none
                                    ? ""
@@ -153,16 +157,19 @@ class CudaEngine final : public Engine {
       stats.loss += train_->run(x, y, micro == 0) / static_cast<double>(micro_batches);
     }
     const int ranks = data_parallel_size(options_);
-    if (ranks > 1) {
-      sum_gradients_over_ranks();
-      sum_over_ranks(std::span<double>(&stats.loss, 1));
-      stats.loss /= ranks;
-    }
+    if (ranks > 1) sum_gradients_over_ranks();
     const auto optimizer_start = std::chrono::steady_clock::now();
-    const double grad_scale = accumulated_grad_scale(std::sqrt(norm_->sum_of_squares()), micro_batches * ranks,
-                                                     options_.grad_clip, &stats.grad_norm);
+    // Sharded, each rank's sums of squares cover its share: summed with the loss.
+    double sums[2] = {stats.loss, norm_->sum_of_squares()};
+    if (ranks > 1) {
+      sum_over_ranks(std::span<double>(sums, sharded_ ? 2 : 1));
+      stats.loss = sums[0] / ranks;
+    }
+    const double grad_scale =
+        accumulated_grad_scale(std::sqrt(sums[1]), micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
     ++optimizer_.steps_taken;
     adamw_->update(optimizer_, lr, grad_scale);
+    if (sharded_) gather_weights();
     host_current_ = false;
     if (profiling_) {
       optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
@@ -215,7 +222,33 @@ class CudaEngine final : public Engine {
   }
 
  private:
-  StepPlanRequest plan_request() {
+  // Data parallelism may shard the optimizer's state where every rank then
+  // keeps all of its share, the weights and the gradient sums on the device;
+  // elsewhere every rank keeps the whole state, as the plan places it.
+  void plan_sharding() {
+    const int ranks = data_parallel_size(options_);
+    const StateSharding shard = options_.shard;
+    if (ranks > 1 && shard != StateSharding::none) {
+      std::optional<Error> why;
+      try {
+        planned_ = plan_llama_step(plan_request(static_cast<uint64_t>(ranks)));
+        const plan::TrainingPlan& p = planned_.plan;
+        sharded_ = p.optimizer_resident && p.weights_resident;
+      } catch (const Error& e) {
+        why = e;
+      }
+      if (sharded_) return;
+      if (shard == StateSharding::optimizer) {
+        throw Error("--shard optimizer", "the plan cannot keep the whole training state on the device even with " +
+                                             std::to_string(ranks) + " shares of it" +
+                                             (why ? std::string(" (") + why->what() + ")" : std::string()) +
+                                             "; --shard none lets it offload");
+      }
+    }
+    planned_ = plan_llama_step(plan_request(1));
+  }
+
+  StepPlanRequest plan_request(uint64_t state_shards) {
     MemorySpace& mem = device_->device_memory();
     StepPlanRequest r;
     r.config = weights_.config();
@@ -234,6 +267,7 @@ class CudaEngine final : public Engine {
     r.rates = plan::rates_for_gpu(gpu_);
     // The ranks sum the gradient sums where they lie: on the device.
     r.gradient_sums_on_device = data_parallel_size(options_) > 1;
+    r.state_shards = state_shards;
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
     r.device_reserved = [this, &mem](const LlamaStep& s) {
@@ -249,7 +283,7 @@ class CudaEngine final : public Engine {
                                          k.own_gemm);
         taken = mem.in_use() - before;
       }
-      return before + taken + mem.budget() / 100;
+      return before + taken + mem.budget() / 100 + (data_parallel_size(options_) > 1 ? kCommunicatorReserve : 0);
     };
     return r;
   }
@@ -313,8 +347,9 @@ class CudaEngine final : public Engine {
     };
   }
 
-  // The gradient sums of every rank, summed on each. The comm stream waits
-  // for the step's last adds into them, and compute for the sums.
+  // The gradient sums of every rank, summed: on each rank, or sharded, the
+  // part of the sum in the rank's share on that rank alone. The comm stream
+  // waits for the step's last adds into them, and compute for the sums.
   void sum_gradients_over_ranks() {
     Stream& compute = device_->stream(StreamKind::compute);
     Stream& comm = device_->stream(StreamKind::comm);
@@ -324,8 +359,25 @@ class CudaEngine final : public Engine {
     }
     compute.record(*grads_ready_);
     comm.wait(*grads_ready_);
-    options_.data_parallel->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float),
-                                           DType::f32, comm);
+    if (sharded_) {
+      const auto& a = state_->device_arrays();
+      options_.data_parallel->reduce_scatter_sum(a.grads, a.grads + a.shard_first, a.shard_elements, DType::f32, comm);
+    } else {
+      options_.data_parallel->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float),
+                                             DType::f32, comm);
+    }
+    comm.record(*grads_summed_);
+    compute.wait(*grads_summed_);
+  }
+
+  // Each rank's updated share of the working copies, to every rank.
+  void gather_weights() {
+    Stream& compute = device_->stream(StreamKind::compute);
+    Stream& comm = device_->stream(StreamKind::comm);
+    const auto& a = state_->device_arrays();
+    compute.record(*grads_ready_);
+    comm.wait(*grads_ready_);
+    options_.data_parallel->all_gather(a.working + a.shard_first, a.working, a.shard_elements, DType::bf16, comm);
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
   }
@@ -356,6 +408,9 @@ class CudaEngine final : public Engine {
   exec::PlannedExecutor::BeforeStore before_store_;
   std::unique_ptr<Event> grads_ready_, grads_summed_;
   static constexpr uint64_t kScalarBytes = 256;
+  // NCCL's own buffers, outside the engine's pool.
+  static constexpr uint64_t kCommunicatorReserve = 512ull << 20;
+  bool sharded_ = false;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
   bool host_current_ = true;  // the caller's masters hold the engine's
   bool profiling_ = false;

@@ -17,9 +17,15 @@ CudaGradNorm::CudaGradNorm(const CudaTrainingState& state, std::vector<std::vect
   const auto& tensors = state_.tensors();
   for (const auto& t : tensors) all_on_device_ = all_on_device_ && t.grad_on_device;
   if (all_on_device_) {
-    // The gradients never move: the list is laid out once.
+    // The gradients never move: the list is laid out once, of the parts of
+    // each tensor in the share AdamW updates (all of them unless sharded).
+    const auto& a = state_.device_arrays();
+    const uint64_t lo = a.shard_first, hi = a.shard_first + a.shard_elements;
     std::vector<ops::SquaresTensor> list;
-    for (const auto& t : tensors) list.push_back({t.grad, t.n});
+    for (const auto& t : tensors) {
+      const uint64_t first = std::max(t.at, lo), end = std::min(t.at + static_cast<uint64_t>(t.n), hi);
+      if (first < end) list.push_back({t.grad + (first - t.at), static_cast<int64_t>(end - first)});
+    }
     workspace_ = mem.allocate(ops::SumOfSquaresList::device_bytes(list), "gradient norm");
     all_ = ops::SumOfSquaresList(list, workspace_, stream);
     out_ = static_cast<double*>(mem.allocate(sizeof(double), "gradient norm (sum)"));

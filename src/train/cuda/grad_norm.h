@@ -3,7 +3,8 @@
 // device: one call sums every tensor, in tensor order. Some at home: one
 // part per tensor, taken on the device where the sum is final (just before
 // the last micro-batch sends it home, or at the end for the sums that stay),
-// added in tensor order.
+// added in tensor order. With sharded state, the part of every tensor in
+// this rank's share (the ranks' parts summed by the caller).
 #pragma once
 
 #include <vector>

@@ -42,14 +42,47 @@ void for_each_staged_piece(const std::vector<CudaTrainingState::Tensor>& tensors
   }
 }
 
+// A moment's fp32 values as the state keeps them (fp32, or rounded to
+// bf16), and back.
+void narrow_moment(const float* from, void* to, int64_t n, bool bf16_moments) {
+  if (!bf16_moments) {
+    std::memcpy(to, from, static_cast<size_t>(n) * 4);
+    return;
+  }
+  auto* narrow = static_cast<bf16*>(to);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t j = 0; j < n; ++j) narrow[j] = to_bf16(from[j]);
+}
+
+void widen_moment(const void* from, float* to, int64_t n, bool bf16_moments) {
+  if (!bf16_moments) {
+    std::memcpy(to, from, static_cast<size_t>(n) * 4);
+    return;
+  }
+  const auto* narrow = static_cast<const bf16*>(from);
+#pragma omp parallel for schedule(static) if (n > (1 << 16))
+  for (int64_t j = 0; j < n; ++j) to[j] = to_float(narrow[j]);
+}
+
+// The part of layout elements [first, first + n) inside [lo, hi): `skip`
+// elements in, `count` long.
+struct Overlap {
+  uint64_t skip = 0, count = 0;
+};
+Overlap overlap(uint64_t first, uint64_t n, uint64_t lo, uint64_t hi) {
+  const uint64_t a = std::max(first, lo), b = std::min(first + n, hi);
+  return a < b ? Overlap{a - first, b - a} : Overlap{};
+}
+
 }  // namespace
 
 CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer,
                                      const std::vector<std::vector<int>>& parts, const plan::TrainingPlan& plan,
-                                     bool bf16_moments, Device& device)
+                                     bool bf16_moments, Device& device, Communicator* shard_over)
     : weights_(weights),
       optimizer_(optimizer),
       device_(device),
+      shard_over_(shard_over && shard_over->size() > 1 ? shard_over : nullptr),
       optimizer_on_device_(plan.optimizer_resident),
       weights_on_device_(plan.weights_resident),
       bf16_moments_(bf16_moments) {
@@ -90,6 +123,17 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   const std::vector<uint64_t> device_grad_at = model::stacked_offsets(device_grads, numel, kStackAlign);
   const std::vector<uint64_t> home_grad_at = model::stacked_offsets(home_grads, numel, kStackAlign);
   arrays_.elements = at.back();
+  arrays_.shard_elements = arrays_.elements;
+  if (shard_over_) {
+    SPW_CHECK(optimizer_on_device_ && weights_on_device_ && home_grads.empty(), "--shard optimizer",
+              "shards the training state only where the plan keeps all of it on the device");
+    // Equal shares, each starting where a stack may (the kernels' alignment).
+    const auto ranks = static_cast<uint64_t>(shard_over_->size());
+    const uint64_t unit = kStackAlign * ranks;
+    arrays_.elements = (arrays_.elements + unit - 1) / unit * unit;
+    arrays_.shard_elements = arrays_.elements / ranks;
+    arrays_.shard_first = arrays_.shard_elements * static_cast<uint64_t>(shard_over_->rank());
+  }
 
   MemorySpace& mem = device_.device_memory();
   Stream& stream = device_.stream(StreamKind::compute);
@@ -105,17 +149,17 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     host_owned_.push_back(std::make_unique<PinnedBuffer>(bytes));
     return host_owned_.back()->as<char>();
   };
-  const uint64_t n = arrays_.elements;
+  const uint64_t n = arrays_.elements, share = arrays_.shard_elements;
   const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
   arrays_.working = reinterpret_cast<bf16*>(place(n * 2, weights_on_device_, "weights (bf16)"));
-  arrays_.remainder = reinterpret_cast<uint16_t*>(place(n * 2, optimizer_on_device_, "fp32 master, low halves"));
-  device_grad_bytes_ = device_grad_at.back() * 4;
+  arrays_.remainder = reinterpret_cast<uint16_t*>(place(share * 2, optimizer_on_device_, "fp32 master, low halves"));
+  device_grad_bytes_ = (shard_over_ ? n : device_grad_at.back()) * 4;
   device_grads_ = reinterpret_cast<float*>(place(device_grad_bytes_, true, "gradients (fp32)"));
   float* home_grads_block = reinterpret_cast<float*>(place(home_grad_at.back() * 4, false, "gradients at home"));
   char *m = nullptr, *v = nullptr;
   if (optimizer_on_device_ || bf16_moments_) {
-    m = place(n * moment_bytes, optimizer_on_device_, "AdamW m");
-    v = place(n * moment_bytes, optimizer_on_device_, "AdamW v");
+    m = place(share * moment_bytes, optimizer_on_device_, "AdamW m");
+    v = place(share * moment_bytes, optimizer_on_device_, "AdamW v");
   }
   if (optimizer_on_device_) {
     arrays_.grads = device_grads_;
@@ -124,10 +168,12 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     Tensor& t = tensors_[i];
+    t.at = at[i];
     t.working = arrays_.working + at[i];
-    t.remainder = arrays_.remainder + at[i];
     t.grad_on_device = grad_on_device[i];
     t.grad = grad_on_device[i] ? device_grads_ + device_grad_at[i] : home_grads_block + home_grad_at[i];
+    if (shard_over_) continue;
+    t.remainder = arrays_.remainder + at[i];
     if (m) {
       t.m = m + at[i] * moment_bytes;
       t.v = v + at[i] * moment_bytes;
@@ -138,7 +184,11 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     }
   }
   if (!m) pinned_in_place_.pin();
-  upload();
+  if (shard_over_) {
+    upload_share();
+  } else {
+    upload();
+  }
 }
 
 CudaTrainingState::~CudaTrainingState() {
@@ -166,14 +216,7 @@ void CudaTrainingState::upload() {
       char* to = static_cast<char*>(moment) + static_cast<size_t>(off) * moment_bytes;
       if (!have_moments) continue;  // stays zero
       const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
-      char* host = optimizer_on_device_ ? staging.moment : to;
-      if (bf16_moments_) {
-        auto* narrow = reinterpret_cast<bf16*>(host);
-#pragma omp parallel for schedule(static) if (len > (1 << 16))
-        for (int64_t j = 0; j < len; ++j) narrow[j] = to_bf16(from[j]);
-      } else {
-        std::memcpy(host, from, count * 4);
-      }
+      narrow_moment(from, optimizer_on_device_ ? staging.moment : to, len, bf16_moments_);
       if (optimizer_on_device_) {
         device_.copy_async(to, staging.moment, count * moment_bytes, stream);
         stream.synchronize();  // the moment staging is reused for v
@@ -219,6 +262,10 @@ void CudaTrainingState::sync_to_host() {
     optimizer_.v = model::LlamaWeights::zeros(weights_.config());
   }
   device_.synchronize();
+  if (shard_over_) {
+    sync_shares_to_host();
+    return;
+  }
   const bool fp32_at_home = !bf16_moments_ && !optimizer_on_device_;
   if (fp32_at_home) pinned_in_place_.write_back();
   Stream& stream = device_.stream(StreamKind::compute);
@@ -247,15 +294,80 @@ void CudaTrainingState::sync_to_host() {
         stream.synchronize();
         from = staging.moment;
       }
-      if (!bf16_moments_) {
-        std::memcpy(to, from, count * 4);
-        continue;
-      }
-      const auto* narrow = reinterpret_cast<const bf16*>(from);
-#pragma omp parallel for schedule(static) if (len > (1 << 16))
-      for (int64_t j = 0; j < len; ++j) to[j] = to_float(narrow[j]);
+      widen_moment(from, to, len, bf16_moments_);
     }
   });
+}
+
+// This rank's share of the masters' rest and moments, and every working copy.
+void CudaTrainingState::upload_share() {
+  const bool have_moments = !optimizer_.m.tensors().empty();
+  Stream& stream = device_.stream(StreamKind::compute);
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  const uint64_t lo = arrays_.shard_first, hi = lo + arrays_.shard_elements;
+  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
+                                                const PieceStaging& staging) {
+    ops::split_master(t.master + off, staging.working, staging.remainder, len);
+    device_.copy_async(t.working + off, staging.working, static_cast<uint64_t>(len) * 2, stream);
+    const Overlap mine = overlap(t.at + static_cast<uint64_t>(off), static_cast<uint64_t>(len), lo, hi);
+    if (mine.count > 0) {
+      const uint64_t local = t.at + static_cast<uint64_t>(off) + mine.skip - lo;
+      device_.copy_async(arrays_.remainder + local, staging.remainder + mine.skip, mine.count * 2, stream);
+      for (int k = 0; have_moments && k < 2; ++k) {
+        const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off + mine.skip;
+        narrow_moment(from, staging.moment, static_cast<int64_t>(mine.count), bf16_moments_);
+        device_.copy_async(static_cast<char*>(k == 0 ? arrays_.m : arrays_.v) + local * moment_bytes,
+                           staging.moment, mine.count * moment_bytes, stream);
+        stream.synchronize();  // the moment staging is reused for v
+      }
+    }
+    stream.synchronize();  // the staging is reused for the next piece
+  });
+}
+
+void CudaTrainingState::gather_shares(const void* share, uint64_t bytes, DType dtype, uint64_t first, uint64_t n,
+                                      char* device, Stream& stream) {
+  const uint64_t each = arrays_.shard_elements;
+  for (int r = 0; r < shard_over_->size(); ++r) {
+    const uint64_t lo = each * static_cast<uint64_t>(r);
+    const Overlap part = overlap(first, n, lo, lo + each);
+    if (part.count == 0) continue;
+    char* to = device + part.skip * bytes;
+    if (r == shard_over_->rank()) {
+      device_.copy_async(to, static_cast<const char*>(share) + (first + part.skip - lo) * bytes, part.count * bytes,
+                         stream);
+    }
+    shard_over_->broadcast(to, part.count, dtype, r, stream);
+  }
+}
+
+// Every rank's share gathered piece by piece through the gradient sums'
+// block, which holds nothing between optimizer steps (a step's first
+// micro-batch writes it whole), and zeroed after, as its gaps must be.
+void CudaTrainingState::sync_shares_to_host() {
+  Stream& comm = device_.stream(StreamKind::comm);
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  const DType moment_type = bf16_moments_ ? DType::bf16 : DType::f32;
+  char* gathered = reinterpret_cast<char*>(device_grads_);
+  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
+                                                const PieceStaging& staging) {
+    const uint64_t first = t.at + static_cast<uint64_t>(off), count = static_cast<uint64_t>(len);
+    device_.copy_async(staging.working, t.working + off, count * 2, comm);
+    // The master's low halves travel as 16-bit values: bf16 is NCCL's word for them.
+    gather_shares(arrays_.remainder, 2, DType::bf16, first, count, gathered, comm);
+    device_.copy_async(staging.remainder, gathered, count * 2, comm);
+    comm.synchronize();
+    ops::join_master(staging.working, staging.remainder, t.master + off, len);
+    for (int k = 0; k < 2; ++k) {
+      gather_shares(k == 0 ? arrays_.m : arrays_.v, moment_bytes, moment_type, first, count, gathered, comm);
+      device_.copy_async(staging.moment, gathered, count * moment_bytes, comm);
+      comm.synchronize();
+      widen_moment(staging.moment, (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off, len,
+                   bf16_moments_);
+    }
+  });
+  device_.zero_async(device_grads_, device_grad_bytes_, comm);
+  comm.synchronize();
 }
 
 }  // namespace spillway::train

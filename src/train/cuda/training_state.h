@@ -12,6 +12,11 @@
 // the gaps between stacks are zero in every device array, and an update
 // leaves them zero. Gradient sums take the same order, the sums on the
 // device in one block and those at home in another.
+//
+// With its state sharded over data-parallel ranks (train/run_config.h's
+// StateSharding::optimizer), every part is on the device, the layout is
+// padded to split evenly, and the masters' rest and the moments hold only
+// this rank's share of it; working copies and gradient sums stay whole.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +24,7 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "device/communicator.h"
 #include "device/cuda/pinned_host.h"
 #include "device/device.h"
 #include "model/llama_weights.h"
@@ -31,6 +37,7 @@ class CudaTrainingState {
  public:
   struct Tensor {
     int64_t n = 0;
+    uint64_t at = 0;                     // where it starts in the one layout
     bool decay = false;                  // a matrix: AdamW decays it
     float* master = nullptr;             // the caller's fp32 master
     bf16* working = nullptr;             // the master's bf16 rounding, which the step reads
@@ -38,7 +45,8 @@ class CudaTrainingState {
     float* grad = nullptr;               // the sum of this optimizer step's micro-batch gradients
     bool grad_on_device = false;
     // fp32, or bf16 with bf16 moments; null for fp32 moments at home,
-    // which only moment_to_device and moment_from_device reach.
+    // which only copy_moment reaches. With sharded state, remainder, m and
+    // v are null: only the share in DeviceArrays exists.
     void *m = nullptr, *v = nullptr;
   };
   // The engine-owned device arrays, all in the one layout, when the
@@ -48,16 +56,23 @@ class CudaTrainingState {
     uint16_t* remainder = nullptr;
     float* grads = nullptr;
     void *m = nullptr, *v = nullptr;
-    uint64_t elements = 0;          // every array's length
+    uint64_t elements = 0;          // the layout's length: working's and grads'
     uint64_t decayed_elements = 0;  // the weight-decayed stacks come first
+    // remainder, m and v hold elements [shard_first, shard_first +
+    // shard_elements) of the layout: all of it, or this rank's share.
+    uint64_t shard_first = 0, shard_elements = 0;
   };
 
   // `parts`: the checkpoint tensors each graph parameter stacks
   // (model::LlamaGraph::parameter_parts), in the plan's parameter order.
   // Reads the caller's masters and moments (made zero when the caller has
   // none and the moments are fp32); both must outlive the state.
+  // `shard_over`: the data-parallel ranks that split the optimizer's state
+  // (null: this rank keeps it whole); the plan must keep everything on the
+  // device.
   CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer, const std::vector<std::vector<int>>& parts,
-                    const plan::TrainingPlan& plan, bool bf16_moments, Device& device);
+                    const plan::TrainingPlan& plan, bool bf16_moments, Device& device,
+                    Communicator* shard_over = nullptr);
   ~CudaTrainingState();
   CudaTrainingState(const CudaTrainingState&) = delete;
   CudaTrainingState& operator=(const CudaTrainingState&) = delete;
@@ -67,6 +82,7 @@ class CudaTrainingState {
   bool optimizer_on_device() const { return optimizer_on_device_; }
   bool weights_on_device() const { return weights_on_device_; }
   bool bf16_moments() const { return bf16_moments_; }
+  bool sharded() const { return shard_over_ != nullptr; }
   // The gradient sums on the device, one block (zeroed before a step whose
   // first micro-batch adds rather than writes).
   float* device_grads() const { return device_grads_; }
@@ -80,15 +96,24 @@ class CudaTrainingState {
   enum class Towards { device, home };
   void copy_moment(size_t i, int which, int64_t off, int64_t n, void* device, Towards towards, Stream& stream) const;
 
-  // Makes the caller's masters and moments hold the state.
+  // Makes the caller's masters and moments hold the state. With sharded
+  // state every rank must call it: the shares travel to every rank.
   void sync_to_host();
 
  private:
   void upload();
+  void upload_share();
+  void sync_shares_to_host();
+  // Elements [first, first + n) of a sharded array (`bytes` each, this
+  // rank's share at `share`) into `device` on every rank, each owner
+  // broadcasting its part.
+  void gather_shares(const void* share, uint64_t bytes, DType dtype, uint64_t first, uint64_t n, char* device,
+                     Stream& stream);
 
   model::LlamaWeights& weights_;
   AdamW& optimizer_;
   Device& device_;
+  Communicator* shard_over_;
   bool optimizer_on_device_, weights_on_device_, bf16_moments_;
   std::vector<Tensor> tensors_;
   DeviceArrays arrays_;

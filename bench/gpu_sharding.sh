@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Data parallelism with the optimizer's state sharded (--shard optimizer)
+# against replication (--shard none) and one GPU, on a lent machine with
+# NPROC GPUs (default 2), in one lease. Phases, named as arguments:
+#   tiny:  the default tiny model trained 30 steps on 1 GPU and on NPROC, both
+#          ways; losses, final weights and AdamW moments compared
+#   1b:    `spillway bench` of the 1B step (seq 4096, batch 4, 8 micro-batches
+#          a step over all ranks) on 1 GPU and on NPROC both ways
+#   8b:    the same for LLaMA-3-8B at seq 8192 (the planner picks the layout)
+#   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
+# Results: JSON lines in $OUT/results.jsonl, logs beside them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+NPROC=${NPROC:-2}
+N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
+export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# NVLink multicast stays off: it can take a shared host's GPUs out of service.
+export NCCL_NVLS_ENABLE=0
+start=$(date +%s)
+[ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh spillway > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+B=build/gpu/src/spillway
+PY=/opt/torch/.venv/bin/python
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -"$NPROC"
+runs=/tmp/spillway-shard && mkdir -p $runs
+
+phase_tiny() {
+  local corpus=/tmp/spillway-dp-corpus.txt
+  $PY - $corpus <<'PY'
+import random, sys
+random.seed(7)
+s = ["the cat", "a dog", "my friend", "the old man", "every child", "the river", "a quiet town", "her brother"]
+v = ["sees", "likes", "follows", "finds", "remembers", "carries", "paints", "forgets"]
+o = ["the moon", "a red ball", "the small house", "her song", "the long road", "an open door", "the last train"]
+with open(sys.argv[1], "w") as f:
+    for _ in range(40000):
+        f.write(" ".join(f"{random.choice(s).capitalize()} {random.choice(v)} {random.choice(o)}." for _ in range(random.randint(1, 4))) + "\n%\n")
+PY
+  local tiny="--data $corpus --separator % --steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"
+  rm -rf $runs/tiny*
+  $B train $tiny --out $runs/tiny1 > "$OUT/tiny1.log" 2>&1 || { tail -5 "$OUT/tiny1.log"; return 1; }
+  for shard in none optimizer; do
+    $B train $tiny --out $runs/tiny-$shard --nproc-per-node $NPROC --shard $shard > "$OUT/tiny-$shard.log" 2>&1 ||
+      { tail -5 "$OUT/tiny-$shard.log"; return 1; }
+    grep -m1 "^device:" "$OUT/tiny-$shard.log"
+  done
+  $PY - $runs <<'PY'
+import json, sys
+from safetensors.numpy import load_file
+runs = sys.argv[1]
+def losses(run): return [j["loss"] for j in map(json.loads, open(f"{runs}/{run}/train_log.jsonl")) if "loss" in j]
+def load(run, f): return load_file(f"{runs}/{run}/step-0000030/{f}.safetensors")
+def diff(a, b): return max(float(abs(a[k].astype("float32") - b[k].astype("float32")).max()) for k in a)
+for a, b in [("tiny1", "tiny-none"), ("tiny1", "tiny-optimizer"), ("tiny-none", "tiny-optimizer")]:
+    la, lb = losses(a), losses(b)
+    print("%s vs %s: loss %.5f vs %.5f, largest step-loss difference %.2e, weights %.2e, AdamW state %.2e" % (
+        a, b, la[-1], lb[-1], max(abs(x - y) for x, y in zip(la, lb)), diff(load(a, "model"), load(b, "model")),
+        diff(load(a, "optimizer"), load(b, "optimizer"))))
+PY
+}
+
+# bench NAME GPUS SHARD ARGS...: one `spillway bench` run, its JSON line kept.
+bench() {
+  local name=$1 n=$2 shard=$3; shift 3
+  local par=""; [ "$n" = 1 ] || par="--nproc-per-node $n --shard $shard"
+  $B bench "$@" $par --json $runs/$name.json > "$OUT/$name.log" 2>&1 || { tail -5 "$OUT/$name.log"; return 0; }
+  grep -E "^bench:|median|planned" "$OUT/$name.log"
+  $PY - $runs/$name.json "$name" "$OUT/results.jsonl" <<'PY'
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+r["name"] = sys.argv[2]
+base = sys.argv[2].rsplit("-", 2)[0] + "-1gpu"
+one = [x for x in map(json.loads, open(sys.argv[3])) if x.get("name") == base] if r["gpus"] > 1 else []
+if one: r["scaling"] = round(r["tok_s_per_gpu"] / one[-1]["tok_s_per_gpu"], 4)
+open(sys.argv[3], "a").write(json.dumps(r) + "\n")
+print(json.dumps({k: r.get(k) for k in ("name", "gpus", "tok_s", "tok_s_per_gpu", "mfu", "scaling", "predicted_step_s", "step_s", "peak_device_bytes")}))
+PY
+}
+
+phase_1b() {
+  local a="--config llama3.2-1b --seq 4096 --batch 4 --grad-accum 8 --steps 5 --warmup 2"
+  bench 1b-1gpu 1 none $a
+  bench 1b-$NPROC-none $NPROC none $a
+  bench 1b-$NPROC-optimizer $NPROC optimizer $a
+}
+
+phase_8b() {
+  local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --steps 3 --warmup 1 --recompute auto"
+  bench 8b-1gpu 1 none $a
+  bench 8b-$NPROC-auto $NPROC auto $a
+}
+
+phase_torch() {
+  /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $NPROC bench/torch_data_parallel.py --mode fsdp2 \
+    --shape llama3-8b --seq 8192 --batch 1 --grad-accum $(( 8 / NPROC )) --steps 3 > "$OUT/torch-fsdp2.log" 2>&1 ||
+    { tail -3 "$OUT/torch-fsdp2.log"; return 0; }
+  grep "^{" "$OUT/torch-fsdp2.log" | tee -a "$OUT/results.jsonl"
+}
+
+for phase in ${*:-tiny 1b}; do
+  phase_$phase
+  echo "$phase: $(( $(date +%s) - start )) s"
+done

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <string>
 
+#include "base/log.h"
 #include "base/status.h"
 #include "dist/launch_env.h"
 #include "dist/spawn.h"
@@ -57,6 +58,7 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
   TrainingRanks ranks;
   ranks.data_parallel.gpu_ordinal = gpu ? gpu_of(env) : 0;
   if (env.world == 1) return ranks;
+  if (env.rank != 0) set_log_rank(LogLevel::warn, "rank " + std::to_string(env.rank) + ": ");
   ranks.world = std::make_unique<dist::World>(env, grid, gpu ? ranks.data_parallel.gpu_ordinal : -1,
                                               train::run_config_json(config, command).dump(),
                                               std::chrono::seconds(p.timeout_s));

@@ -237,6 +237,10 @@ class CudaEngine final : public Engine {
       } catch (const Error& e) {
         why = e;
       }
+      // Every rank must take the same way: sharded only where all of them can.
+      double able = sharded_ ? 1 : 0;
+      sum_over_ranks(std::span<double>(&able, 1));
+      sharded_ = able == ranks;
       if (sharded_) return;
       if (shard == StateSharding::optimizer) {
         throw Error("--shard optimizer", "the plan cannot keep the whole training state on the device even with " +

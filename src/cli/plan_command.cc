@@ -21,6 +21,7 @@ namespace {
 // What a plan takes besides its run configuration.
 struct PlanArgs {
   bool batch_auto = false;  // --batch auto
+  int gpus = 1;             // data-parallel ranks, one per GPU
   std::string gpu = "H100";
   std::string svg;
 };
@@ -28,8 +29,14 @@ struct PlanArgs {
 int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const train::ScheduleConfig& s = run.schedule;
   const train::MemoryConfig& m = run.memory;
+  SPW_CHECK(a.gpus >= 1, "--gpus", "needs at least one GPU, not ", a.gpus);
+  // As in training, --grad-accum counts the micro-batches of all ranks.
+  SPW_CHECK(s.grad_accum % a.gpus == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ",
+            a.gpus, " GPUs");
   train::StepPlanRequest req;
   req.config = model::resolve_config(run.model.config);
+  req.data_parallel = a.gpus;
+  const int64_t grad_accum = s.grad_accum / a.gpus;
   req.seq = s.seq;
   req.device_budget = m.device_mem;
   req.host_budget = m.host_mem;
@@ -52,12 +59,12 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
     // into micro-batches of 1, 2, 4, ... sequences and the split with the
     // fastest predicted step is kept (more sequences per micro-batch: fewer
     // gradient-sum round trips over PCIe, more activation memory).
-    for (int64_t b = 1; b <= s.grad_accum; b *= 2) {
-      if (s.grad_accum % b != 0) break;
+    for (int64_t b = 1; b <= grad_accum; b *= 2) {
+      if (grad_accum % b != 0) break;
       req.batch = b;
-      req.micro_batches = s.grad_accum / b;
+      req.micro_batches = grad_accum / b;
       try {
-        train::PlannedStep c = train::plan_llama_step(req);
+        train::PlannedStep c = train::plan_data_parallel_step(req, run.parallel.shard);
         if (!chosen.step || c.plan.step_seconds < chosen.plan.step_seconds) {
           chosen = std::move(c);
           batch = req.batch;
@@ -70,16 +77,26 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
     }
   } else {
     req.batch = batch = s.batch;
-    req.micro_batches = micro_batches = s.grad_accum;
-    chosen = train::plan_llama_step(req);
+    req.micro_batches = micro_batches = grad_accum;
+    chosen = train::plan_data_parallel_step(req, run.parallel.shard);
   }
   const plan::TrainingPlan& p = chosen.plan;
   const graph::Graph& g = chosen.step->step.graph;
   const graph::RecomputePolicy recompute = chosen.step->recompute;
-  std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step\n",
+  const std::string per_gpu = a.gpus > 1 ? " per GPU" : "";
+  std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step%s\n",
               run.model.config.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
               a.batch_auto ? " (auto)" : "", static_cast<long long>(s.seq), static_cast<long long>(micro_batches),
-              static_cast<long long>(batch * s.seq * micro_batches));
+              static_cast<long long>(batch * s.seq * micro_batches), per_gpu.c_str());
+  if (a.gpus > 1) {
+    const bool sharded = chosen.state.state_shards > 1;
+    std::printf("data parallel over %d GPUs: %s; each sends %s a step (%s), %.3f s at %.0f GB/s\n", a.gpus,
+                sharded ? "the masters' rest and AdamW's moments sharded, 1/N on each"
+                        : "every GPU keeps the whole training state",
+                format_bytes(p.bytes_communicated).c_str(),
+                sharded ? "gradient sums reduce-scattered, weights all-gathered" : "gradient sums all-reduced",
+                p.communication_seconds, req.rates.collective_bytes / 1e9);
+  }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
               recompute == graph::RecomputePolicy::none
@@ -90,9 +107,9 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
               format_bytes(plan::minimum_device_budget(g, [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
                                                        p.placement.resident))
                   .c_str());
-  std::printf("device: %s resident + %s planned peak + %s workspaces of %s\n", format_bytes(p.resident_bytes).c_str(),
-              format_bytes(p.placement.device_peak).c_str(), format_bytes(reserved).c_str(),
-              format_bytes(req.device_budget).c_str());
+  std::printf("device%s: %s resident + %s planned peak + %s workspaces of %s\n", per_gpu.c_str(),
+              format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
+              format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
   if (p.optimizer_resident) {
     std::printf("host: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values of %s\n",
                 m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
@@ -106,9 +123,10 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   std::printf("moved per micro-batch: %s host->device, %s device->host\n",
               format_bytes(p.placement.bytes_loaded).c_str(), format_bytes(p.placement.bytes_stored).c_str());
   std::printf("predicted on %s: micro-batch %.3f s (compute %.3f + waiting for copies %.3f; host->device busy %.3f, "
-              "device->host busy %.3f), optimizer %.3f s -> step %.3f s, %.0f tok/s, MFU %.3f\n",
+              "device->host busy %.3f), communication %.3f s, optimizer %.3f s -> step %.3f s, %.0f tok/s%s, MFU %.3f\n",
               req.rates.name.c_str(), p.micro.step_seconds, p.micro.compute_seconds, p.micro.wait_seconds,
-              p.micro.h2d_seconds, p.micro.d2h_seconds, p.optimizer_seconds, p.step_seconds, p.tokens_per_second, p.mfu);
+              p.micro.h2d_seconds, p.micro.d2h_seconds, p.communication_seconds, p.optimizer_seconds,
+              p.step_seconds, p.tokens_per_second * a.gpus, a.gpus > 1 ? " over all GPUs" : "", p.mfu);
   if (!a.svg.empty()) {
     const std::string title = run.model.config + " seq " + std::to_string(s.seq) + ", one micro-batch";
     write_text_file_atomically(a.svg, plan::timeline_svg(g, p.placement, p.micro, req.rates, title));
@@ -129,6 +147,8 @@ Runner add_plan(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   cmd->add_option("--gpu", args->gpu, "the GPU to predict for: H100 or H200")->capture_default_str();
   cmd->add_option("--svg", args->svg, "write the predicted timeline of the step here");
+  cmd->add_option("--gpus", args->gpus, "data-parallel GPUs of one host, one rank each (budgets are per GPU)")
+      ->capture_default_str();
   return [flags, args] {
     PlanArgs a = *args;
     a.batch_auto = flags->chose("schedule.batch");

@@ -5,8 +5,10 @@ namespace spillway::plan {
 MachineRates h100_rates() {
   // The measured ceilings (docs/performance.md, the planner's rates). A copy
   // stream gets half of what both links move together: offloaded steps keep
-  // both busy at once.
-  return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 48e9, 48e9, 989e12};
+  // both busy at once. The collectives' rate is what the 1B step's
+  // gradient all-reduce took on 2 H200s (bench/results/gpu.jsonl,
+  // 2026-11-27): about 150 GB/s sent by each rank.
+  return MachineRates{"NVIDIA H100 80GB HBM3", 690e12, 530e12, 330e12, 3.0e12, 48e9, 48e9, 989e12, 150e9};
 }
 
 MachineRates h200_rates() {

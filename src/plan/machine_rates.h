@@ -17,6 +17,9 @@ struct MachineRates {
   double h2d_bytes;                    // pinned host -> device
   double d2h_bytes;                    // device -> pinned host
   double peak_flops;                   // the MFU denominator: dense bf16 peak
+  // What one GPU's collectives move to its peers on the host per second
+  // (NCCL over NVLink): the bytes each rank sends, over the time.
+  double collective_bytes = 150e9;
 };
 
 // H100 80GB HBM3 and H200, measured on the lent machines

@@ -97,7 +97,17 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   p.micro = predict_step(g, p.placement, r.rates);
   p.optimizer_seconds =
       optimizer_seconds(total, p.optimizer_resident, p.weights_resident, out.grad_bytes_at_home, r.rates);
-  p.step_seconds = static_cast<double>(r.micro_batches) * p.micro.step_seconds + p.optimizer_seconds;
+  if (r.data_parallel > 1) {
+    // Ring collectives: each rank sends (N-1)/N of the data per pass.
+    const double n = r.data_parallel, passes_of_grads = total.shards > 1 ? 1 : 2;
+    const double sent = (n - 1) / n *
+                        (passes_of_grads * static_cast<double>(total.grads) +
+                         (total.shards > 1 ? static_cast<double>(total.weights) : 0.0));
+    p.bytes_communicated = static_cast<uint64_t>(sent);
+    p.communication_seconds = sent / r.rates.collective_bytes;
+  }
+  p.step_seconds =
+      static_cast<double>(r.micro_batches) * p.micro.step_seconds + p.communication_seconds + p.optimizer_seconds;
 }
 
 }  // namespace
@@ -128,6 +138,7 @@ StateBytes state_bytes(const graph::Graph& g, const TrainingStateSpec& s) {
     b.grads += g.value(p.grad).bytes();
   }
   const uint64_t shards = std::max<uint64_t>(1, s.state_shards);
+  b.shards = shards;
   b.master = (b.elements * s.master_bytes + shards - 1) / shards;
   b.optimizer = (b.elements * s.optimizer_bytes + shards - 1) / shards;
   return b;
@@ -195,8 +206,10 @@ double optimizer_seconds(const StateBytes& s, bool optimizer_resident, bool weig
                          uint64_t grad_bytes_at_home, const MachineRates& rates) {
   if (optimizer_resident) {
     // Read: weights, masters' rest, gradient sums, moments; written: all
-    // but the sums; and the sums read once more for their norm.
-    const double bytes = 2.0 * static_cast<double>(s.weights + s.master + s.optimizer + s.grads);
+    // but the sums; and the sums read once more for their norm. Sharded,
+    // each rank updates its share of all of them.
+    const double shares = static_cast<double>(s.shards);
+    const double bytes = 2.0 * (static_cast<double>(s.weights + s.grads) / shares + static_cast<double>(s.master + s.optimizer));
     return bytes / rates.memory_bytes;
   }
   // Up: the masters' rest and the moments (and the sums and the weights

@@ -51,6 +51,8 @@ struct TrainingPlanRequest {
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
   int64_t micro_batches = 1;     // per optimizer step
   OffloadMode offload = OffloadMode::automatic;
+  // Ranks whose gradient sums are summed every optimizer step.
+  int data_parallel = 1;
   // Only layouts with every gradient sum on the device (data parallelism
   // sums them across the ranks there).
   bool gradient_sums_on_device = false;
@@ -62,7 +64,8 @@ struct TrainingPlanRequest {
 
 // The state's bytes by part, over all parameters.
 struct StateBytes {
-  uint64_t elements = 0, weights = 0, grads = 0, master = 0, optimizer = 0;
+  uint64_t elements = 0, weights = 0, grads = 0, master = 0, optimizer = 0;  // master and optimizer: one share
+  uint64_t shards = 1;  // TrainingStateSpec::state_shards
 };
 StateBytes state_bytes(const graph::Graph& step, const TrainingStateSpec& state);
 
@@ -80,7 +83,12 @@ struct TrainingPlan {
   uint64_t host_state_bytes = 0;  // state at home
   StepPrediction micro;           // one micro-batch
   double optimizer_seconds = 0;   // the update, in place or streaming the state through the GPU
-  double step_seconds = 0;        // micro_batches micro-batches + the optimizer
+  // Data parallelism: what each rank sends its peers per optimizer step (the
+  // gradient sums' all-reduce, or with sharded state their reduce-scatter and
+  // the weights' all-gather), and the time, after the last micro-batch.
+  uint64_t bytes_communicated = 0;
+  double communication_seconds = 0;
+  double step_seconds = 0;        // micro_batches micro-batches + communication + the optimizer
   double tokens_per_second = 0;
   double mfu = 0;
   std::string kept_first_label;  // TrainingStateSpec::kept_first_label

@@ -162,7 +162,7 @@ const Field kFields[] = {
      .help = "data parallelism: none (every rank keeps the whole training state), optimizer (each rank keeps and "
              "updates 1/N of the masters and AdamW's moments; ZeRO-1), or auto (optimizer where the whole state then "
              "stays on the device)",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::shard>},
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::shard>},
     // run
     {.key = "run.device", .flag = "--device", .help = "auto (the GPU when there is one), cpu or cuda",
      .commands = kSteps, .ref = at<&R::run, &RunPlace::device>},

@@ -57,7 +57,9 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   req.host_budget = r.host_budget;
   req.micro_batches = r.micro_batches;
   req.offload = r.offload;
-  req.gradient_sums_on_device = r.gradient_sums_on_device;
+  req.data_parallel = r.data_parallel;
+  // The ranks sum the gradient sums where they lie: on the device.
+  req.gradient_sums_on_device = r.data_parallel > 1;
   req.rates = r.rates;
   req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
   req.flops_per_token = model::training_flops_per_token(r.config, r.seq);
@@ -97,6 +99,24 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     }
   }
   return std::move(*best);
+}
+
+PlannedStep plan_data_parallel_step(StepPlanRequest r, StateSharding shard) {
+  r.state_shards = 1;
+  if (r.data_parallel <= 1 || shard == StateSharding::none) return plan_llama_step(r);
+  std::string why;
+  try {
+    StepPlanRequest sharded = r;
+    sharded.state_shards = static_cast<uint64_t>(r.data_parallel);
+    PlannedStep p = plan_llama_step(sharded);
+    if (p.plan.optimizer_resident && p.plan.weights_resident) return p;
+    why = "it places: " + p.plan.layout();
+  } catch (const Error& e) {
+    why = e.what();
+  }
+  SPW_CHECK(shard != StateSharding::optimizer, "--shard optimizer", "the plan cannot keep the whole training state on ",
+            "the device even with ", r.data_parallel, " shares of it (", why, "); --shard none lets it offload");
+  return plan_llama_step(r);
 }
 
 }  // namespace spillway::train

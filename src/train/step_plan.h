@@ -17,6 +17,7 @@
 #include "model/llama_config.h"
 #include "model/llama_graph.h"
 #include "plan/training_plan.h"
+#include "train/run_config.h"
 
 namespace spillway::train {
 
@@ -46,8 +47,10 @@ struct StepPlanRequest {
   std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
   bool bf16_moments = false;
   plan::OffloadMode offload = plan::OffloadMode::automatic;
-  bool gradient_sums_on_device = false;  // plan::TrainingPlanRequest's
-  uint64_t state_shards = 1;             // plan::TrainingStateSpec's
+  // Ranks that sum their gradient sums every step (on the device), and how
+  // many shares of the optimizer's state each keeps one of.
+  int data_parallel = 1;
+  uint64_t state_shards = 1;
   uint64_t device_budget = 0, host_budget = 0;
   // The device bytes a step of this graph takes outside the graph and the
   // state (kernel workspaces): the GPU engine makes its runners for the
@@ -65,5 +68,12 @@ struct PlannedStep {
 // Throws the planner's Error (naming --device-mem or --host-mem) when no
 // variant fits.
 PlannedStep plan_llama_step(const StepPlanRequest& request);
+
+// Data parallelism over request.data_parallel ranks: the optimizer's state
+// sharded over them where `shard` allows and every rank then keeps its
+// share, the weights and the gradient sums on the device (the plan's
+// state.state_shards says so), else kept whole by every rank. Error naming
+// --shard when it demands sharding that cannot be.
+PlannedStep plan_data_parallel_step(StepPlanRequest request, StateSharding shard);
 
 }  // namespace spillway::train

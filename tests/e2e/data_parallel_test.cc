@@ -13,8 +13,6 @@
 #include <thread>
 
 #include "e2e/e2e_util.h"
-#include "model/llama_weights_io.h"
-#include "nlohmann/json.hpp"
 
 extern char** environ;
 
@@ -22,29 +20,6 @@ namespace spillway::e2e {
 namespace {
 
 using namespace std::chrono_literals;
-
-std::vector<double> step_losses(const std::string& run) {
-  std::istringstream log(read_file(run + "/train_log.jsonl"));
-  std::vector<double> losses;
-  for (std::string line; std::getline(log, line);) {
-    const auto j = nlohmann::json::parse(line);
-    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
-  }
-  return losses;
-}
-
-// The largest difference between two checkpoints' weights.
-float max_weight_difference(const std::string& a_dir, const std::string& b_dir) {
-  const model::LlamaWeights a = model::load_llama(a_dir), b = model::load_llama(b_dir);
-  float worst = 0;
-  for (size_t t = 0; t < a.tensors().size(); ++t) {
-    const auto& x = a.tensors()[t].data;
-    const auto& y = b.tensors()[t].data;
-    EXPECT_EQ(x.size(), y.size());
-    for (size_t i = 0; i < x.size() && i < y.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
-  }
-  return worst;
-}
 
 uint16_t free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

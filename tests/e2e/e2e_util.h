@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "model/llama_weights_io.h"
+#include "nlohmann/json.hpp"
 
 namespace spillway::e2e {
 
@@ -85,6 +90,30 @@ inline CommandResult run_spillway(const std::string& args) {
   int status = ::pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+// The losses of a run's steps, from its train_log.jsonl.
+inline std::vector<double> step_losses(const std::string& run) {
+  std::istringstream log(read_file(run + "/train_log.jsonl"));
+  std::vector<double> losses;
+  for (std::string line; std::getline(log, line);) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+// The largest difference between two checkpoints' weights.
+inline float max_weight_difference(const std::string& a_dir, const std::string& b_dir) {
+  const model::LlamaWeights a = model::load_llama(a_dir), b = model::load_llama(b_dir);
+  float worst = 0;
+  for (size_t t = 0; t < a.tensors().size(); ++t) {
+    const auto& x = a.tensors()[t].data;
+    const auto& y = b.tensors()[t].data;
+    EXPECT_EQ(x.size(), y.size());
+    for (size_t i = 0; i < x.size() && i < y.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
+  }
+  return worst;
 }
 
 }  // namespace spillway::e2e

@@ -222,37 +222,23 @@ class CudaEngine final : public Engine {
   }
 
  private:
-  // Data parallelism may shard the optimizer's state where every rank then
-  // keeps all of its share, the weights and the gradient sums on the device;
-  // elsewhere every rank keeps the whole state, as the plan places it.
+  // Data parallelism may shard the optimizer's state (train/step_plan.h);
+  // every rank must take the same way, so sharded only where all can.
   void plan_sharding() {
     const int ranks = data_parallel_size(options_);
-    const StateSharding shard = options_.shard;
-    if (ranks > 1 && shard != StateSharding::none) {
-      std::optional<Error> why;
-      try {
-        planned_ = plan_llama_step(plan_request(static_cast<uint64_t>(ranks)));
-        const plan::TrainingPlan& p = planned_.plan;
-        sharded_ = p.optimizer_resident && p.weights_resident;
-      } catch (const Error& e) {
-        why = e;
-      }
-      // Every rank must take the same way: sharded only where all of them can.
-      double able = sharded_ ? 1 : 0;
-      sum_over_ranks(std::span<double>(&able, 1));
-      sharded_ = able == ranks;
-      if (sharded_) return;
-      if (shard == StateSharding::optimizer) {
-        throw Error("--shard optimizer", "the plan cannot keep the whole training state on the device even with " +
-                                             std::to_string(ranks) + " shares of it" +
-                                             (why ? std::string(" (") + why->what() + ")" : std::string()) +
-                                             "; --shard none lets it offload");
-      }
-    }
-    planned_ = plan_llama_step(plan_request(1));
+    planned_ = plan_data_parallel_step(plan_request(), options_.shard);
+    sharded_ = planned_.state.state_shards > 1;
+    if (ranks == 1) return;
+    double able = sharded_ ? 1 : 0;
+    sum_over_ranks(std::span<double>(&able, 1));
+    if (able == ranks || !sharded_) return;
+    SPW_CHECK(options_.shard != StateSharding::optimizer, "--shard optimizer", "a rank's plan cannot keep its share ",
+              "of the training state on its device; --shard none lets it offload");
+    sharded_ = false;
+    planned_ = plan_data_parallel_step(plan_request(), StateSharding::none);
   }
 
-  StepPlanRequest plan_request(uint64_t state_shards) {
+  StepPlanRequest plan_request() {
     MemorySpace& mem = device_->device_memory();
     StepPlanRequest r;
     r.config = weights_.config();
@@ -269,9 +255,7 @@ class CudaEngine final : public Engine {
                         ? options_.memory.host_mem
                         : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
     r.rates = plan::rates_for_gpu(gpu_);
-    // The ranks sum the gradient sums where they lie: on the device.
-    r.gradient_sums_on_device = data_parallel_size(options_) > 1;
-    r.state_shards = state_shards;
+    r.data_parallel = data_parallel_size(options_);
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
     r.device_reserved = [this, &mem](const LlamaStep& s) {

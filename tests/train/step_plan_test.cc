@@ -1,0 +1,97 @@
+// Data parallelism in the plan: sharding the optimizer's state where each
+// rank then keeps its share on the device, the bytes the ranks exchange, and
+// the error when sharding is demanded where it cannot be.
+#include "train/step_plan.h"
+
+#include <gtest/gtest.h>
+
+#include "base/status.h"
+#include "model/llama_config_json.h"
+#include "plan/machine_rates.h"
+
+namespace spillway::train {
+namespace {
+
+StepPlanRequest request(int ranks, uint64_t device_budget) {
+  StepPlanRequest r;
+  r.config = model::resolve_config("llama3.2-1b");
+  r.batch = 1;
+  r.seq = 512;
+  r.micro_batches = 2;
+  r.fused_projections = false;
+  r.data_parallel = ranks;
+  r.device_budget = device_budget;
+  r.host_budget = 200ull << 30;
+  r.rates = plan::rates_for_gpu("H100");
+  return r;
+}
+
+// The device bytes a plan needs with the whole state on the device.
+uint64_t whole_state_on_device(const PlannedStep& p) { return p.plan.resident_bytes + p.plan.placement.device_peak; }
+
+TEST(DataParallelPlan, ShardsWhereEachRankThenKeepsItsShareOnTheDevice) {
+  const PlannedStep whole = plan_data_parallel_step(request(2, 200ull << 30), StateSharding::none);
+  const PlannedStep shared = plan_data_parallel_step(request(2, 200ull << 30), StateSharding::automatic);
+  ASSERT_TRUE(whole.plan.all_on_device());
+  ASSERT_TRUE(shared.plan.all_on_device());
+  EXPECT_EQ(whole.state.state_shards, 1u);
+  EXPECT_EQ(shared.state.state_shards, 2u);
+  // Half the masters' rest (2 bytes) and fp32 moments (8) per element stay.
+  const double saved = static_cast<double>(whole.plan.resident_bytes - shared.plan.resident_bytes);
+  EXPECT_NEAR(saved, 5.0 * static_cast<double>(whole.plan.parameters), 0.001 * saved);
+
+  // A budget between the two: sharded, everything stays; whole, the
+  // optimizer's state goes home.
+  const uint64_t between = (whole_state_on_device(whole) + whole_state_on_device(shared)) / 2;
+  const PlannedStep chosen = plan_data_parallel_step(request(2, between), StateSharding::automatic);
+  EXPECT_EQ(chosen.state.state_shards, 2u);
+  EXPECT_TRUE(chosen.plan.optimizer_resident);
+  const PlannedStep kept_whole = plan_data_parallel_step(request(2, between), StateSharding::none);
+  EXPECT_EQ(kept_whole.state.state_shards, 1u);
+  EXPECT_FALSE(kept_whole.plan.optimizer_resident);
+}
+
+TEST(DataParallelPlan, OneRankNeverShards) {
+  const PlannedStep p = plan_data_parallel_step(request(1, 200ull << 30), StateSharding::optimizer);
+  EXPECT_EQ(p.state.state_shards, 1u);
+  EXPECT_EQ(p.plan.bytes_communicated, 0u);
+  EXPECT_EQ(p.plan.communication_seconds, 0.0);
+}
+
+TEST(DataParallelPlan, CountsWhatEachRankSends) {
+  for (int ranks : {2, 4}) {
+    const PlannedStep whole = plan_data_parallel_step(request(ranks, 200ull << 30), StateSharding::none);
+    const PlannedStep shared = plan_data_parallel_step(request(ranks, 200ull << 30), StateSharding::optimizer);
+    const double n = static_cast<double>(whole.plan.parameters), f = (ranks - 1.0) / ranks;
+    // All-reduce of fp32 sums: two passes; reduce-scatter of the sums (4
+    // bytes) and all-gather of the bf16 weights (2): one each.
+    EXPECT_NEAR(static_cast<double>(whole.plan.bytes_communicated), 2 * f * 4 * n, 1e-6 * n);
+    EXPECT_NEAR(static_cast<double>(shared.plan.bytes_communicated), f * 6 * n, 1e-6 * n);
+    const double rate = plan::rates_for_gpu("H100").collective_bytes;
+    EXPECT_DOUBLE_EQ(shared.plan.communication_seconds, static_cast<double>(shared.plan.bytes_communicated) / rate);
+    EXPECT_NEAR(whole.plan.step_seconds,
+                2 * whole.plan.micro.step_seconds + whole.plan.communication_seconds + whole.plan.optimizer_seconds,
+                1e-9);
+    // Each rank updates its share alone.
+    EXPECT_LT(shared.plan.optimizer_seconds, whole.plan.optimizer_seconds / ranks * 1.01);
+  }
+}
+
+TEST(DataParallelPlan, DemandedShardingThatCannotBeNamesTheFlag) {
+  const PlannedStep shared = plan_data_parallel_step(request(2, 200ull << 30), StateSharding::optimizer);
+  const uint64_t too_small = shared.plan.resident_bytes - (1ull << 30);
+  try {
+    plan_data_parallel_step(request(2, too_small), StateSharding::optimizer);
+    FAIL() << "a budget below the sharded state was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.thing(), "--shard optimizer");
+    EXPECT_NE(std::string(e.what()).find("--shard none"), std::string::npos) << e.what();
+  }
+  // Automatic keeps the state whole and offloads instead.
+  const PlannedStep offloaded = plan_data_parallel_step(request(2, too_small), StateSharding::automatic);
+  EXPECT_EQ(offloaded.state.state_shards, 1u);
+  EXPECT_FALSE(offloaded.plan.optimizer_resident);
+}
+
+}  // namespace
+}  // namespace spillway::train

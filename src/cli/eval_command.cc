@@ -2,7 +2,6 @@
 // files, on the CPU or the GPU. It reads the model and the data and writes
 // nothing. Its flags are its own, like generate's: it runs no training step,
 // so the run configuration's table has nothing for it.
-#include <omp.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +11,7 @@
 
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "infer/evaluate.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
@@ -30,13 +30,12 @@ struct EvalArgs {
   std::string model;
   std::vector<std::string> data;
   int64_t seq = 0;
-  std::string device = "auto";
-  int threads = 0;
+  ModelRunFlags run;
   bool json = false;
 };
 
 int run_eval(const EvalArgs& a) {
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  a.run.apply();
   const std::string source = train::resolve_checkpoint(a.model);
   // The data first: a bad path fails before the model is read.
   const bool prepared = a.data.size() == 1 && train::is_prepared_folder(a.data[0]);
@@ -46,7 +45,7 @@ int run_eval(const EvalArgs& a) {
   const int64_t context = weights.config().max_position_embeddings;
   const int64_t window = a.seq > 0 ? a.seq : std::min<int64_t>(context, 2048);
   SPW_CHECK(window <= context, "--seq", window, " is longer than the model's context of ", context, " tokens");
-  std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, window + 1, a.device);
+  std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, window + 1, a.run.device);
 
   infer::LossSum sum;
   if (prepared) {
@@ -85,10 +84,7 @@ Runner add_eval(CLI::App& app) {
                   "tokenize` (its val.bin)")
       ->required();
   cmd->add_option("--seq", a->seq, "tokens of context per window (default: the model's context, at most 2048)");
-  cmd->add_option("--device", a->device, "auto (the GPU when there is one), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "CPU threads (0: every core)")->capture_default_str();
+  a->run.add_to(cmd);
   cmd->add_flag("--json", a->json, "print {\"loss\", \"perplexity\", \"tokens\"} as one JSON line");
   return [a] { return run_eval(*a); };
 }

@@ -1,4 +1,3 @@
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "infer/generate.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
@@ -52,21 +52,20 @@ struct GenerateArgs {
   std::string prompt;
   int64_t max_tokens = 200;
   infer::SamplingOptions sampling;
-  std::string device = "auto";
-  int threads = 0;
+  ModelRunFlags run;
   bool stats = false;
   bool ids = false;
 };
 
 int run_generate(const GenerateArgs& a) {
-  if (a.threads > 0) omp_set_num_threads(a.threads);
+  a.run.apply();
   const std::string source = train::resolve_checkpoint(a.model);  // a folder, a run or a .gguf file
   model::LlamaWeights weights = model::load_llama(source);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
   const Tokenizer& tok = *tokenizer;
   std::vector<int32_t> prompt = infer::prompt_ids(tok, a.prompt);
   std::unique_ptr<infer::Decoder> decoder =
-      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.device);
+      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
   infer::GenerateOptions g;
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
@@ -117,10 +116,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--top-k", a->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", a->sampling.top_p, "nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--device", a->device, "auto (the GPU when there is one), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "CPU threads (0: every core)")->capture_default_str();
+  a->run.add_to(cmd);
   cmd->add_flag("--ids", a->ids, "print the generated token ids to stderr");
   cmd->add_flag("--stats", a->stats,
                 "print the device and the speed at the end, to stderr (default: when stderr is a terminal)");

@@ -44,30 +44,23 @@ void put_f16(std::vector<uint8_t>& out, float x) {
 
 }  // namespace
 
+template <typename T>
+void GgufWriter::add_scalar(std::string key, GgufValueType type, T value) {
+  std::string v = typed(type);
+  put(v, value);
+  metadata_.emplace_back(std::move(key), std::move(v));
+}
+
 void GgufWriter::add_string(std::string key, std::string value) {
   std::string v = typed(GgufValueType::string);
   put_string(v, value);
   metadata_.emplace_back(std::move(key), std::move(v));
 }
-void GgufWriter::add_u32(std::string key, uint32_t value) {
-  std::string v = typed(GgufValueType::u32);
-  put(v, value);
-  metadata_.emplace_back(std::move(key), std::move(v));
-}
-void GgufWriter::add_i32(std::string key, int32_t value) {
-  std::string v = typed(GgufValueType::i32);
-  put(v, value);
-  metadata_.emplace_back(std::move(key), std::move(v));
-}
-void GgufWriter::add_f32(std::string key, float value) {
-  std::string v = typed(GgufValueType::f32);
-  put(v, value);
-  metadata_.emplace_back(std::move(key), std::move(v));
-}
+void GgufWriter::add_u32(std::string key, uint32_t value) { add_scalar(std::move(key), GgufValueType::u32, value); }
+void GgufWriter::add_i32(std::string key, int32_t value) { add_scalar(std::move(key), GgufValueType::i32, value); }
+void GgufWriter::add_f32(std::string key, float value) { add_scalar(std::move(key), GgufValueType::f32, value); }
 void GgufWriter::add_bool(std::string key, bool value) {
-  std::string v = typed(GgufValueType::boolean);
-  put<uint8_t>(v, value ? 1 : 0);
-  metadata_.emplace_back(std::move(key), std::move(v));
+  add_scalar(std::move(key), GgufValueType::boolean, static_cast<uint8_t>(value ? 1 : 0));
 }
 void GgufWriter::add_strings(std::string key, const std::vector<std::string>& values) {
   std::string v = array_of(GgufValueType::string, values.size());

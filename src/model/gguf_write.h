@@ -35,6 +35,9 @@ class GgufWriter {
   void write(const std::string& path) const;
 
  private:
+  template <typename T>
+  void add_scalar(std::string key, GgufValueType type, T value);
+
   struct Tensor {
     std::string name;
     std::vector<int64_t> dims;

@@ -24,18 +24,6 @@ bool bool_field(const json& spec, const char* key, bool otherwise) {
   return it != spec.end() && it->is_boolean() ? it->get<bool>() : otherwise;
 }
 
-std::string replace_all(std::string_view text, std::string_view from, std::string_view to) {
-  if (from.empty()) return std::string(text);
-  std::string out;
-  size_t at = 0;
-  for (size_t hit; (hit = text.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
-    out.append(text.substr(at, hit - at));
-    out.append(to);
-  }
-  out.append(text.substr(at));
-  return out;
-}
-
 // Rust's char::to_lowercase, one character at a time (no context, so a
 // final sigma lowercases as any other).
 std::string lowercase(std::string_view text) {
@@ -86,6 +74,18 @@ std::string strip(std::string_view text, bool left, bool right) {
 }
 
 }  // namespace
+
+std::string replace_literal(std::string_view text, std::string_view from, std::string_view to) {
+  if (from.empty()) return std::string(text);
+  std::string out;
+  size_t at = 0;
+  for (size_t hit; (hit = text.find(from, at)) != std::string_view::npos; at = hit + from.size()) {
+    out.append(text.substr(at, hit - at));
+    out.append(to);
+  }
+  out.append(text.substr(at));
+  return out;
+}
 
 std::string pattern_regex(const json& pattern, const std::string& source, const std::string& where) {
   SPW_CHECK(pattern.is_object(), source, where, " is not a pattern object");
@@ -151,20 +151,7 @@ std::string Normalizer::apply(std::string_view input) const {
         if (!text.empty()) text.insert(0, s.text);
         break;
       case Kind::replace:
-        if (!s.regex) {
-          text = replace_all(text, s.text, s.content);
-        } else {
-          std::string out;
-          size_t done = 0;
-          s.regex->for_each_match(text, [&](size_t begin, size_t end) {
-            if (end == begin) return;
-            out.append(text, done, begin - done);
-            out += s.content;
-            done = end;
-          });
-          out.append(text, done);
-          text = std::move(out);
-        }
+        text = s.regex ? s.regex->replace(text, s.content) : replace_literal(text, s.text, s.content);
         break;
       case Kind::form: text = unicode::normalize(text, s.form); break;
       case Kind::lowercase: text = lowercase(text); break;

@@ -44,6 +44,9 @@ class Normalizer {
   std::vector<Step> steps_;
 };
 
+// `text` with every occurrence of `from` (non-empty) replaced by `to`.
+std::string replace_literal(std::string_view text, std::string_view from, std::string_view to);
+
 // A Hugging Face pattern object ({"String": s} or {"Regex": r}) as a regular
 // expression; a String becomes one that matches it literally.
 std::string pattern_regex(const nlohmann::json& pattern, const std::string& source, const std::string& where);

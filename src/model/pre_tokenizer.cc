@@ -118,6 +118,19 @@ void RegexPreTokenizer::for_each_piece(std::string_view text,
   if (done < text.size()) piece(text.substr(done));
 }
 
+std::string RegexPreTokenizer::replace(std::string_view text, std::string_view with) const {
+  std::string out;
+  size_t done = 0;
+  for_each_match(text, [&](size_t begin, size_t end) {
+    if (end == begin) return;
+    out.append(text.substr(done, begin - done));
+    out.append(with);
+    done = end;
+  });
+  out.append(text.substr(done));
+  return out;
+}
+
 std::vector<std::string_view> RegexPreTokenizer::split(std::string_view text) const {
   std::vector<std::string_view> pieces;
   for_each_piece(text, [&](std::string_view p) { pieces.push_back(p); });

@@ -21,16 +21,6 @@ bool flag(const json& spec, const char* key, bool otherwise) {
   return it != spec.end() && it->is_boolean() ? it->get<bool>() : otherwise;
 }
 
-std::string replace_spaces(std::string_view text, std::string_view with) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    if (c == ' ') out += with;
-    else out += c;
-  }
-  return out;
-}
-
 }  // namespace
 
 PreTokenizerChain::PreTokenizerChain(const json& spec, const std::string& source, const std::string& where) {
@@ -164,7 +154,7 @@ void PreTokenizerChain::split(std::string_view segment, bool at_start, std::vect
           next.push_back(std::move(piece));
           break;
         case Step::Kind::metaspace: {
-          piece.text = replace_spaces(piece.text, step.replacement);
+          piece.text = replace_literal(piece.text, " ", step.replacement);
           const bool prepend = !piece.text.starts_with(step.replacement) &&
                                (step.prepend == Prepend::always || (step.prepend == Prepend::first && piece.first));
           if (prepend) piece.text.insert(0, step.replacement);

@@ -10,18 +10,6 @@ namespace {
 
 using nlohmann::json;
 
-std::string replace_all(const std::string& text, const std::string& from, const std::string& to) {
-  if (from.empty()) return text;
-  std::string out;
-  size_t at = 0;
-  for (size_t hit; (hit = text.find(from, at)) != std::string::npos; at = hit + from.size()) {
-    out.append(text, at, hit - at);
-    out += to;
-  }
-  out.append(text, at);
-  return out;
-}
-
 // "<0x0A>" -> 10; -1 for any other token.
 int fallback_byte(const std::string& token) {
   if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
@@ -121,26 +109,11 @@ std::string TokenDecoder::decode(std::vector<std::string> tokens) const {
       }
       case Step::Kind::metaspace:
         for (size_t i = 0; i < tokens.size(); ++i) {
-          tokens[i] = replace_all(tokens[i], s.pattern, i == 0 && s.prepend ? "" : " ");
+          tokens[i] = replace_literal(tokens[i], s.pattern, i == 0 && s.prepend ? "" : " ");
         }
         break;
       case Step::Kind::replace:
-        for (std::string& t : tokens) {
-          if (!s.regex) {
-            t = replace_all(t, s.pattern, s.content);
-            continue;
-          }
-          std::string out;
-          size_t done = 0;
-          s.regex->for_each_match(t, [&](size_t begin, size_t end) {
-            if (end == begin) return;
-            out.append(t, done, begin - done);
-            out += s.content;
-            done = end;
-          });
-          out.append(t, done);
-          t = std::move(out);
-        }
+        for (std::string& t : tokens) t = s.regex ? s.regex->replace(t, s.content) : replace_literal(t, s.pattern, s.content);
         break;
       case Step::Kind::byte_fallback: {
         std::vector<std::string> out;

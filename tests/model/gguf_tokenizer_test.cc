@@ -4,8 +4,6 @@
 #include "model/gguf_tokenizer.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <filesystem>
 #include <fstream>
 
@@ -13,6 +11,7 @@
 #include "model/bpe_train.h"
 #include "model/gguf_write.h"
 #include "model/sentencepiece_tokenizer.h"
+#include "testing/files.h"
 
 #ifdef SPILLWAY_HAS_SENTENCEPIECE
 #include <sentencepiece_trainer.h>
@@ -21,29 +20,19 @@
 namespace spillway {
 namespace {
 
-namespace fs = std::filesystem;
-
 const std::vector<std::string> kTexts = {
     "The lazy fox jumps over the dog, 1234 times.", "  caf\xC3\xA9 \xF0\x9F\x99\x82\n\nnew paragraph",
     "<|end_of_text|>between<|begin_of_text|>", "</s>x<s>", ""};
 
-class GgufTokenizer : public ::testing::Test {
+class GgufTokenizer : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "spillway-gguftok-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    dir_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // `tok` through a GGUF file and back.
   std::unique_ptr<Tokenizer> round_trip(const Tokenizer& tok) {
     GgufWriter w;
     w.add_string("general.architecture", "llama");
     add_gguf_tokenizer(w, tok);
-    const std::string path = (dir_ / "t.gguf").string();
-    w.write(path);
-    return load_gguf_tokenizer(GgufFile(path));
+    w.write(file("t.gguf"));
+    return load_gguf_tokenizer(GgufFile(file("t.gguf")));
   }
   static void expect_same(const Tokenizer& a, const Tokenizer& b) {
     EXPECT_EQ(a.vocab_size(), b.vocab_size());
@@ -59,8 +48,6 @@ class GgufTokenizer : public ::testing::Test {
       }
     }
   }
-
-  fs::path dir_;
 };
 
 TEST_F(GgufTokenizer, ByteLevelBpeRoundTrips) {
@@ -91,10 +78,10 @@ TEST_F(GgufTokenizer, AnUnnamedPreTokenizerHasNoGgufForm) {
 TEST_F(GgufTokenizer, SentencePieceRoundTripsThroughItsPiecesScoresAndTypes) {
   std::string corpus;
   for (int i = 0; i < 300; ++i) corpus += kTexts[0] + " " + kTexts[1] + " word" + std::to_string(i % 17) + "\n";
-  std::ofstream(dir_ / "corpus.txt") << corpus;
-  const std::string prefix = (dir_ / "spm").string();
+  std::ofstream(file("corpus.txt")) << corpus;
+  const std::string prefix = file("spm");
   const auto status = sentencepiece::SentencePieceTrainer::Train(
-      {{"input", (dir_ / "corpus.txt").string()}, {"model_prefix", prefix}, {"model_type", "bpe"},
+      {{"input", file("corpus.txt")}, {"model_prefix", prefix}, {"model_type", "bpe"},
        {"vocab_size", "400"}, {"byte_fallback", "true"}, {"num_threads", "1"}, {"minloglevel", "2"},
        // LLaMA's settings, which a GGUF's "llama" tokenizer implies.
        {"normalization_rule_name", "identity"}, {"remove_extra_whitespaces", "false"}, {"add_dummy_prefix", "true"}});
@@ -111,7 +98,7 @@ TEST_F(GgufTokenizer, SentencePieceRoundTripsThroughItsPiecesScoresAndTypes) {
 TEST_F(GgufTokenizer, AFileWithoutATokenizerIsNamed) {
   GgufWriter w;
   w.add_string("general.architecture", "llama");
-  const std::string path = (dir_ / "none.gguf").string();
+  const std::string path = file("none.gguf");
   w.write(path);
   try {
     load_gguf_tokenizer(GgufFile(path));

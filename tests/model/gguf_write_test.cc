@@ -4,30 +4,25 @@
 #include "model/gguf_write.h"
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
-
 #include <cmath>
-#include <filesystem>
 #include <random>
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "testing/files.h"
 
 namespace spillway {
 namespace {
 
-namespace fs = std::filesystem;
+class GgufWriter : public testing::TempDirTest {};
 
-TEST(GgufWriter, WritesWhatGgufFileReads) {
-  std::string pattern = (fs::temp_directory_path() / "spillway-ggufw-XXXXXX").string();
-  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-  const fs::path dir = pattern;
+TEST_F(GgufWriter, WritesWhatGgufFileReads) {
   std::mt19937 rng(4);
   std::normal_distribution<float> normal(0.0f, 0.3f);
   std::vector<float> values(64 * 3);
   for (float& v : values) v = normal(rng);
 
-  GgufWriter w;
+  spillway::GgufWriter w;
   w.add_string("general.name", "t\xC3\xA9st");
   w.add_u32("u", 7);
   w.add_i32("i", -3);
@@ -40,7 +35,7 @@ TEST(GgufWriter, WritesWhatGgufFileReads) {
     w.add_tensor("t" + std::to_string(static_cast<int>(type)), Shape{3, 64}, type, values);
   }
   EXPECT_THROW(w.add_tensor("odd", Shape{2, 5}, GgmlType::q8_0, std::vector<float>(10)), Error);
-  const std::string path = (dir / "w.gguf").string();
+  const std::string path = file("w.gguf");
   w.write(path);
 
   const GgufFile f(path);
@@ -71,7 +66,6 @@ TEST(GgufWriter, WritesWhatGgufFileReads) {
       }
     }
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

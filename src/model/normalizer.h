@@ -33,9 +33,9 @@ class Normalizer {
   enum class Kind { prepend, replace, form, lowercase, strip };
   struct Step {
     Kind kind;
-    std::string text;     // prepend: the prefix; replace: the literal pattern or the content
-    std::string content;  // replace: what each match becomes
-    std::shared_ptr<const RegexPreTokenizer> regex;  // replace with a Regex pattern
+    std::string text = {};     // prepend: the prefix; replace: the literal pattern or the content
+    std::string content = {};  // replace: what each match becomes
+    std::shared_ptr<const RegexPreTokenizer> regex = {};  // replace with a Regex pattern
     unicode::Form form = unicode::Form::nfc;
     bool left = false, right = false;  // strip
   };

@@ -42,10 +42,10 @@ class PreTokenizerChain {
   enum class Prepend { always, first, never };
   struct Step {
     enum class Kind { split, prefix_space, metaspace } kind;
-    std::shared_ptr<const RegexPreTokenizer> regex;  // split
+    std::shared_ptr<const RegexPreTokenizer> regex = {};  // split
     Behavior behavior = Behavior::isolated;
     bool invert = false;
-    std::string replacement;  // metaspace
+    std::string replacement = {};  // metaspace
     Prepend prepend = Prepend::always;
     bool split_words = true;
   };

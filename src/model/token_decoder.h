@@ -32,9 +32,9 @@ class TokenDecoder {
  private:
   struct Step {
     enum class Kind { byte_level, metaspace, replace, byte_fallback, fuse, strip } kind;
-    std::string pattern;  // replace (literal), metaspace (replacement), strip (content)
-    std::string content;  // replace
-    std::shared_ptr<const RegexPreTokenizer> regex;  // replace with a Regex pattern
+    std::string pattern = {};  // replace (literal), metaspace (replacement), strip (content)
+    std::string content = {};  // replace
+    std::shared_ptr<const RegexPreTokenizer> regex = {};  // replace with a Regex pattern
     bool prepend = true;  // metaspace: a prefix was added, so the first token's replacement goes
     int start = 0, stop = 0;  // strip
   };

@@ -19,7 +19,20 @@ echo "build: $(( $(date +%s) - start )) s"
 B=build/gpu/src/spillway
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -"$NPROC"
 
-tiny="--steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"
+# The lent machines lack the fortunes corpus: sentences from a small grammar.
+corpus=/tmp/spillway-dp-corpus.txt
+python3 - $corpus <<'PY'
+import random, sys
+random.seed(7)
+s = ["the cat", "a dog", "my friend", "the old man", "every child", "the river", "a quiet town", "her brother"]
+v = ["sees", "likes", "follows", "finds", "remembers", "carries", "paints", "forgets"]
+o = ["the moon", "a red ball", "the small house", "her song", "the long road", "an open door", "the last train"]
+with open(sys.argv[1], "w") as f:
+    for _ in range(40000):
+        f.write(" ".join(f"{random.choice(s).capitalize()} {random.choice(v)} {random.choice(o)}." for _ in range(random.randint(1, 4))) + "\n%\n")
+PY
+data="--data $corpus --separator %"
+tiny="$data --steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"
 # Runs live in /tmp (checkpoints stay there); their logs are copied to $OUT.
 runs=/tmp/spillway-dp && rm -rf $runs && mkdir -p $runs
 $B train $tiny --out $runs/tiny1 > "$OUT/tiny1.log" 2>&1 || { tail -5 "$OUT/tiny1.log"; exit 1; }
@@ -36,8 +49,8 @@ PY
 echo "tiny: $(( $(date +%s) - start )) s"
 
 [ "${BIG:-1}" = 0 ] && exit 0
-# The 1B model from scratch on the default corpus: tok/s of steps 3.. from the log.
-big="--config llama3.2-1b --seq 4096 --batch 4 --grad-accum ${GRAD_ACCUM:-8} --steps ${STEPS:-8} --eval-every 0 --checkpoint-every 0 --sample-tokens 0 --quiet"
+# The 1B model from scratch on that corpus: tok/s of steps 3.. from the log.
+big="$data --config llama3.2-1b --seq 4096 --batch 4 --grad-accum ${GRAD_ACCUM:-8} --steps ${STEPS:-8} --eval-every 0 --checkpoint-every 0 --sample-tokens 0 --quiet"
 for n in 1 "$NPROC"; do
   extra=""; [ "$n" = 1 ] || extra="--nproc-per-node $n"
   $B train $big $extra --out $runs/big$n > "$OUT/big$n.log" 2>&1 || { tail -5 "$OUT/big$n.log"; exit 1; }

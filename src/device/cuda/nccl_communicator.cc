@@ -28,7 +28,8 @@ ncclDataType_t nccl_type(DType dtype) {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(int rank, int size, RendezvousStore& store, int ordinal) : Communicator(rank, size) {
+  NcclCommunicator(int rank, int size, RendezvousStore& store, int ordinal)
+      : Communicator(rank, size), timeout_(store.timeout()) {
     CudaDeviceGuard guard(ordinal);
     ncclUniqueId id{};
     if (rank == 0) {
@@ -45,7 +46,7 @@ class NcclCommunicator final : public Communicator {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
     check(ncclCommInitRankConfig(&comm_, size, id, rank, &config), "ncclCommInitRankConfig");
-    wait_until_ready("joining the other ranks", store.timeout());
+    wait_until_ready("joining the other ranks");
   }
 
   ~NcclCommunicator() override {
@@ -53,37 +54,40 @@ class NcclCommunicator final : public Communicator {
   }
 
   void all_reduce_sum(void* data, uint64_t count, DType dtype, Stream& stream) override {
-    check(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, handle(stream)), "ncclAllReduce");
+    check(ncclAllReduce(data, data, count, nccl_type(dtype), ncclSum, comm_, handle(stream)), "ncclAllReduce", true);
   }
   void reduce_scatter_sum(const void* input, void* output, uint64_t count, DType dtype, Stream& stream) override {
     check(ncclReduceScatter(input, output, count, nccl_type(dtype), ncclSum, comm_, handle(stream)),
-          "ncclReduceScatter");
+          "ncclReduceScatter", true);
   }
   void all_gather(const void* input, void* output, uint64_t count, DType dtype, Stream& stream) override {
-    check(ncclAllGather(input, output, count, nccl_type(dtype), comm_, handle(stream)), "ncclAllGather");
+    check(ncclAllGather(input, output, count, nccl_type(dtype), comm_, handle(stream)), "ncclAllGather", true);
   }
   void broadcast(void* data, uint64_t count, DType dtype, int root, Stream& stream) override {
-    check(ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, handle(stream)), "ncclBroadcast");
+    check(ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, handle(stream)), "ncclBroadcast", true);
   }
   void send(const void* data, uint64_t count, DType dtype, int peer, Stream& stream) override {
-    check(ncclSend(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclSend");
+    check(ncclSend(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclSend", true);
   }
   void recv(void* data, uint64_t count, DType dtype, int peer, Stream& stream) override {
-    check(ncclRecv(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclRecv");
+    check(ncclRecv(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclRecv", true);
   }
 
  private:
   static cudaStream_t handle(Stream& stream) { return as_cuda_stream(stream).handle(); }
 
-  // ncclInProgress is not a failure of a non-blocking communicator.
-  void check(ncclResult_t result, const char* call) const {
+  // ncclInProgress is not a failure of a non-blocking communicator, but
+  // the next call must wait until the communicator is ready again (the
+  // first collective, which connects the peers, returns it).
+  void check(ncclResult_t result, const char* call, bool collective = false) {
+    if (result == ncclInProgress && collective) wait_until_ready(call);
     if (result == ncclSuccess || result == ncclInProgress) return;
     throw Error("nccl rank " + std::to_string(rank()), std::string(call) + ": " + ncclGetErrorString(result) +
                                                            " (" + ncclGetLastError(comm_) + ")");
   }
 
-  void wait_until_ready(const char* what, std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+  void wait_until_ready(const char* what) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
     for (;;) {
       ncclResult_t state = ncclSuccess;
       check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
@@ -93,13 +97,14 @@ class NcclCommunicator final : public Communicator {
         (void)ncclCommAbort(comm_);
         comm_ = nullptr;
         throw Error("nccl rank " + std::to_string(rank()),
-                    std::string(what) + " did not finish within " + std::to_string(timeout.count() / 1000) +
+                    std::string(what) + " did not finish within " + std::to_string(timeout_.count() / 1000) +
                         " s: a rank did not arrive");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
 
+  std::chrono::milliseconds timeout_;
   ncclComm_t comm_ = nullptr;
 };
 

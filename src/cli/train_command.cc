@@ -14,6 +14,7 @@ namespace spillway::cli {
 namespace {
 
 int run_training(const train::RunConfig& config, train::Command command) {
+  train::check_run_folder(config);  // once here, rather than once from every rank
   if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
   const TrainingRanks ranks = meet_ranks(config, command);
   train::TrainResult r = train::train_model(

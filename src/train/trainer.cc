@@ -108,19 +108,6 @@ void clear_run_folder(const fs::path& run) {
   }
 }
 
-// An out folder holding a run is continued only on purpose: --resume takes
-// it up, --overwrite starts over, anything else would start a second run
-// among the first one's checkpoints.
-void check_run_folder(const RunConfig& o) {
-  SPW_CHECK(!(o.run.resume && o.run.overwrite), "--overwrite",
-            "and --resume exclude each other: --resume continues the run in ", o.run.out,
-            ", --overwrite removes it and starts over");
-  if (o.run.resume || !is_run_folder(o.run.out)) return;
-  SPW_CHECK(o.run.overwrite, o.run.out,
-            "holds a run already; continue it with --resume, or start over with --overwrite (which removes its "
-            "checkpoints)");
-}
-
 // Only the lead rank of a data-parallel run writes one.
 class JsonLog {
  public:
@@ -141,6 +128,31 @@ class JsonLog {
 
 }  // namespace
 
+void check_run_folder(const RunConfig& o) {
+  SPW_CHECK(!(o.run.resume && o.run.overwrite), "--overwrite",
+            "and --resume exclude each other: --resume continues the run in ", o.run.out,
+            ", --overwrite removes it and starts over");
+  if (o.run.resume) {
+    const std::string ckpt = resolve_checkpoint(o.run.out);
+    SPW_CHECK(ckpt != o.run.out, o.run.out, "has no checkpoint to resume from (no 'latest' file)");
+    const json state = load_trainer_state(ckpt);
+    RunConfig resumed = o;
+    restore_checkpointed(resumed, state.at("options"), ckpt + "/trainer_state.json");
+    const int64_t step = state.at("step");
+    const ScheduleConfig& s = resumed.schedule;
+    SPW_CHECK(step < s.steps, o.run.out, "the run is finished (step ", step, " of ", s.steps,
+              "); nothing to resume. Fine-tune from it with `spillway finetune --model ", o.run.out,
+              "`, or start a new run");
+    SPW_CHECK(s.stop_after < 0 || s.stop_after > step, "--stop-after", s.stop_after,
+              " is not past the checkpoint's step ", step);
+    return;
+  }
+  if (!is_run_folder(o.run.out)) return;
+  SPW_CHECK(o.run.overwrite, o.run.out,
+            "holds a run already; continue it with --resume, or start over with --overwrite (which removes its "
+            "checkpoints)");
+}
+
 TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks) {
   // The lead rank prints, logs and checkpoints; every rank trains.
   const bool lead = ranks.rank() == 0;
@@ -155,16 +167,10 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
 
   check_run_folder(o);
   if (o.run.resume) {
-    const std::string ckpt = resolve_checkpoint(o.run.out);
-    SPW_CHECK(ckpt != o.run.out, o.run.out, "has no checkpoint to resume from (no 'latest' file)");
+    const std::string ckpt = resolve_checkpoint(o.run.out);  // check_run_folder found it, not finished
     state = load_trainer_state(ckpt);
     restore_checkpointed(o, state.at("options"), ckpt + "/trainer_state.json");
     start_step = state.at("step");
-    SPW_CHECK(start_step < o.schedule.steps, o.run.out, "the run is finished (step ", start_step, " of ",
-              o.schedule.steps, "); nothing to resume. Fine-tune from it with `spillway finetune --model ", o.run.out,
-              "`, or start a new run");
-    SPW_CHECK(o.schedule.stop_after < 0 || o.schedule.stop_after > start_step, "--stop-after",
-              o.schedule.stop_after, " is not past the checkpoint's step ", start_step);
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
     start_tokenizer = load_tokenizer(ckpt);
@@ -319,16 +325,20 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
       progress.note(line);
       log.write({{"event", "eval"}, {"step", step + 1}, {"val_loss", val}});
     }
-    // Every rank stops at the same step, whichever of them got the signal.
-    std::array<double, 1> stop = {signals.received() != 0 ? 1.0 : 0.0};
+    // Every rank stops at the same step, whichever of them got the signal
+    // (a terminal's Ctrl-C reaches them all, a kill may reach one).
+    const int own = signals.received();
+    std::array<double, 2> stop = {own == SIGINT ? 1.0 : 0.0, own == SIGTERM ? 1.0 : 0.0};
     if (ranks.size() > 1) engine->sum_over_ranks(stop);
-    const bool stopping = stop[0] > 0;
+    const bool stopping = stop[0] > 0 || stop[1] > 0;
     if ((s.checkpoint_every > 0 && (step + 1) % s.checkpoint_every == 0) || last || stopping) {
       result.checkpoint = save(step + 1);
     }
     if (stopping && !last) {
-      result.stop_signal = signals.received() != 0 ? signals.received() : SIGINT;
+      result.stop_signal = own != 0 ? own : stop[0] > 0 ? SIGINT : SIGTERM;
       log.write({{"event", "stopped"}, {"step", step + 1}, {"signal", result.stop_signal}});
+      // The ranks end together, once the lead's checkpoint is complete.
+      if (ranks.size() > 1) ranks.barrier();
       break;
     }
   }

@@ -60,4 +60,11 @@ struct DataParallelRun {
 // checkpoint (a second signal ends it at once).
 TrainResult train_model(RunConfig config, const SampleText& sample_text = {}, const DataParallelRun& ranks = {});
 
+// The out folder's check that train_model makes first: one that holds a run
+// is taken up only with run.resume, started over only with run.overwrite
+// (the two exclude each other), and otherwise an Error; a resume needs a
+// checkpoint of a run that is not finished. A caller about to start ranks
+// makes it once, before them.
+void check_run_folder(const RunConfig& config);
+
 }  // namespace spillway::train

@@ -93,8 +93,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   if (fs::is_directory(p, ec)) {
     const fs::path model = p / "tokenizer.model";
     const fs::path json = p / "tokenizer.json";
-    if (fs::is_regular_file(model, ec)) tokenizer = std::make_unique<SentencePieceTokenizer>(model.string());
-    else if (fs::is_regular_file(json, ec)) tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json(json.string()));
+    if (fs::is_regular_file(json, ec)) tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json(json.string()));
+    else if (fs::is_regular_file(model, ec)) tokenizer = std::make_unique<SentencePieceTokenizer>(model.string());
     else throw Error(path, "holds neither tokenizer.model nor tokenizer.json");
     folder = p;
   } else {

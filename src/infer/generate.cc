@@ -1,5 +1,6 @@
 #include "infer/generate.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/status.h"
@@ -21,7 +22,10 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
     const int32_t token = sampler.next(logits);
     (i == 0 ? s.prefill_seconds : s.decode_seconds) += std::chrono::duration<double>(Clock::now() - start).count();
-    if (token == options.stop_token) break;
+    if (token == options.stop_token ||
+        std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
+      break;
+    }
     out.push_back(token);
     if (on_token) on_token(token);
     if (i + 1 == options.max_new_tokens || decoder.position() >= decoder.capacity()) break;
@@ -36,17 +40,21 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
   return out;
 }
 
-std::string sample_text(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const std::string& prompt,
+std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt) {
+  if (!prompt.empty()) return tokenizer.encode_text(prompt);
+  return {tokenizer.roles().add_bos ? tokenizer.bos_id() : tokenizer.eos_id()};
+}
+
+std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer, const std::string& prompt,
                         int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed) {
-  const std::vector<int32_t> ids =
-      prompt.empty() ? std::vector<int32_t>{tokenizer.eos_id()} : tokenizer.encode(prompt);
+  const std::vector<int32_t> ids = prompt_ids(tokenizer, prompt);
   LlamaDecoder decoder(weights, static_cast<int64_t>(ids.size()) + max_new_tokens);
   GenerateOptions g;
   g.max_new_tokens = max_new_tokens;
   g.sampling.temperature = temperature;
   g.sampling.top_k = top_k;
   g.sampling.seed = seed;
-  g.stop_token = tokenizer.eos_id();
+  g.stop_tokens = tokenizer.roles().stops;
   return prompt + tokenizer.decode(generate(decoder, ids, g));
 }
 

@@ -11,7 +11,7 @@
 #include "infer/decoder.h"
 #include "infer/llama_decoder.h"  // the CPU decoder, which callers of generate() often make
 #include "infer/sampler.h"
-#include "model/bpe_tokenizer.h"
+#include "model/tokenizer.h"
 #include "model/llama_weights.h"
 
 namespace spillway::infer {
@@ -20,6 +20,7 @@ struct GenerateOptions {
   int64_t max_new_tokens = 128;
   SamplingOptions sampling;
   int32_t stop_token = -1;  // e.g. end of text; -1: none
+  std::vector<int32_t> stop_tokens;  // more of them (end-of-turn tokens)
 };
 
 // Where the time went, for a speed report. The callback's time is not counted.
@@ -39,11 +40,16 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
                               const std::function<void(int32_t)>& on_token = nullptr,
                               GenerateStats* stats = nullptr);
 
-// Text sampled on the CPU from `weights`: `prompt` (empty: a new document,
-// after the tokenizer's end of text) and up to `max_new_tokens` more, with
-// temperature and top-k sampling from `seed`. What a training run shows at
-// its end.
-std::string sample_text(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer, const std::string& prompt,
+// The ids a prompt starts generation with: the text as the model's
+// tokenizer encodes it (a BOS first where the model's texts start with
+// one); an empty prompt starts a new document (the BOS, or else the end of
+// the last document).
+std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& prompt);
+
+// Text sampled on the CPU from `weights`: `prompt` and up to
+// `max_new_tokens` more, with temperature and top-k sampling from `seed`,
+// ending at a stop token. What a training run shows at its end.
+std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer, const std::string& prompt,
                         int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed);
 
 }  // namespace spillway::infer

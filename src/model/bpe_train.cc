@@ -234,7 +234,12 @@ BpeTokenizer train_bpe(const std::vector<std::string_view>& texts, const BpeTrai
     vocab.tokens.push_back(content);
   }
   vocab.pattern = options.pattern;
-  return BpeTokenizer(std::move(vocab));
+  BpeTokenizer tokenizer(std::move(vocab));
+  TokenRoles roles;
+  roles.bos = tokenizer.special_id(options.bos_token);
+  roles.eos = tokenizer.special_id(options.eos_token);
+  tokenizer.set_roles(roles);
+  return tokenizer;
 }
 
 }  // namespace spillway

@@ -24,6 +24,9 @@ struct BpeTrainOptions {
   // early (a smaller vocabulary) when the text has no pair left to merge.
   int32_t vocab_size = 4096;
   std::vector<std::string> special_tokens = {std::string(kBeginOfText), std::string(kEndOfText)};
+  // Which of them begins and which ends a text (the tokenizer's roles); a
+  // name not among the special tokens leaves that role empty.
+  std::string bos_token = std::string(kBeginOfText), eos_token = std::string(kEndOfText);
   std::string pattern = std::string(kLlama3Pattern);
 };
 

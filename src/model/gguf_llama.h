@@ -18,6 +18,7 @@
 
 #include "model/gguf.h"
 #include "model/llama_weights.h"
+#include "model/tokenizer.h"
 
 namespace spillway::model {
 
@@ -31,6 +32,15 @@ LlamaConfig gguf_llama_config(const GgufFile& file);
 // naming the file and the tensor.
 LlamaWeights load_gguf_llama(const GgufFile& file);
 LlamaWeights load_gguf_llama(const std::string& path);
+
+// Writes `weights` (and, when given, the tokenizer: gguf_tokenizer.h) as a
+// GGUF file llama.cpp reads: general.* and llama.* metadata, tensors under
+// llama.cpp's names with q and k in its row order, matrices as `type` (1-D
+// norms as F32, as llama.cpp's converter keeps them; a matrix whose rows do
+// not fill Q8_0 blocks as F16). Written atomically. Error for what llama.cpp
+// could not read back the same (LLaMA-3.1 RoPE scaling).
+void save_gguf_llama(const std::string& path, const LlamaWeights& weights, const Tokenizer* tokenizer, GgmlType type,
+                     const std::string& name);
 
 // The GGUF tensor name of an HF parameter name ("lm_head.weight" ->
 // "output.weight"); Error naming it when it is not a LLaMA parameter.

@@ -82,7 +82,10 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
       } else if (key == "head_dim") {
         // Checked after the loop, once hidden_size and the head count are known.
       } else if (!kIgnoredKeys.count(key)) {
-        throw Error(source, "unknown config key '" + key + "'");
+        throw Error(source, "unknown config key '" + key +
+                                "': --config takes a model's config.json (hidden_size, num_hidden_layers, ...) or "
+                                "a preset; training settings go in a run file (`spillway train RUN.toml`, "
+                                "docs/run_config.md)");
       }
     } catch (const json::exception& e) {
       throw Error(source, "bad value for '" + key + "': " + e.what());
@@ -200,8 +203,12 @@ LlamaConfig preset_config(std::string_view name) {
                               ", or a path to a config.json)");
 }
 
+bool is_config_file(const std::string& name_or_path) {
+  return name_or_path.ends_with(".json") || std::filesystem::exists(name_or_path);
+}
+
 LlamaConfig resolve_config(const std::string& name_or_path) {
-  if (name_or_path.ends_with(".json") || std::filesystem::exists(name_or_path)) return load_config(name_or_path);
+  if (is_config_file(name_or_path)) return load_config(name_or_path);
   return preset_config(name_or_path);
 }
 

@@ -27,6 +27,8 @@ std::vector<std::string> preset_names();
 // A preset name, or a path to a config.json (anything ending in .json, or an
 // existing file).
 LlamaConfig resolve_config(const std::string& name_or_path);
+// Whether resolve_config reads `name_or_path` as a config.json file.
+bool is_config_file(const std::string& name_or_path);
 
 // Matmul weights (lm_head included, the embedding lookup excluded unless it
 // is tied to lm_head), as DESIGN.md's MFU formula counts them.

@@ -5,18 +5,27 @@
 
 #include <string>
 
+#include "base/dtype.h"
+
 #include "model/llama_weights.h"
 
 namespace spillway::model {
 
 // Reads config.json and every parameter (f32, f16 or bf16 on disk, float32
-// in memory). A missing tensor, or one whose shape disagrees with the config,
-// is an Error naming the file and the tensor.
+// in memory); `dir` may also be a GGUF file (gguf_llama.h). A missing
+// tensor, or one whose shape disagrees with the config, is an Error naming
+// the file and the tensor.
 LlamaWeights load_llama(const std::string& dir);
 
-// Writes config.json and the weights as float32 into `dir` (created if
-// needed), each file atomically; shards past `max_shard_bytes`.
-void save_llama(const std::string& dir, const LlamaWeights& weights,
-                uint64_t max_shard_bytes = 5'000'000'000);
+// Writes config.json and the weights as `dtype` (f32, bf16 or f16) into
+// `dir` (created if needed), each file atomically; shards past
+// `max_shard_bytes`.
+void save_llama(const std::string& dir, const LlamaWeights& weights, uint64_t max_shard_bytes = 5'000'000'000,
+                DType dtype = DType::f32);
+
+// The dtype a model's weights are stored in: a folder's embedding's
+// safetensors dtype, or a GGUF file's embedding type (F32, F16, BF16; a
+// quantized type gives bf16, the closest dtype a model folder holds).
+DType stored_dtype(const std::string& dir_or_gguf);
 
 }  // namespace spillway::model

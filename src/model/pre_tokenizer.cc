@@ -81,35 +81,54 @@ RegexPreTokenizer::RegexPreTokenizer(std::string_view pattern) : pattern_(patter
 
 RegexPreTokenizer::~RegexPreTokenizer() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
-void RegexPreTokenizer::for_each_piece(std::string_view text,
-                                       const std::function<void(std::string_view)>& piece) const {
+void RegexPreTokenizer::for_each_match(std::string_view text,
+                                       const std::function<void(size_t, size_t)>& match) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> match(
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
       pcre2_match_data_create_from_pattern(code, nullptr), &pcre2_match_data_free);
-  SPW_CHECK(match != nullptr, "pre-tokenizer", "out of memory for match data");
+  SPW_CHECK(data != nullptr, "pre-tokenizer", "out of memory for match data");
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-  size_t done = 0;  // text before this is already handed out
   size_t start = 0;
   while (start < text.size()) {
-    const int rc = pcre2_match(code, subject, text.size(), start, 0, match.get(), nullptr);
+    const int rc = pcre2_match(code, subject, text.size(), start, 0, data.get(), nullptr);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     SPW_CHECK(rc >= 0, "pre-tokenizer", "matching failed: ", pcre2_message(rc));
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match.get());
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = ovector[0], end = ovector[1];
-    if (begin > done) piece(text.substr(done, begin - done));
+    match(begin, end);
     if (end > begin) {
-      piece(text.substr(begin, end - begin));
-      done = end;
       start = end;
     } else {
       // An empty match (possible with other patterns, never with LLaMA-3's)
       // must not stall: search again from the next character.
-      done = begin;
       start = begin + 1;
       while (start < text.size() && (static_cast<uint8_t>(text[start]) & 0xC0) == 0x80) ++start;
     }
   }
+}
+
+void RegexPreTokenizer::for_each_piece(std::string_view text,
+                                       const std::function<void(std::string_view)>& piece) const {
+  size_t done = 0;  // text before this is already handed out
+  for_each_match(text, [&](size_t begin, size_t end) {
+    if (begin > done) piece(text.substr(done, begin - done));
+    if (end > begin) piece(text.substr(begin, end - begin));
+    done = end;
+  });
   if (done < text.size()) piece(text.substr(done));
+}
+
+std::string RegexPreTokenizer::replace(std::string_view text, std::string_view with) const {
+  std::string out;
+  size_t done = 0;
+  for_each_match(text, [&](size_t begin, size_t end) {
+    if (end == begin) return;
+    out.append(text.substr(done, begin - done));
+    out.append(with);
+    done = end;
+  });
+  out.append(text.substr(done));
+  return out;
 }
 
 std::vector<std::string_view> RegexPreTokenizer::split(std::string_view text) const {

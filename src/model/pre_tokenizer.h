@@ -42,7 +42,12 @@ class RegexPreTokenizer {
   // Calls `piece` for each pre-token in order; the pieces tile `text`.
   // Safe to call from several threads at once.
   void for_each_piece(std::string_view text, const std::function<void(std::string_view)>& piece) const;
+  // Calls `match` with the byte range of each match, in order. An empty
+  // match still cuts the text between matches there, as in Hugging Face.
+  void for_each_match(std::string_view text, const std::function<void(size_t begin, size_t end)>& match) const;
   std::vector<std::string_view> split(std::string_view text) const;
+  // `text` with every non-empty match replaced by `with`.
+  std::string replace(std::string_view text, std::string_view with) const;
 
  private:
   std::string pattern_;

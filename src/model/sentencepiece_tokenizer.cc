@@ -57,12 +57,22 @@ struct SentencePieceTokenizer::Impl {
   }
 };
 
-SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->path = path;
+SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) {
   std::error_code ec;
   SPW_CHECK(std::filesystem::is_regular_file(path, ec), path, "no such file");
-  const auto status = impl_->processor.Load(path);
+  load(path, nullptr);
+}
+
+SentencePieceTokenizer SentencePieceTokenizer::from_serialized(const std::string& proto, const std::string& name) {
+  SentencePieceTokenizer t;
+  t.load(name, &proto);
+  return t;
+}
+
+void SentencePieceTokenizer::load(const std::string& path, const std::string* proto) {
+  impl_ = std::make_unique<Impl>();
+  impl_->path = path;
+  const auto status = proto ? impl_->processor.LoadFromSerializedProto(*proto) : impl_->processor.Load(path);
   SPW_CHECK(status.ok(), path, "not a SentencePiece model (", status.ToString(), ")");
   const int size = impl_->processor.GetPieceSize();
   SPW_CHECK(size > 0, path, "SentencePiece model has no pieces");
@@ -78,6 +88,13 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path)
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   const auto serialized = impl_->processor.serialized_model_proto();
   impl_->fingerprint = fnv1a_hex(serialized);
+  TokenRoles roles;
+  if (impl_->processor.bos_id() >= 0) roles.bos = impl_->processor.bos_id();
+  if (impl_->processor.eos_id() >= 0) roles.eos = impl_->processor.eos_id();
+  if (impl_->processor.unk_id() >= 0) roles.unk = impl_->processor.unk_id();
+  if (impl_->processor.pad_id() >= 0) roles.pad = impl_->processor.pad_id();
+  roles.add_bos = roles.bos.has_value();
+  set_roles(roles);
 }
 
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
@@ -141,16 +158,24 @@ std::string SentencePieceTokenizer::decode(std::span<const int32_t> ids) const {
 
 int32_t SentencePieceTokenizer::vocab_size() const { return impl_->processor.GetPieceSize(); }
 
-int32_t SentencePieceTokenizer::bos_id() const {
-  const int id = impl_->processor.bos_id();
-  SPW_CHECK(id >= 0, impl_->path, "SentencePiece model has no BOS token");
+std::optional<int32_t> SentencePieceTokenizer::token_id(std::string_view text) const {
+  const int id = impl_->processor.PieceToId(text);
+  // PieceToId answers the unknown id for a piece it lacks.
+  if (id < 0 || (id == impl_->processor.unk_id() && impl_->processor.IdToPiece(id) != text)) return std::nullopt;
   return id;
 }
 
-int32_t SentencePieceTokenizer::eos_id() const {
-  const int id = impl_->processor.eos_id();
-  SPW_CHECK(id >= 0, impl_->path, "SentencePiece model has no EOS token");
-  return id;
+std::string SentencePieceTokenizer::serialized_model() const { return impl_->processor.serialized_model_proto(); }
+
+float SentencePieceTokenizer::score(int32_t id) const {
+  piece(id);  // range check
+  return impl_->processor.GetScore(id);
+}
+
+int SentencePieceTokenizer::piece_type(int32_t id) const {
+  piece(id);  // range check
+  const auto& p = impl_->processor;
+  return p.IsUnknown(id) ? 2 : p.IsControl(id) ? 3 : p.IsUnused(id) ? 5 : p.IsByte(id) ? 6 : 1;
 }
 
 std::string SentencePieceTokenizer::fingerprint() const { return impl_->fingerprint; }
@@ -170,6 +195,9 @@ struct SentencePieceTokenizer::Impl {};
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) {
   throw Error(path, "built without SentencePiece (install libsentencepiece-dev and reconfigure)");
 }
+SentencePieceTokenizer SentencePieceTokenizer::from_serialized(const std::string&, const std::string& name) {
+  throw Error(name, "built without SentencePiece (install libsentencepiece-dev and reconfigure)");
+}
 SentencePieceTokenizer::~SentencePieceTokenizer() = default;
 SentencePieceTokenizer::SentencePieceTokenizer(SentencePieceTokenizer&&) noexcept = default;
 SentencePieceTokenizer& SentencePieceTokenizer::operator=(SentencePieceTokenizer&&) noexcept = default;
@@ -178,8 +206,10 @@ std::vector<int32_t> SentencePieceTokenizer::encode(std::string_view, bool) cons
 std::vector<int32_t> SentencePieceTokenizer::encode_with_bos(std::string_view, bool) const { return {}; }
 std::string SentencePieceTokenizer::decode(std::span<const int32_t>) const { return {}; }
 int32_t SentencePieceTokenizer::vocab_size() const { return 0; }
-int32_t SentencePieceTokenizer::bos_id() const { return -1; }
-int32_t SentencePieceTokenizer::eos_id() const { return -1; }
+std::optional<int32_t> SentencePieceTokenizer::token_id(std::string_view) const { return std::nullopt; }
+std::string SentencePieceTokenizer::serialized_model() const { return {}; }
+float SentencePieceTokenizer::score(int32_t) const { return 0; }
+int SentencePieceTokenizer::piece_type(int32_t) const { return 1; }
 std::string SentencePieceTokenizer::fingerprint() const { return {}; }
 std::string SentencePieceTokenizer::piece(int32_t) const { return {}; }
 

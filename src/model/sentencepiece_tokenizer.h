@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,7 +28,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   // Throws Error(path, ...) when the file is missing or is not a
   // SentencePiece model, and Error(path, "built without SentencePiece") in a
   // build that lacks the library.
+  // Its roles start as the model says: its BOS and EOS, and a BOS first in
+  // every text, as LLaMA-2 encodes.
   explicit SentencePieceTokenizer(const std::string& path);
+  // A model given as its serialized ModelProto; `name` names it in errors.
+  static SentencePieceTokenizer from_serialized(const std::string& proto, const std::string& name);
   ~SentencePieceTokenizer() override;
   SentencePieceTokenizer(SentencePieceTokenizer&&) noexcept;
   SentencePieceTokenizer& operator=(SentencePieceTokenizer&&) noexcept;
@@ -38,16 +43,25 @@ class SentencePieceTokenizer final : public Tokenizer {
   std::string decode(std::span<const int32_t> ids) const override;
 
   int32_t vocab_size() const override;
-  int32_t bos_id() const override;
-  int32_t eos_id() const override;
   std::string fingerprint() const override;
   std::string_view kind() const override { return "sentencepiece"; }
+  std::optional<int32_t> token_id(std::string_view text) const override;
+  std::string token_text(int32_t id) const override { return piece(id); }
+  // The ModelProto bytes, as tokenizer.model holds them.
+  std::string serialized_model() const;
+  // A piece's score and its type as SentencePiece and GGUF number them
+  // (1 normal, 2 unknown, 3 control, 5 unused, 6 byte).
+  float score(int32_t id) const;
+  int piece_type(int32_t id) const;
 
   // The piece text of an id ("▁the", "<s>"); Error when out of range.
   std::string piece(int32_t id) const;
 
  private:
   struct Impl;
+  SentencePieceTokenizer() = default;
+  void load(const std::string& path, const std::string* proto);
+
   std::unique_ptr<Impl> impl_;
 };
 

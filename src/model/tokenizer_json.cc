@@ -5,6 +5,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
@@ -72,55 +73,82 @@ class Reader {
   const std::string& source_;
 };
 
-std::string read_pattern(const Reader& r, const json& root) {
-  const auto it = root.find("pre_tokenizer");
-  if (it == root.end() || it->is_null()) r.fail("pre_tokenizer is missing; byte-level BPE needs one");
-  const json& pre = *it;
-  if (!pre.is_object()) r.fail("pre_tokenizer is not an object");
-  const std::string type = r.string(pre, "type", "pre_tokenizer.");
-  const auto check_byte_level = [&](const json& byte_level, bool want_regex, const std::string& where) {
-    const std::string step = r.string(byte_level, "type", where);
-    if (step != "ByteLevel") r.fail(where + "type is \"" + step + "\", not ByteLevel");
-    if (r.flag(byte_level, "add_prefix_space", true, where)) {
-      r.fail(where + "add_prefix_space is true, which is not supported");
-    }
-    if (r.flag(byte_level, "use_regex", true, where) != want_regex) {
-      r.fail(where + "use_regex is " + (want_regex ? "false" : "true") + ", which is not supported here");
-    }
+// spillway's own layout, Split(pattern, Isolated) then ByteLevel without its
+// regex, or GPT-2's bare ByteLevel with its regex (the same split): the
+// pattern. Anything else: nullopt, and the pre-tokenizer is kept as JSON.
+std::optional<std::string> own_layout_pattern(const json& pre) {
+  const auto byte_level_without_prefix = [](const json& b, bool regex) {
+    return b.is_object() && b.value("type", "") == "ByteLevel" && !b.value("add_prefix_space", true) &&
+           b.value("use_regex", true) == regex;
   };
-  if (type == "ByteLevel") {
-    check_byte_level(pre, true, "pre_tokenizer.");
-    return std::string(kGpt2Pattern);
-  }
-  if (type != "Sequence")
-    r.fail("pre_tokenizer.type is \"" + type + "\"; only ByteLevel or Sequence is supported");
-  const json& steps = r.array(pre, "pretokenizers", "pre_tokenizer.");
-  if (steps.size() != 2 || !steps[0].is_object() || !steps[1].is_object()) {
-    r.fail("pre_tokenizer.pretokenizers must be [Split, ByteLevel]");
-  }
+  if (byte_level_without_prefix(pre, true)) return std::string(kGpt2Pattern);
+  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers")) return std::nullopt;
+  const json& steps = pre["pretokenizers"];
+  if (!steps.is_array() || steps.size() != 2 || !byte_level_without_prefix(steps[1], false)) return std::nullopt;
   const json& split = steps[0];
-  const std::string where = "pre_tokenizer.pretokenizers[0].";
-  if (r.string(split, "type", where) != "Split") r.fail(where + "type is not Split");
-  if (r.string(split, "behavior", where) != "Isolated") r.fail(where + "behavior is not Isolated");
-  if (r.flag(split, "invert", false, where)) r.fail(where + "invert is true, which is not supported");
-  const json& pattern = r.object(split, "pattern", where);
-  if (!pattern.contains("Regex")) r.fail(where + "pattern is not a Regex");
-  check_byte_level(steps[1], false, "pre_tokenizer.pretokenizers[1].");
-  return r.string(pattern, "Regex", where + "pattern.");
+  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
+      split.value("invert", false) || !split.contains("pattern") || !split["pattern"].is_object() ||
+      !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
+    return std::nullopt;
+  }
+  return split["pattern"]["Regex"].get<std::string>();
+}
+
+// Whether the pre-tokenizer ends in ByteLevel: then the model is byte-level.
+bool ends_in_byte_level(const json& pre) {
+  if (!pre.is_object()) return false;
+  if (pre.value("type", "") == "ByteLevel") return true;
+  if (pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
+      pre["pretokenizers"].empty()) {
+    return false;
+  }
+  return ends_in_byte_level(pre["pretokenizers"].back());
 }
 
 void check_model_options(const Reader& r, const json& model) {
   const std::string type = r.string(model, "type", "model.");
   if (type != "BPE") r.fail("model.type is \"" + type + "\"; only BPE is supported");
-  if (!r.absent_or_null(model, "dropout")) r.fail("model.dropout is set, which is not supported");
+  const auto dropout = model.find("dropout");
+  if (dropout != model.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
+    r.fail("model.dropout is set, which only training with random merges uses");
+  }
   if (!r.absent_null_or_empty(model, "continuing_subword_prefix")) {
-    r.fail("model.continuing_subword_prefix is set, which byte-level BPE does not use");
+    r.fail("model.continuing_subword_prefix is set, which LLaMA-family BPE does not use");
   }
   if (!r.absent_null_or_empty(model, "end_of_word_suffix")) {
-    r.fail("model.end_of_word_suffix is set, which byte-level BPE does not use");
+    r.fail("model.end_of_word_suffix is set, which LLaMA-family BPE does not use");
   }
-  if (r.flag(model, "byte_fallback", false, "model."))
-    r.fail("model.byte_fallback is true, which is not supported");
+}
+
+// A post-processor's template ("<s> $A"): the special tokens it puts before
+// and after the text, which are the model's BOS and EOS when there is one.
+void read_post_processor(const json& post, TokenRoles& roles) {
+  if (!post.is_object()) return;
+  if (post.value("type", "") == "Sequence" && post.contains("processors") && post["processors"].is_array()) {
+    for (const json& p : post["processors"]) read_post_processor(p, roles);
+    return;
+  }
+  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single") || !post["single"].is_array()) return;
+  const json& special_tokens = post.value("special_tokens", json::object());
+  std::vector<int32_t> before, after;
+  bool seen_text = false;
+  for (const json& piece : post["single"]) {
+    if (piece.contains("Sequence")) {
+      seen_text = true;
+    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
+      const std::string name = piece["SpecialToken"]["id"].get<std::string>();
+      if (!special_tokens.contains(name) || !special_tokens[name].contains("ids")) continue;
+      for (const json& id : special_tokens[name]["ids"]) (seen_text ? after : before).push_back(id.get<int32_t>());
+    }
+  }
+  if (before.size() == 1) {
+    roles.bos = before[0];
+    roles.add_bos = true;
+  }
+  if (after.size() == 1) {
+    roles.eos = after[0];
+    roles.add_eos = true;
+  }
 }
 
 }  // namespace
@@ -134,71 +162,83 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
     r.fail(std::string("not valid JSON: ") + e.what());
   }
   if (!root.is_object()) r.fail("is not a JSON object");
-  if (!r.absent_or_null(root, "normalizer")) r.fail("has a normalizer, which is not supported");
   const json& model = r.object(root, "model", "");
   check_model_options(r, model);
 
   BpeVocab vocab;
-  vocab.pattern = read_pattern(r, root);
+  const json pre = root.value("pre_tokenizer", json());
+  const json normalizer = root.value("normalizer", json());
+  const json decoder = root.value("decoder", json());
+  vocab.byte_level = ends_in_byte_level(pre);
+  if (const auto pattern = own_layout_pattern(pre)) {
+    vocab.pattern = *pattern;
+  } else {
+    vocab.pre_tokenizer = pre.is_null() ? "null" : pre.dump();
+  }
+  if (!normalizer.is_null()) vocab.normalizer = normalizer.dump();
+  const bool byte_level_decoder = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
+  if (!vocab.byte_level || !byte_level_decoder) vocab.decoder = decoder.is_null() ? "null" : decoder.dump();
   vocab.ignore_merges = r.flag(model, "ignore_merges", false, "model.");
+  vocab.byte_fallback = r.flag(model, "byte_fallback", false, "model.");
+  vocab.fuse_unk = r.flag(model, "fuse_unk", false, "model.");
 
-  // Special tokens first: one may also sit in model.vocab (GPT-2 does so).
-  std::map<int32_t, std::string> special_at;
+  // Added tokens first: one may also sit in model.vocab (GPT-2, LLaMA-2).
+  std::map<int32_t, std::string> added_at;
   if (!r.absent_or_null(root, "added_tokens")) {
     const json& added = r.array(root, "added_tokens", "");
     for (size_t i = 0; i < added.size(); ++i) {
       const std::string where = "added_tokens[" + std::to_string(i) + "].";
       if (!added[i].is_object()) r.fail(where.substr(0, where.size() - 1) + " is not an object");
-      const std::string content = r.string(added[i], "content", where);
+      SpecialToken t;
+      t.content = r.string(added[i], "content", where);
       if (!added[i].contains("id")) r.fail("missing field " + where + "id");
-      const int32_t id = r.id(added[i]["id"], "added token \"" + content + "\"");
-      if (!r.flag(added[i], "special", false, where)) {
-        r.fail("added token \"" + content + "\" is not special; only special added tokens are supported");
+      t.id = r.id(added[i]["id"], "added token \"" + t.content + "\"");
+      t.special = r.flag(added[i], "special", false, where);
+      t.lstrip = r.flag(added[i], "lstrip", false, where);
+      t.rstrip = r.flag(added[i], "rstrip", false, where);
+      t.single_word = r.flag(added[i], "single_word", false, where);
+      t.normalized = r.flag(added[i], "normalized", !t.special, where);
+      if (!added_at.emplace(t.id, t.content).second) {
+        r.fail("added tokens \"" + added_at[t.id] + "\" and \"" + t.content + "\" share id " + std::to_string(t.id));
       }
-      for (const char* option : {"lstrip", "rstrip", "single_word"}) {
-        if (r.flag(added[i], option, false, where)) {
-          r.fail("added token \"" + content + "\" sets " + option + ", which is not supported");
-        }
-      }
-      if (!special_at.emplace(id, content).second) {
-        r.fail("added tokens \"" + special_at[id] + "\" and \"" + content + "\" share id " +
-               std::to_string(id));
-      }
-      vocab.specials.push_back({content, id});
+      vocab.specials.push_back(std::move(t));
     }
   }
 
   const json& vocab_json = r.object(model, "vocab", "model.");
-  std::unordered_map<std::string, int32_t> id_of_symbols;
-  std::map<int32_t, std::string> bytes_at;
+  std::unordered_map<std::string, int32_t> id_of_text;
+  std::map<int32_t, std::string> text_at;
   for (const auto& [symbols, value] : vocab_json.items()) {
     const int32_t id = r.id(value, "model.vocab token \"" + symbols + "\"");
-    const auto special = special_at.find(id);
-    std::string bytes;
-    if (special != special_at.end() && special->second == symbols) {
-      bytes = symbols;
-    } else if (auto decoded = byte_level::from_symbols(symbols)) {
-      bytes = std::move(*decoded);
-    } else {
-      r.fail("model.vocab token \"" + symbols + "\" is not in the byte-level alphabet");
+    const auto added = added_at.find(id);
+    std::string text = symbols;
+    if (added != added_at.end()) {
+      text = added->second;
+    } else if (vocab.byte_level) {
+      if (auto decoded = byte_level::from_symbols(symbols)) text = std::move(*decoded);
+      else vocab.unreachable.push_back(id);  // outside the alphabet: no pre-token reaches it
     }
-    if (!bytes_at.emplace(id, std::move(bytes)).second) {
+    if (!text_at.emplace(id, std::move(text)).second) {
       r.fail("model.vocab gives id " + std::to_string(id) + " to two tokens");
     }
-    id_of_symbols.emplace(symbols, id);
+    id_of_text.emplace(symbols, id);
   }
-  for (const auto& [id, content] : special_at) bytes_at.emplace(id, content);
+  for (const auto& [id, content] : added_at) text_at.emplace(id, content);
   // Ids must run 0..n-1 with no gap, so every id decodes.
-  const auto n = static_cast<int32_t>(bytes_at.size());
+  const auto n = static_cast<int32_t>(text_at.size());
   if (n == 0) r.fail("model.vocab is empty");
-  if (bytes_at.rbegin()->first != n - 1) {
+  if (text_at.rbegin()->first != n - 1) {
     int32_t missing = 0;
-    while (bytes_at.count(missing)) ++missing;
-    r.fail("no token has id " + std::to_string(missing) + " (ids run to " +
-           std::to_string(bytes_at.rbegin()->first) + ")");
+    while (text_at.count(missing)) ++missing;
+    r.fail("no token has id " + std::to_string(missing) + " (ids run to " + std::to_string(text_at.rbegin()->first) +
+           ")");
   }
   vocab.tokens.reserve(static_cast<size_t>(n));
-  for (auto& [id, bytes] : bytes_at) vocab.tokens.push_back(std::move(bytes));
+  for (auto& [id, text] : text_at) vocab.tokens.push_back(std::move(text));
+  if (!r.absent_or_null(model, "unk_token")) {
+    const auto unk = id_of_text.find(r.string(model, "unk_token", "model."));
+    if (unk != id_of_text.end()) vocab.unk = unk->second;
+  }
 
   const json& merges = r.array(model, "merges", "model.");
   vocab.merges.reserve(merges.size());
@@ -220,14 +260,19 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
     } else {
       r.fail(where + " is neither \"left right\" nor [\"left\", \"right\"]");
     }
-    const auto l = id_of_symbols.find(left), rt = id_of_symbols.find(right);
-    if (l == id_of_symbols.end()) r.fail(where + " names \"" + left + "\", which is not in model.vocab");
-    if (rt == id_of_symbols.end()) r.fail(where + " names \"" + right + "\", which is not in model.vocab");
+    const auto l = id_of_text.find(left), rt = id_of_text.find(right);
+    if (l == id_of_text.end()) r.fail(where + " names \"" + left + "\", which is not in model.vocab");
+    if (rt == id_of_text.end()) r.fail(where + " names \"" + right + "\", which is not in model.vocab");
     vocab.merges.push_back({l->second, rt->second});
   }
 
+  TokenRoles roles;
+  read_post_processor(root.value("post_processor", json()), roles);
   try {
-    return BpeTokenizer(std::move(vocab));
+    BpeTokenizer tokenizer(std::move(vocab));
+    tokenizer.set_roles(roles);
+    tokenizer.set_source_json(text);
+    return tokenizer;
   } catch (const Error& e) {
     // The vocabulary's own checks name "tokenizer"; name the file instead.
     const std::string what = e.what();
@@ -247,7 +292,10 @@ BpeTokenizer load_tokenizer_json(const std::string& path) {
 // --- writing ---------------------------------------------------------------
 
 std::string tokenizer_json_text(const BpeTokenizer& tokenizer) {
+  if (!tokenizer.source_json().empty()) return tokenizer.source_json();
   const BpeVocab& v = tokenizer.vocab();
+  SPW_CHECK(v.pre_tokenizer.empty() && v.normalizer.empty() && v.decoder.empty() && v.byte_level, "tokenizer",
+            "was built in memory with a pipeline of its own, which spillway writes only from its source text");
   ordered_json added = ordered_json::array();
   std::vector<SpecialToken> specials = v.specials;
   std::sort(specials.begin(), specials.end(),

@@ -1,21 +1,21 @@
-// Reads and writes Hugging Face's tokenizer.json for byte-level BPE, so that
+// Reads and writes Hugging Face's tokenizer.json, so that
 // `tokenizers.Tokenizer.from_file` loads what spillway trains and spillway
-// loads LLaMA-3's tokenizer.
+// loads what LLaMA-family models ship.
 //
-// Written: model BPE (vocab in id order, merges as [left, right] pairs),
+// Read: model BPE (merges as "left right" strings or [left, right] pairs,
+// byte_fallback, unk_token, fuse_unk, ignore_merges), added tokens special or
+// not with their lstrip/rstrip/single_word, and the normalizer,
+// pre-tokenizer and decoder as normalizer.h, pre_tokenizer_chain.h and
+// token_decoder.h read them. The post-processor's template gives the
+// tokenizer's BOS (and EOS) roles. What spillway would not reproduce exactly
+// (another model type, dropout, subword prefixes, an unknown step) is an
+// Error naming the file and the field.
+//
+// Written: a tokenizer read from a file is written back as that file's text;
+// one spillway trained gets model BPE (vocab in id order, merges as pairs),
 // special tokens as added_tokens (outside model.vocab, as LLaMA-3 has them),
 // pre_tokenizer Sequence[Split(pattern, Isolated), ByteLevel(no regex)],
-// decoder ByteLevel, no normalizer and no post_processor (nothing is added
-// to the text on encode).
-//
-// Read: the same, plus merges as "left right" strings, special tokens that
-// also sit in model.vocab (GPT-2), a bare ByteLevel pre-tokenizer with
-// use_regex (GPT-2's pattern), and ignore_merges. Anything whose meaning
-// spillway would not reproduce exactly (a normalizer, another model type or
-// pre-tokenizer, non-special or stripping added tokens, dropout, subword
-// prefixes) is refused with an Error naming the file and the field. The
-// post_processor and decoder are not used: encode never adds tokens, and
-// decode is always byte-level.
+// decoder ByteLevel, no normalizer and no post_processor.
 #pragma once
 
 #include <string>

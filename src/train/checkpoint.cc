@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "model/llama_weights_io.h"
 #include "model/safetensors.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer_files.h"
 
 namespace spillway::train {
 
@@ -41,8 +41,8 @@ std::vector<fs::path> step_folders(const fs::path& run) {
 }  // namespace
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
-                            const AdamW& optimizer, const BpeTokenizer& tokenizer,
-                            const nlohmann::json& trainer_state, int keep) {
+                            const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
+                            int64_t keep) {
   const fs::path run(run_dir);
   fs::create_directories(run);
   const fs::path final_dir = run / step_folder_name(step);
@@ -50,7 +50,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
   fs::remove_all(temp_dir);
   try {
     model::save_llama(temp_dir.string(), weights);
-    save_tokenizer_json(tokenizer, (temp_dir / "tokenizer.json").string());
+    save_tokenizer_files(tokenizer, temp_dir.string());
     SafetensorsWriter moments;
     for (size_t i = 0; i < weights.tensors().size(); ++i) {
       const auto& name = weights.tensors()[i].name;
@@ -75,15 +75,23 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
   }
   write_text_file_atomically((run / "latest").string(), final_dir.filename().string() + "\n");
   auto steps = step_folders(run);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < steps.size(); ++i) {
+  for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < steps.size(); ++i) {
     if (steps[i] != final_dir) fs::remove_all(steps[i]);
   }
   return final_dir.string();
 }
 
+bool is_run_folder(const std::string& path) {
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return false;
+  return fs::exists(fs::path(path) / "latest") || !step_folders(path).empty();
+}
+
 std::string resolve_checkpoint(const std::string& path) {
   const fs::path p(path);
-  SPW_CHECK(fs::is_directory(p), path, "no such model or run folder");
+  std::error_code ec;
+  if (fs::is_regular_file(p, ec)) return path;  // a GGUF file, or a file whose reader says what it is not
+  SPW_CHECK(fs::is_directory(p), path, "no such model or run folder, nor a GGUF file");
   const fs::path latest = p / "latest";
   if (!fs::exists(latest)) return path;
   std::ifstream in(latest);

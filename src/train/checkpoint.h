@@ -1,7 +1,8 @@
 // Training checkpoints.
 //
 // A checkpoint is a folder RUN/step-NNNNNNN/ that is first of all a Hugging
-// Face model directory (config.json, model.safetensors, tokenizer.json), so
+// Face model directory (config.json, model.safetensors, tokenizer.json or
+// tokenizer.model, tokenizer_config.json, generation_config.json), so
 // `generate`, `finetune` and transformers read it as is, plus what resuming
 // needs: optimizer.safetensors (AdamW moments) and trainer_state.json (step,
 // data position, options). It is written under a temporary name, fsynced and
@@ -14,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/bpe_tokenizer.h"
+#include "model/tokenizer.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
 
@@ -23,15 +24,19 @@ namespace spillway::train {
 inline constexpr const char* kTrainerStateFormat = "spillway-trainer-state/1";
 
 // Writes the checkpoint of `step` and points RUN/latest at it; keeps the
-// newest `keep` step folders and removes older ones. Returns the folder.
+// newest `keep` step folders (0: all) and removes older ones. Returns the
+// folder.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
-                            const AdamW& optimizer, const BpeTokenizer& tokenizer,
-                            const nlohmann::json& trainer_state, int keep = 2);
+                            const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
+                            int64_t keep = 2);
 
 // A run folder (one holding `latest`) resolves to its newest checkpoint; any
-// other folder is taken to be a model folder itself. Error naming the path
-// when it does not exist.
+// other folder is taken to be a model folder itself, and a file (a GGUF
+// file) is itself. Error naming the path when it does not exist.
 std::string resolve_checkpoint(const std::string& path);
+
+// Whether `path` is a run folder: one holding `latest` or step folders.
+bool is_run_folder(const std::string& path);
 
 // The AdamW moments and step count saved beside the weights. Error naming
 // the file when it is absent or does not match the model.

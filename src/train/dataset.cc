@@ -7,7 +7,7 @@
 
 #include "base/status.h"
 #include "model/bpe_train.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer_files.h"
 
 namespace spillway::train {
 
@@ -17,15 +17,15 @@ namespace {
 
 constexpr const char* kTrainFile = "train.bin";
 constexpr const char* kValidationFile = "val.bin";
-constexpr const char* kTokenizerFile = "tokenizer.json";
 
-bool is_prepared_folder(const fs::path& p) {
+bool prepared(const fs::path& p) {
   return fs::is_directory(p) && fs::exists(p / kTrainFile) && fs::exists(p / kValidationFile) &&
-         fs::exists(p / kTokenizerFile);
+         (fs::exists(p / "tokenizer.json") || fs::exists(p / "tokenizer.model"));
 }
 
-// Text files named directly, and the regular files of named folders (sorted,
-// hidden files skipped), so the corpus order is the same on every machine.
+}  // namespace
+
+// Sorted, so the corpus order is the same on every machine.
 std::vector<std::string> expand_text_paths(const std::vector<std::string>& paths) {
   std::vector<std::string> files;
   for (const auto& p : paths) {
@@ -45,7 +45,7 @@ std::vector<std::string> expand_text_paths(const std::vector<std::string>& paths
   return files;
 }
 
-}  // namespace
+bool is_prepared_folder(const std::string& path) { return prepared(path); }
 
 std::vector<std::string> default_corpus_files() {
   SPW_CHECK(fs::is_directory(kDefaultCorpusDir), kDefaultCorpusDir,
@@ -74,13 +74,13 @@ double unigram_entropy(const TokenFile& tokens) {
   return h;
 }
 
-TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, const BpeTokenizer& tokenizer,
+TokenizedCorpus tokenize_to_folder(const std::vector<std::string>& text_files, const Tokenizer& tokenizer,
                                    const std::string& folder, const CorpusOptions& options) {
   fs::create_directories(folder);
   auto result = text_to_tokens(text_files, tokenizer, (fs::path(folder) / kTrainFile).string(),
                                (fs::path(folder) / kValidationFile).string(), options);
   // The tokenizer goes last: its presence marks the folder complete.
-  save_tokenizer_json(tokenizer, (fs::path(folder) / kTokenizerFile).string());
+  save_tokenizer_files(tokenizer, folder);
   return result;
 }
 
@@ -88,14 +88,17 @@ BpeTokenizer train_tokenizer(const std::vector<std::string>& text_files, const C
                              int32_t vocab_size) {
   // The tokenizer learns from the training documents only: neither the
   // separator lines nor the held-out documents shape its merges.
+  // The documents' bytes stand for their tokens, which are not known yet.
   std::vector<std::string> texts;
   for (const auto& f : text_files) texts.push_back(read_corpus_file(f));
   std::vector<std::string_view> documents;
+  std::vector<uint64_t> sizes;
   for (const auto& t : texts) {
     auto docs = split_documents(t, corpus.document_separator);
     documents.insert(documents.end(), docs.begin(), docs.end());
+    for (std::string_view d : docs) sizes.push_back(d.size());
   }
-  auto held_out = pick_validation_documents(documents.size(), corpus.validation_fraction, corpus.seed);
+  auto held_out = pick_validation_share(sizes, corpus.validation_fraction, corpus.seed);
   std::vector<std::string_view> views;
   for (size_t i = 0, next = 0; i < documents.size(); ++i) {
     if (next < held_out.size() && held_out[next] == i) {
@@ -109,12 +112,12 @@ BpeTokenizer train_tokenizer(const std::vector<std::string>& text_files, const C
   return train_bpe(views, bpe);
 }
 
-Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir, const BpeTokenizer* tokenizer,
+Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir, const Tokenizer* tokenizer,
                         bool quiet) {
   Dataset ds;
   fs::path folder;
-  const BpeTokenizer* required = tokenizer;  // the caller's, which the data must match
-  if (options.paths.size() == 1 && is_prepared_folder(options.paths[0])) {
+  const Tokenizer* required = tokenizer;  // the caller's, which the data must match
+  if (options.paths.size() == 1 && prepared(options.paths[0])) {
     folder = options.paths[0];
   } else {
     const bool default_corpus = options.paths.empty();
@@ -125,10 +128,8 @@ Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir, 
     corpus.validation_fraction = options.validation_fraction;
     corpus.seed = options.seed;
     folder = fs::path(work_dir) / "data";
-    bool reusable = is_prepared_folder(folder);
-    if (reusable && tokenizer) {
-      reusable = load_tokenizer_json((folder / kTokenizerFile).string()).fingerprint() == tokenizer->fingerprint();
-    }
+    bool reusable = prepared(folder);
+    if (reusable && tokenizer) reusable = load_tokenizer(folder.string())->fingerprint() == tokenizer->fingerprint();
     if (!reusable) {
       std::unique_ptr<BpeTokenizer> trained;  // lives until the data is written
       if (!tokenizer) {
@@ -147,15 +148,22 @@ Dataset prepare_dataset(const DataConfig& options, const std::string& work_dir, 
     }
   }
   ds.folder = folder.string();
-  ds.tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json((folder / kTokenizerFile).string()));
+  ds.tokenizer = load_tokenizer(folder.string());
   if (required) {
-    SPW_CHECK(ds.tokenizer->fingerprint() == required->fingerprint(), (folder / kTokenizerFile).string(),
+    SPW_CHECK(ds.tokenizer->fingerprint() == required->fingerprint(), ds.folder,
               "this data was made with a different tokenizer than the model's");
   }
+  ds.tokenizer->eos_id();  // documents end with it; a tokenizer that names none is refused now
   ds.train = std::make_unique<TokenFile>((folder / kTrainFile).string());
-  ds.validation = std::make_unique<TokenFile>((folder / kValidationFile).string());
   ds.train->require_tokenizer(ds.tokenizer->fingerprint());
-  ds.validation->require_tokenizer(ds.tokenizer->fingerprint());
+  SPW_CHECK(ds.train->size() > 0, ds.train->path(), "holds no tokens");
+  if (options.validation_fraction > 0) {
+    ds.validation = std::make_unique<TokenFile>((folder / kValidationFile).string());
+    ds.validation->require_tokenizer(ds.tokenizer->fingerprint());
+    SPW_CHECK(ds.validation->size() >= 2, ds.validation->path(), "holds ", ds.validation->size(),
+              " tokens, too few to validate on; tokenize with a validation share above 0, or train with "
+              "--validation-fraction 0 to turn validation off");
+  }
   ds.unigram_entropy = unigram_entropy(*ds.train);
   return ds;
 }

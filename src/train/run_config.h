@@ -123,6 +123,7 @@ struct ScheduleConfig {
   int64_t eval_every = 100;
   int64_t eval_batches = 16;
   int64_t checkpoint_every = 200;
+  int64_t keep_checkpoints = 2;  // newest step folders kept; 0: all
   uint64_t seed = 1337;
 };
 
@@ -175,7 +176,9 @@ struct RunPlace {
   DeviceChoice device = DeviceChoice::automatic;
   std::string out = "runs/tiny";  // run folder: checkpoints, train_log.jsonl, loss.svg, run_config.toml
   bool resume = false;            // continue out's run from its latest checkpoint
+  bool overwrite = false;         // start over in an out that holds a run, removing it first
   bool quiet = false;             // no progress output
+  int64_t threads = 0;            // CPU threads; 0: every core
 };
 
 // The text generated after training.

@@ -41,6 +41,9 @@ using FieldRef = std::variant<bool*, int*, int64_t*, uint64_t*, double*, std::st
 struct Field {
   std::string_view key = {};   // "memory.device_mem"
   std::string_view flag = {};  // "--device-mem"
+  // More names of the flag, comma-separated ("-o", "--save-every"): short
+  // forms and the names Hugging Face or llama.cpp users reach for.
+  std::string_view aliases = {};
   // A switch's flag that sets it false; empty: "--no-" + the flag's name.
   std::string_view negation = {};
   std::string_view help = {};

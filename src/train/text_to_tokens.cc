@@ -44,10 +44,6 @@ std::vector<std::string_view> split_documents(std::string_view text, std::string
   const auto keep = [&](std::string_view doc) {
     if (!only_whitespace(doc)) documents.push_back(doc);
   };
-  if (separator.empty()) {
-    keep(text);
-    return documents;
-  }
   size_t doc_begin = 0;
   size_t line_begin = 0;
   while (line_begin < text.size()) {
@@ -56,7 +52,7 @@ std::vector<std::string_view> split_documents(std::string_view text, std::string
     if (line_end == std::string_view::npos) line_end = text.size();
     std::string_view line = text.substr(line_begin, line_end - line_begin);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line == separator) {
+    if (separator.empty() ? only_whitespace(line) : line == separator) {
       keep(text.substr(doc_begin, line_begin - doc_begin));
       doc_begin = next;
     }
@@ -83,26 +79,50 @@ std::vector<uint64_t> pick_validation_documents(uint64_t documents, double fract
   return order;
 }
 
-namespace {
+std::vector<uint64_t> pick_validation_share(const std::vector<uint64_t>& sizes, double fraction, uint64_t seed) {
+  SPW_CHECK(fraction >= 0.0 && fraction < 1.0, "validation fraction", fraction, " is not in [0, 1)");
+  const uint64_t n = sizes.size();
+  if (fraction == 0.0 || n == 0) return {};
+  SPW_CHECK(n >= 2, "corpus", "holds one document; a train/validation split needs at least two ",
+            "(separate documents by blank lines or a separator, or set the validation fraction to 0)");
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  const double target = fraction * static_cast<double>(total);
+  std::vector<uint64_t> order(n);
+  for (uint64_t i = 0; i < n; ++i) order[i] = i;
+  std::mt19937_64 rng(seed);
+  for (uint64_t i = 0; i + 1 < n; ++i) std::swap(order[i], order[i + below(rng, n - i)]);
+  std::vector<uint64_t> picked;
+  double held = 0;
+  for (uint64_t i : order) {
+    if (held + static_cast<double>(sizes[i]) <= target) {
+      picked.push_back(i);
+      held += static_cast<double>(sizes[i]);
+    }
+  }
+  if (picked.empty()) {
+    picked.push_back(*std::min_element(order.begin(), order.end(),
+                                       [&](uint64_t a, uint64_t b) { return sizes[a] < sizes[b]; }));
+  }
+  std::sort(picked.begin(), picked.end());
+  return picked;
+}
 
-// One body for both tokenizer types: each has encode, eos_id, vocab_size and
-// fingerprint, and the BPE one is used directly where the trainer holds it.
-template <typename Tok>
-TokenizedCorpus tokenize_corpus(const std::vector<std::string>& text_paths, const Tok& tokenizer,
-                                const std::string& train_path, const std::string& validation_path,
-                                const CorpusOptions& options) {
+TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const Tokenizer& tokenizer,
+                               const std::string& train_path, const std::string& validation_path,
+                               const CorpusOptions& options) {
   SPW_CHECK(!text_paths.empty(), "corpus", "no text files given");
   const int32_t eos = tokenizer.eos_id();
 
-  uint64_t documents = 0;
+  std::vector<uint64_t> sizes;  // tokens of each document, end-of-text included
   for (const std::string& path : text_paths) {
     const std::string text = read_corpus_file(path);
-    const uint64_t here = split_documents(text, options.document_separator).size();
-    SPW_CHECK(here > 0, path, "corpus file holds no document, only whitespace and separators");
-    documents += here;
+    const std::vector<std::string_view> here = split_documents(text, options.document_separator);
+    SPW_CHECK(!here.empty(), path, "corpus file holds no document, only whitespace and separators");
+    for (std::string_view document : here) sizes.push_back(tokenizer.encode(document).size() + 1);
   }
-  const std::vector<uint64_t> validation =
-      pick_validation_documents(documents, options.validation_fraction, options.seed);
+  const uint64_t documents = sizes.size();
+  const std::vector<uint64_t> validation = pick_validation_share(sizes, options.validation_fraction, options.seed);
 
   TokenFileWriter train(train_path, tokenizer.vocab_size(), tokenizer.fingerprint());
   TokenFileWriter held_out(validation_path, tokenizer.vocab_size(), tokenizer.fingerprint());
@@ -136,20 +156,6 @@ TokenizedCorpus tokenize_corpus(const std::vector<std::string>& text_paths, cons
   train.commit();
   held_out.commit();
   return result;
-}
-
-}  // namespace
-
-TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const BpeTokenizer& tokenizer,
-                               const std::string& train_path, const std::string& validation_path,
-                               const CorpusOptions& options) {
-  return tokenize_corpus(text_paths, tokenizer, train_path, validation_path, options);
-}
-
-TokenizedCorpus text_to_tokens(const std::vector<std::string>& text_paths, const Tokenizer& tokenizer,
-                               const std::string& train_path, const std::string& validation_path,
-                               const CorpusOptions& options) {
-  return tokenize_corpus(text_paths, tokenizer, train_path, validation_path, options);
 }
 
 }  // namespace spillway

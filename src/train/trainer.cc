@@ -1,5 +1,10 @@
 #include "train/trainer.h"
 
+#include <omp.h>
+#include <signal.h>
+
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +16,7 @@
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
-#include "model/tokenizer_json.h"
+#include "model/tokenizer.h"
 #include "train/batch_sampler.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
@@ -63,6 +68,46 @@ double evaluate(Engine& engine, int64_t batch, int64_t seq, const TokenFile& val
   return sums[1] > 0 ? sums[0] / sums[1] : NAN;
 }
 
+// The signal that asked the run to stop, or 0. One-shot handlers: a second
+// signal takes its default action and ends the process at once.
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_stop_signal(int signal) { g_stop_signal.store(signal); }
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal.store(0);
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    action.sa_flags = SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGINT, &action, &previous_int_);
+    sigaction(SIGTERM, &action, &previous_term_);
+  }
+  ~StopSignals() {
+    sigaction(SIGINT, &previous_int_, nullptr);
+    sigaction(SIGTERM, &previous_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+  int received() const { return g_stop_signal.load(); }
+
+ private:
+  struct sigaction previous_int_ {}, previous_term_ {};
+};
+
+// What a run folder holds that a new run in it would replace.
+void clear_run_folder(const fs::path& run) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("step-") || name == "latest" || name == "data" || name == "train_log.jsonl" ||
+        name == "loss.svg" || name == "run_config.toml") {
+      fs::remove_all(entry.path());
+    }
+  }
+}
+
 // Only the lead rank of a data-parallel run writes one.
 class JsonLog {
  public:
@@ -83,6 +128,31 @@ class JsonLog {
 
 }  // namespace
 
+void check_run_folder(const RunConfig& o) {
+  SPW_CHECK(!(o.run.resume && o.run.overwrite), "--overwrite",
+            "and --resume exclude each other: --resume continues the run in ", o.run.out,
+            ", --overwrite removes it and starts over");
+  if (o.run.resume) {
+    const std::string ckpt = resolve_checkpoint(o.run.out);
+    SPW_CHECK(ckpt != o.run.out, o.run.out, "has no checkpoint to resume from (no 'latest' file)");
+    const json state = load_trainer_state(ckpt);
+    RunConfig resumed = o;
+    restore_checkpointed(resumed, state.at("options"), ckpt + "/trainer_state.json");
+    const int64_t step = state.at("step");
+    const ScheduleConfig& s = resumed.schedule;
+    SPW_CHECK(step < s.steps, o.run.out, "the run is finished (step ", step, " of ", s.steps,
+              "); nothing to resume. Fine-tune from it with `spillway finetune --model ", o.run.out,
+              "`, or start a new run");
+    SPW_CHECK(s.stop_after < 0 || s.stop_after > step, "--stop-after", s.stop_after,
+              " is not past the checkpoint's step ", step);
+    return;
+  }
+  if (!is_run_folder(o.run.out)) return;
+  SPW_CHECK(o.run.overwrite, o.run.out,
+            "holds a run already; continue it with --resume, or start over with --overwrite (which removes its "
+            "checkpoints)");
+}
+
 TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks) {
   // The lead rank prints, logs and checkpoints; every rank trains.
   const bool lead = ranks.rank() == 0;
@@ -91,29 +161,31 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   const fs::path run(o.run.out);
   model::LlamaWeights weights;
   AdamW optimizer;
-  std::unique_ptr<BpeTokenizer> start_tokenizer;
+  std::unique_ptr<Tokenizer> start_tokenizer;
   json state;
   int64_t start_step = 0;
 
+  check_run_folder(o);
   if (o.run.resume) {
-    const std::string ckpt = resolve_checkpoint(o.run.out);
-    SPW_CHECK(ckpt != o.run.out, o.run.out, "has no checkpoint to resume from (no 'latest' file)");
+    const std::string ckpt = resolve_checkpoint(o.run.out);  // check_run_folder found it, not finished
     state = load_trainer_state(ckpt);
     restore_checkpointed(o, state.at("options"), ckpt + "/trainer_state.json");
+    start_step = state.at("step");
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
-    start_tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json(ckpt + "/tokenizer.json"));
-    start_step = state.at("step");
+    start_tokenizer = load_tokenizer(ckpt);
   } else if (!o.model.init_from.empty()) {
     const std::string ckpt = resolve_checkpoint(o.model.init_from);
     weights = model::load_llama(ckpt);
-    start_tokenizer = std::make_unique<BpeTokenizer>(load_tokenizer_json(ckpt + "/tokenizer.json"));
+    start_tokenizer = load_tokenizer(ckpt);
   }
   check_options(o, command);
+  if (o.run.threads > 0) omp_set_num_threads(static_cast<int>(o.run.threads));
   const ScheduleConfig& s = o.schedule;
   // The config is checked before any data work, so a typo fails at once.
   std::optional<model::LlamaConfig> fresh_config;
   if (weights.tensors().empty()) fresh_config = model::resolve_config(o.model.config);
+  if (lead && o.run.overwrite && fs::is_directory(run)) clear_run_folder(run);
 
   // The lead rank prepares the data; the others then find it prepared.
   if (!lead) ranks.barrier();
@@ -123,7 +195,15 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
             " micro-batches of an optimizer step do not split evenly over ", ranks.size(), " data-parallel ranks");
   const int64_t rank_micro_batches = s.grad_accum / ranks.size();
   if (fresh_config) {
-    fresh_config->vocab_size = data.tokenizer->vocab_size();
+    // A config.json's vocabulary is kept (its rows may outnumber the
+    // tokenizer's tokens); a preset's follows the tokenizer.
+    if (model::is_config_file(o.model.config) && fresh_config->vocab_size > 0) {
+      SPW_CHECK(data.tokenizer->vocab_size() <= fresh_config->vocab_size, o.model.config, "vocab_size is ",
+                fresh_config->vocab_size, " but the tokenizer has ", data.tokenizer->vocab_size(),
+                " tokens (--vocab sets the size of a tokenizer trained here)");
+    } else {
+      fresh_config->vocab_size = data.tokenizer->vocab_size();
+    }
     weights = model::LlamaWeights::random(*fresh_config, s.seed);
   }
   const model::LlamaConfig& config = weights.config();
@@ -196,13 +276,18 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     for (auto [x, y] : curves.train) st["train_curve"].push_back({x, y});
     for (auto [x, y] : curves.validation) st["validation_curve"].push_back({x, y});
     if (!lead) return std::string();
-    std::string dir = save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer, st);
+    std::string dir =
+        save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer, st, s.keep_checkpoints);
     log.write({{"event", "checkpoint"}, {"step", steps_done}, {"path", dir}});
     return dir;
   };
 
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;
+  result.validation = data.validation != nullptr;
+  result.validation_loss = NAN;
+  int64_t steps_done = start_step;
+  StopSignals signals;
   const size_t micro_tokens = static_cast<size_t>(s.batch * s.seq);
   std::vector<int32_t> inputs(micro_tokens * static_cast<size_t>(s.grad_accum)), targets(inputs.size());
   const auto t0 = std::chrono::steady_clock::now();
@@ -229,8 +314,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                {"tokens", (step + 1) * tokens_per_step}, {"epoch", sampler.epochs()},
                {"tok_per_s", progress.tokens_per_second()},
                {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
+    steps_done = step + 1;
     const bool last = step + 1 == end_step;
-    if ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last) {
+    if (data.validation && ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last)) {
       double val = evaluate(*engine, s.batch, s.seq, *data.validation, s.eval_batches, ranks);
       curves.validation.emplace_back(static_cast<double>(step + 1), val);
       result.validation_loss = val;
@@ -240,23 +326,35 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
       progress.note(line);
       log.write({{"event", "eval"}, {"step", step + 1}, {"val_loss", val}});
     }
-    if ((s.checkpoint_every > 0 && (step + 1) % s.checkpoint_every == 0) || last) {
+    // Every rank stops at the same step, whichever of them got the signal
+    // (a terminal's Ctrl-C reaches them all, a kill may reach one).
+    const int own = signals.received();
+    std::array<double, 2> stop = {own == SIGINT ? 1.0 : 0.0, own == SIGTERM ? 1.0 : 0.0};
+    if (ranks.size() > 1) engine->sum_over_ranks(stop);
+    const bool stopping = stop[0] > 0 || stop[1] > 0;
+    if ((s.checkpoint_every > 0 && (step + 1) % s.checkpoint_every == 0) || last || stopping) {
       result.checkpoint = save(step + 1);
+    }
+    if (stopping && !last) {
+      result.stop_signal = own != 0 ? own : stop[0] > 0 ? SIGINT : SIGTERM;
+      log.write({{"event", "stopped"}, {"step", step + 1}, {"signal", result.stop_signal}});
+      // The ranks end together, once the lead's checkpoint is complete.
+      if (ranks.size() > 1) ranks.barrier();
+      break;
     }
   }
   progress.finish();
-  result.steps_done = end_step;
+  result.steps_done = steps_done;
   result.tokens_per_second = progress.tokens_per_second();
-  if (result.checkpoint.empty() && start_step == end_step) result.checkpoint = resolve_checkpoint(o.run.out);
 
   if (lead) write_text_file_atomically((run / "loss.svg").string(), loss_plot_svg(curves));
   engine->sync_to_host();
   result.peak_device_bytes = engine->peak_device_bytes();
-  if (lead && sample_text && o.sample.tokens > 0 && end_step == s.steps) {
+  if (lead && sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
     result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});
   }
-  log.write({{"event", "end"}, {"step", end_step}, {"train_loss", result.train_loss},
+  log.write({{"event", "end"}, {"step", steps_done}, {"train_loss", result.train_loss},
              {"val_loss", result.validation_loss}, {"tok_per_s", result.tokens_per_second}});
   return result;
 }

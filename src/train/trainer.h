@@ -9,7 +9,7 @@
 #include <string>
 
 #include "device/communicator.h"
-#include "model/bpe_tokenizer.h"
+#include "model/tokenizer.h"
 #include "model/llama_weights.h"
 #include "train/run_config.h"
 
@@ -24,11 +24,13 @@ struct TrainResult {
   uint64_t peak_device_bytes = 0;
   std::string checkpoint;  // folder of the final checkpoint
   std::string sample;      // generated text
+  bool validation = true;  // false: validation was off (validation_loss is NaN)
+  int stop_signal = 0;     // SIGINT or SIGTERM when one stopped the run early, after a checkpoint
 };
 
 // The text a finished run shows, from its final weights (the layer that
 // generates text lies above training: the caller brings it).
-using SampleText = std::function<std::string(const model::LlamaWeights& weights, const BpeTokenizer& tokenizer,
+using SampleText = std::function<std::string(const model::LlamaWeights& weights, const Tokenizer& tokenizer,
                                              const SampleConfig& sample, uint64_t seed)>;
 
 // This process's place among the ranks of a data-parallel run (the dist/
@@ -49,6 +51,20 @@ struct DataParallelRun {
 // trains on its share of every optimizer step's config.schedule.grad_accum
 // micro-batches (which the ranks must divide), and the lead rank (0) alone
 // prints, logs and checkpoints.
+//
+// No work is lost: the configuration, the data and the validation set are
+// checked before the first step; an out folder that holds a run is resumed
+// only with run.resume, started over only with run.overwrite, and refused
+// otherwise; a finished run's resume is an Error saying so; SIGINT or
+// SIGTERM during the run ends it at the next step boundary with a
+// checkpoint (a second signal ends it at once).
 TrainResult train_model(RunConfig config, const SampleText& sample_text = {}, const DataParallelRun& ranks = {});
+
+// The out folder's check that train_model makes first: one that holds a run
+// is taken up only with run.resume, started over only with run.overwrite
+// (the two exclude each other), and otherwise an Error; a resume needs a
+// checkpoint of a run that is not finished. A caller about to start ranks
+// makes it once, before them.
+void check_run_folder(const RunConfig& config);
 
 }  // namespace spillway::train

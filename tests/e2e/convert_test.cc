@@ -1,11 +1,13 @@
 // `spillway convert` through the command line: GGUF and model folders in,
-// a Hugging Face folder out that loads back to the same weights.
+// a Hugging Face folder out that loads back to the same weights; a GGUF it
+// writes is a model finetune, eval and generate take directly.
 #include <gtest/gtest.h>
 
 #include "e2e/e2e_util.h"
 #include "model/gguf_llama.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
+#include "model/tokenizer.h"
 
 namespace spillway::e2e {
 namespace {
@@ -128,6 +130,49 @@ TEST(Convert, BadGgufIsOneErrorLineNamingTheFile) {
   r = run_spillway("convert --from " + (dir / "text.gguf") + " --to " + (dir / "out"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("text.gguf: not a GGUF file"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace spillway::e2e
+
+namespace spillway::e2e {
+namespace {
+
+// A GGUF file is a model for finetune, eval and generate as it stands:
+// a run's checkpoint written as F32 GGUF fine-tunes into a run that keeps
+// the tokenizer, and evaluates to the checkpoint's loss exactly.
+TEST(Convert, AGgufFileIsFineTunedEvaluatedAndGeneratedFromDirectly) {
+  ScratchDir dir("convert_gguf_model");
+  write_file(dir / "corpus.txt", make_corpus(200, 9));
+  write_file(dir / "micro.json", micro_config_json());
+  const std::string data = " --data " + (dir / "corpus.txt") + " --separator % ";
+  CommandResult r = run_spillway("train --config " + (dir / "micro.json") + data +
+                                 "--vocab 300 --steps 2 --batch 2 --seq 16 --sample-tokens 0 --quiet -o " + (dir / "run"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  r = run_spillway("convert --from " + (dir / "run") + " --to " + (dir / "m.gguf") + " --type f32");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+
+  r = run_spillway("finetune -m " + (dir / "m.gguf") + data +
+                   "--steps 2 --batch 2 --seq 16 --sample-tokens 0 --quiet -o " + (dir / "ft"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(dir / "ft/step-0000002/model.safetensors"));
+  const std::unique_ptr<Tokenizer> carried = load_tokenizer(dir / "ft/step-0000002");
+  const std::unique_ptr<Tokenizer> trained = load_tokenizer(dir / "run/step-0000002");
+  const std::string text = read_file(dir / "corpus.txt").substr(0, 2000);
+  EXPECT_EQ(carried->vocab_size(), trained->vocab_size());
+  EXPECT_EQ(carried->encode_text(text), trained->encode_text(text));
+  EXPECT_EQ(carried->eos_id(), trained->eos_id());
+
+  const std::string eval = " --data " + (dir / "corpus.txt") + " --json --device cpu";
+  const CommandResult from_gguf = run_spillway("eval -m " + (dir / "m.gguf") + eval);
+  const CommandResult from_run = run_spillway("eval -m " + (dir / "run") + eval);
+  ASSERT_EQ(from_gguf.exit_code, 0) << from_gguf.out;
+  ASSERT_EQ(from_run.exit_code, 0) << from_run.out;
+  EXPECT_EQ(from_gguf.out, from_run.out);
+
+  r = run_spillway("generate -m " + (dir / "m.gguf") + " -p 'the cat' -n 4 --temperature 0 --device cpu");
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_TRUE(r.out.starts_with("the cat")) << r.out;
 }
 
 }  // namespace

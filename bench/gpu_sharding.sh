@@ -8,6 +8,10 @@
 #          a step over all ranks) on 1 GPU and on NPROC both ways
 #   8b:    the same for LLaMA-3-8B at seq 8192 (the planner picks the layout)
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
+#   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
+#          shared-memory transports off (its network transport, as between
+#          hosts), against the same run over NVLink
+#   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,15 +22,18 @@ export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/u
 # NVLink multicast stays off: it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
-[ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh spillway > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+target=spillway; [[ " $* " == *" tests "* ]] && target=""
+[ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh $target > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 B=build/gpu/src/spillway
 PY=/opt/torch/.venv/bin/python
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -"$NPROC"
 runs=/tmp/spillway-shard && mkdir -p $runs
 
-phase_tiny() {
-  local corpus=/tmp/spillway-dp-corpus.txt
+corpus=/tmp/spillway-dp-corpus.txt
+tiny="--data $corpus --separator % --steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"
+
+make_corpus() {
   $PY - $corpus <<'PY'
 import random, sys
 random.seed(7)
@@ -37,7 +44,10 @@ with open(sys.argv[1], "w") as f:
     for _ in range(40000):
         f.write(" ".join(f"{random.choice(s).capitalize()} {random.choice(v)} {random.choice(o)}." for _ in range(random.randint(1, 4))) + "\n%\n")
 PY
-  local tiny="--data $corpus --separator % --steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"
+}
+
+phase_tiny() {
+  make_corpus
   rm -rf $runs/tiny*
   $B train $tiny --out $runs/tiny1 > "$OUT/tiny1.log" 2>&1 || { tail -5 "$OUT/tiny1.log"; return 1; }
   for shard in none optimizer; do
@@ -89,6 +99,28 @@ phase_8b() {
   local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --steps 3 --warmup 1 --recompute auto"
   bench 8b-1gpu 1 none $a
   bench 8b-$NPROC-auto $NPROC auto $a
+}
+
+phase_net() {
+  make_corpus
+  rm -rf $runs/net-*
+  $B train $tiny --out $runs/net-nvlink --nproc-per-node $NPROC --shard optimizer > "$OUT/net-nvlink.log" 2>&1 ||
+    { tail -5 "$OUT/net-nvlink.log"; return 1; }
+  NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_DEBUG=INFO $B train $tiny --out $runs/net-socket --nproc-per-node $NPROC \
+    --shard optimizer > "$OUT/net-socket.log" 2>&1 || { tail -5 "$OUT/net-socket.log"; return 1; }
+  echo "network transport: $(grep -m1 -oE 'via NET/[A-Za-z]+[^ ]*' "$OUT/net-socket.log" || echo 'no NET channel seen')"
+  cmp $runs/net-nvlink/step-0000030/model.safetensors $runs/net-socket/step-0000030/model.safetensors &&
+    echo "network transport: the same weights bit for bit as over NVLink"
+  $PY -c "
+import json
+l = lambda r: [j['loss'] for j in map(json.loads, open('$runs/' + r + '/train_log.jsonl')) if 'loss' in j]
+a, b = l('net-nvlink'), l('net-socket'); print('network transport: %d steps, losses equal: %s' % (len(a), a == b))"
+}
+
+phase_tests() {
+  ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
+  grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT/gpu_tests.log"
+  grep -E "data_parallel_cuda" "$OUT/gpu_tests.log" | head -3
 }
 
 phase_torch() {

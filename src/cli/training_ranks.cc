@@ -18,8 +18,6 @@ namespace spillway::cli {
 
 namespace {
 
-// Rank 0 may tokenize a whole corpus while the others wait for it.
-constexpr std::chrono::hours kDataPreparationWait{24};
 
 // The GPU of the rank that is `local_rank` on its host: its own where the
 // launcher let it see them all, the one it sees where it gave each rank one.
@@ -64,7 +62,7 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
                                               std::chrono::seconds(p.timeout_s));
   dist::World* world = ranks.world.get();
   ranks.data_parallel.comm = world->group(dist::Dim::dp);
-  ranks.data_parallel.barrier = [world] { world->barrier(kDataPreparationWait); };
+  ranks.data_parallel.barrier = [world](std::chrono::milliseconds wait) { world->barrier(wait); };
   return ranks;
 }
 

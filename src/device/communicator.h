@@ -49,6 +49,10 @@ class Communicator {
   // with the matching recv.
   virtual void send(const void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
   virtual void recv(void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
+  // Returns once everything enqueued on `stream` has finished. Error naming
+  // this rank when its collectives do not finish within the run's timeout
+  // (a peer that died or hangs): no rank waits forever.
+  virtual void wait(Stream& stream) = 0;
 
  protected:
   Communicator(int rank, int size) : rank_(rank), size_(size) {}

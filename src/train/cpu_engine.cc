@@ -72,7 +72,7 @@ class CpuEngine final : public Engine {
     if (!options_.data_parallel) return;
     Stream& comm = device_->stream(StreamKind::comm);
     options_.data_parallel->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
-    comm.synchronize();
+    options_.data_parallel->wait(comm);
   }
 
   std::string device_name() const override { return "cpu"; }

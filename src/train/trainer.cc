@@ -187,10 +187,12 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   if (weights.tensors().empty()) fresh_config = model::resolve_config(o.model.config);
   if (lead && o.run.overwrite && fs::is_directory(run)) clear_run_folder(run);
 
-  // The lead rank prepares the data; the others then find it prepared.
-  if (!lead) ranks.barrier();
+  // The lead rank prepares the data, a whole corpus perhaps; the others
+  // then find it prepared.
+  constexpr std::chrono::hours kDataPreparationWait{24};
+  if (!lead) ranks.barrier(kDataPreparationWait);
   Dataset data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
-  if (lead && ranks.size() > 1) ranks.barrier();
+  if (lead && ranks.size() > 1) ranks.barrier(kDataPreparationWait);
   SPW_CHECK(s.grad_accum % ranks.size() == 0, "--grad-accum", "the ", s.grad_accum,
             " micro-batches of an optimizer step do not split evenly over ", ranks.size(), " data-parallel ranks");
   const int64_t rank_micro_batches = s.grad_accum / ranks.size();
@@ -339,7 +341,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
       result.stop_signal = own != 0 ? own : stop[0] > 0 ? SIGINT : SIGTERM;
       log.write({{"event", "stopped"}, {"step", step + 1}, {"signal", result.stop_signal}});
       // The ranks end together, once the lead's checkpoint is complete.
-      if (ranks.size() > 1) ranks.barrier();
+      if (ranks.size() > 1) ranks.barrier(std::chrono::seconds(o.parallel.timeout_s));
       break;
     }
   }

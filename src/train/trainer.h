@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -37,7 +38,8 @@ using SampleText = std::function<std::string(const model::LlamaWeights& weights,
 // layer, which makes it, lies above training). Alone by default.
 struct DataParallelRun {
   Communicator* comm = nullptr;  // the data-parallel group
-  std::function<void()> barrier;  // returns once every rank has called it
+  // Returns once every rank has called it; Error when one has not within `wait`.
+  std::function<void(std::chrono::milliseconds wait)> barrier;
   int gpu_ordinal = 0;            // this rank's GPU
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }

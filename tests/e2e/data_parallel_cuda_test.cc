@@ -7,6 +7,7 @@
 
 #include "device/cuda/cuda_device.h"
 #include "e2e/e2e_util.h"
+#include "e2e/processes.h"
 
 namespace spillway::e2e {
 namespace {
@@ -19,12 +20,13 @@ class DataParallelGpus : public ::testing::Test {
     write_file(dir_ / "micro.json", micro_config_json());
   }
   // Four micro-batches of 2 x 32 tokens an optimizer step, over any ranks.
+  std::string train_args(const std::string& out, int steps) {
+    return "train --device cuda --config " + (dir_ / "micro.json") + " --vocab 300 --data " + (dir_ / "corpus.txt") +
+           " --separator % --batch 2 --seq 32 --grad-accum 4 --steps " + std::to_string(steps) +
+           " --eval-every 5 --checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " + (dir_ / out);
+  }
   void train(const std::string& out, int steps, const std::string& more) {
-    const CommandResult r = run_spillway(
-        "train --device cuda --config " + (dir_ / "micro.json") + " --vocab 300 --data " + (dir_ / "corpus.txt") +
-        " --separator % --batch 2 --seq 32 --grad-accum 4 --steps " + std::to_string(steps) +
-        " --eval-every 5 --checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " + (dir_ / out) +
-        " " + more);
+    const CommandResult r = run_spillway(train_args(out, steps) + " " + more);
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
   std::string checkpoint(const std::string& run, int step) {
@@ -66,6 +68,33 @@ TEST_F(DataParallelGpus, TwoGpusTrainWhatOneTrains) {
   EXPECT_NEAR(a[0], b[0], 1e-6 * a[0]);
   EXPECT_NEAR(a[1], b[1], 1e-4 * a[1]);
   for (size_t i = 2; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3 * a[i]) << "step " << i + 1;
+}
+
+// NCCL waits for a peer for ever; the ranks do not: a rank stopped (SIGSTOP)
+// mid-run ends the other within --rank-timeout, naming the cause, and the
+// run ends with an error.
+TEST_F(DataParallelGpus, AHungRankEndsTheOtherWithinTheTimeout) {
+  std::istringstream words(train_args("hung", 100000) + " --nproc-per-node 2 --rank-timeout 10");
+  std::vector<std::string> args;
+  for (std::string w; words >> w;) args.push_back(w);
+  const std::string log = dir_ / "hung.log";
+  const pid_t parent = start_spillway(args, {}, log);
+  ASSERT_TRUE(wait_until_exists(dir_ / "hung/train_log.jsonl", 120s)) << read_file(log);
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (read_file(dir_ / "hung/train_log.jsonl").find("\"loss\"") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(log);
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::vector<pid_t> ranks = ranks_of(parent);
+  ASSERT_EQ(ranks.size(), 2u);
+  const auto stopped = std::chrono::steady_clock::now();
+  ::kill(ranks[1], SIGSTOP);
+  EXPECT_EQ(wait_for(parent, 120s), 1) << read_file(log);
+  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 60s);
+  const std::string out = read_file(log);
+  EXPECT_NE(out.find("did not finish within 10 s (--rank-timeout): another rank died or hangs"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("rank 0: ended with exit code 1; stopping the other ranks"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -14,8 +14,7 @@
 #include <thread>
 
 #include "e2e/e2e_util.h"
-
-extern char** environ;
+#include "e2e/processes.h"
 
 namespace spillway::e2e {
 namespace {
@@ -32,46 +31,6 @@ uint16_t free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
-}
-
-// A spillway process started in the background with extra environment
-// variables, its output in `log`.
-pid_t start_spillway(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                     const std::string& log) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
-    FILE* out = std::freopen(log.c_str(), "w", stdout);
-    ::dup2(::fileno(out), 2);
-    std::vector<char*> argv{const_cast<char*>(SPILLWAY_BIN)};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execve(SPILLWAY_BIN, argv.data(), environ);
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// The exit code of `pid`, or -1 (after killing it) when it runs past `limit`.
-int wait_for(pid_t pid, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-    std::this_thread::sleep_for(20ms);
-  }
-  ::kill(pid, SIGKILL);
-  ::waitpid(pid, nullptr, 0);
-  return -1;
-}
-
-bool wait_until_exists(const std::string& path, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!fs::exists(path) || fs::file_size(path) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(20ms);
-  }
-  return true;
 }
 
 class DataParallel : public ::testing::Test {
@@ -170,16 +129,6 @@ TEST_F(DataParallel, AKilledRankEndsTheRunWithAnError) {
   EXPECT_EQ(wait_for(parent, 60s), 1) << read_file(log);
   EXPECT_NE(read_file(log).find("rank 1: ended with signal 9; stopping the other ranks"), std::string::npos)
       << read_file(log);
-}
-
-// The ranks --nproc-per-node started under `parent`, once they run.
-std::vector<pid_t> ranks_of(pid_t parent) {
-  std::istringstream children(read_file("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
-                                        "/children"));
-  std::vector<pid_t> ranks;
-  for (pid_t p; children >> p;) ranks.push_back(p);
-  std::sort(ranks.begin(), ranks.end());
-  return ranks;
 }
 
 // SIGINT to one rank (a terminal's Ctrl-C reaches every rank, a kill may

@@ -131,6 +131,9 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  // Gloo's operations end at their own timeout.
+  void wait(Stream& stream) override { stream.synchronize(); }
+
  private:
   static constexpr uint64_t kPointToPointSlot = 1;
 

@@ -73,6 +73,28 @@ class NcclCommunicator final : public Communicator {
     check(ncclRecv(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclRecv", true);
   }
 
+  // NCCL has no timeout of its own: the stream is polled, and a collective
+  // still running at the deadline aborts the communicator, which ends it.
+  void wait(Stream& stream) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout_;
+    for (;;) {
+      const cudaError_t done = cudaStreamQuery(handle(stream));
+      if (done == cudaSuccess) return;
+      if (done != cudaErrorNotReady) SPW_CUDA(done);
+      ncclResult_t state = ncclSuccess;
+      check(ncclCommGetAsyncError(comm_, &state), "ncclCommGetAsyncError");
+      if (state != ncclInProgress) check(state, "a collective");
+      if (std::chrono::steady_clock::now() >= deadline) {
+        (void)ncclCommAbort(comm_);
+        comm_ = nullptr;
+        throw Error("nccl rank " + std::to_string(rank()),
+                    "a collective did not finish within " + std::to_string(timeout_.count() / 1000) +
+                        " s (--rank-timeout): another rank died or hangs");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
  private:
   static cudaStream_t handle(Stream& stream) { return as_cuda_stream(stream).handle(); }
 

@@ -186,7 +186,7 @@ class CudaEngine final : public Engine {
     device_->copy_async(scalars_, values.data(), bytes, comm);
     options_.data_parallel->all_reduce_sum(scalars_, values.size(), DType::f64, comm);
     device_->copy_async(values.data(), scalars_, bytes, comm);
-    comm.synchronize();
+    options_.data_parallel->wait(comm);
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
@@ -356,6 +356,7 @@ class CudaEngine final : public Engine {
     }
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
+    options_.data_parallel->wait(comm);  // bounded, where compute would wait for ever
   }
 
   // Each rank's updated share of the working copies, to every rank.
@@ -368,6 +369,7 @@ class CudaEngine final : public Engine {
     options_.data_parallel->all_gather(a.working + a.shard_first, a.working, a.shard_elements, DType::bf16, comm);
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
+    options_.data_parallel->wait(comm);
   }
 
   // A stacked parameter starts where its first tensor does.

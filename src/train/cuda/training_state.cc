@@ -356,12 +356,12 @@ void CudaTrainingState::sync_shares_to_host() {
     // The master's low halves travel as 16-bit values: bf16 is NCCL's word for them.
     gather_shares(arrays_.remainder, 2, DType::bf16, first, count, gathered, comm);
     device_.copy_async(staging.remainder, gathered, count * 2, comm);
-    comm.synchronize();
+    shard_over_->wait(comm);
     ops::join_master(staging.working, staging.remainder, t.master + off, len);
     for (int k = 0; k < 2; ++k) {
       gather_shares(k == 0 ? arrays_.m : arrays_.v, moment_bytes, moment_type, first, count, gathered, comm);
       device_.copy_async(staging.moment, gathered, count * moment_bytes, comm);
-      comm.synchronize();
+      shard_over_->wait(comm);
       widen_moment(staging.moment, (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off, len,
                    bf16_moments_);
     }

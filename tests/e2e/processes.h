@@ -1,0 +1,77 @@
+// Spillway processes in the background for the tests of runs with several
+// ranks: started with extra environment variables, waited for with a limit,
+// their ranks found, signalled.
+#pragma once
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "e2e/e2e_util.h"
+
+extern char** environ;
+
+namespace spillway::e2e {
+
+using namespace std::chrono_literals;
+
+// A spillway process started in the background with extra environment
+// variables, its output in `log`.
+inline pid_t start_spillway(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                     const std::string& log) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    FILE* out = std::freopen(log.c_str(), "w", stdout);
+    ::dup2(::fileno(out), 2);
+    std::vector<char*> argv{const_cast<char*>(SPILLWAY_BIN)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execve(SPILLWAY_BIN, argv.data(), environ);
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// The exit code of `pid`, or -1 (after killing it) when it runs past `limit`.
+inline int wait_for(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+    std::this_thread::sleep_for(20ms);
+  }
+  ::kill(pid, SIGKILL);
+  ::waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+inline bool wait_until_exists(const std::string& path, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!fs::exists(path) || fs::file_size(path) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+// The ranks --nproc-per-node started under `parent`, once they run.
+inline std::vector<pid_t> ranks_of(pid_t parent) {
+  std::istringstream children(read_file("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
+                                        "/children"));
+  std::vector<pid_t> ranks;
+  for (pid_t p; children >> p;) ranks.push_back(p);
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+}  // namespace spillway::e2e

@@ -86,6 +86,7 @@ void Executor::run() {
       } else {
         runner_.run(graph_, nodes[i], data_);
       }
+      if (after_node_) after_node_(i);
       for (const auto& h : liveness_.handed_over_at[i]) data_[static_cast<size_t>(h.from.id)] = nullptr;
       for (Value v : liveness_.dies_at[i]) {
         space_.free(data_[static_cast<size_t>(v.id)]);

@@ -6,6 +6,7 @@
 // safe).
 #pragma once
 
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -84,6 +85,12 @@ class Executor : public StepProgram {
   void set_profiling(bool on) { profiling_ = on; }
   const std::vector<double>& node_seconds() const { return node_seconds_; }
 
+  // Called with each node's index once the node has been issued (on an
+  // asynchronous backend, before it has run): where the caller starts work
+  // that follows a node on its own stream, such as a collective over
+  // gradient sums the node made final. Empty: none.
+  void set_after_node(std::function<void(size_t node)> hook) { after_node_ = std::move(hook); }
+
  private:
   void release_outputs();
 
@@ -94,6 +101,7 @@ class Executor : public StepProgram {
   std::vector<void*> data_;  // by value id
   bool profiling_ = false;
   std::vector<double> node_seconds_;
+  std::function<void(size_t)> after_node_;
 };
 
 class CpuNodeRunner : public NodeRunner {

@@ -98,13 +98,20 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   p.optimizer_seconds =
       optimizer_seconds(total, p.optimizer_resident, p.weights_resident, out.grad_bytes_at_home, r.rates);
   if (r.data_parallel > 1) {
-    // Ring collectives: each rank sends (N-1)/N of the data per pass.
-    const double n = r.data_parallel, passes_of_grads = total.shards > 1 ? 1 : 2;
-    const double sent = (n - 1) / n *
-                        (passes_of_grads * static_cast<double>(total.grads) +
-                         (total.shards > 1 ? static_cast<double>(total.weights) : 0.0));
-    p.bytes_communicated = static_cast<uint64_t>(sent);
-    p.communication_seconds = sent / r.rates.collective_bytes;
+    // Ring collectives: each rank sends (N-1)/N of the data per pass. Where
+    // nothing moves (the plain executor), the sums are all-reduced in
+    // buckets under the last micro-batch's backward pass, about two thirds
+    // of it; otherwise after it, reduce-scattered where the state is
+    // sharded. Sharded, the updated weights are all-gathered after the
+    // optimizer.
+    const double f = (r.data_parallel - 1.0) / r.data_parallel;
+    const bool sharded = total.shards > 1, overlapped = p.all_on_device();
+    const double summed = (overlapped || !sharded ? 2 : 1) * f * static_cast<double>(total.grads);
+    const double gathered = sharded ? f * static_cast<double>(total.weights) : 0.0;
+    p.bytes_communicated = static_cast<uint64_t>(summed + gathered);
+    double summing = summed / r.rates.collective_bytes;
+    if (overlapped) summing = std::max(0.0, summing - 2.0 / 3.0 * p.micro.step_seconds);
+    p.communication_seconds = summing + gathered / r.rates.collective_bytes;
   }
   p.step_seconds =
       static_cast<double>(r.micro_batches) * p.micro.step_seconds + p.communication_seconds + p.optimizer_seconds;

@@ -84,8 +84,8 @@ struct TrainingPlan {
   StepPrediction micro;           // one micro-batch
   double optimizer_seconds = 0;   // the update, in place or streaming the state through the GPU
   // Data parallelism: what each rank sends its peers per optimizer step (the
-  // gradient sums' all-reduce, or with sharded state their reduce-scatter and
-  // the weights' all-gather), and the time, after the last micro-batch.
+  // gradient sums' all-reduce or reduce-scatter, and with sharded state the
+  // weights' all-gather), and the time of it the step waits for.
   uint64_t bytes_communicated = 0;
   double communication_seconds = 0;
   double step_seconds = 0;        // micro_batches micro-batches + communication + the optimizer

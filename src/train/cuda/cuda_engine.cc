@@ -13,6 +13,7 @@
 // clips.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <memory>
@@ -154,10 +155,11 @@ class CudaEngine final : public Engine {
         // before it goes home: its squares are taken there.
         planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
       }
-      stats.loss += train_->run(x, y, micro == 0) / static_cast<double>(micro_batches);
+      stats.loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches) / static_cast<double>(micro_batches);
     }
     const int ranks = data_parallel_size(options_);
-    if (ranks > 1) sum_gradients_over_ranks();
+    // Overlapped, the last micro-batch summed them over the ranks already.
+    if (ranks > 1 && !overlapped_) sum_gradients_over_ranks();
     const auto optimizer_start = std::chrono::steady_clock::now();
     // Sharded, each rank's sums of squares cover its share: summed with the loss.
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
@@ -326,6 +328,15 @@ class CudaEngine final : public Engine {
     }
     bind(*train_, step, /*with_grads=*/true);
     bind(*eval_, *eval_graph_, /*with_grads=*/false);
+    if (data_parallel_size(options_) > 1) {
+      grads_ready_ = device_->new_event();
+      grads_summed_ = device_->new_event();
+      Communicator* comm = options_.data_parallel;
+      auto bounded = [comm](Stream& stream) { comm->wait(stream); };
+      train_->set_waiter(bounded);
+      eval_->set_waiter(bounded);
+      if (!train_->planned()) overlap_gradient_sums();
+    }
     std::vector<int> parameter_of(step.step.graph.values().size(), -1);
     for (size_t j = 0; j < step.model.parameters.size(); ++j) {
       parameter_of[static_cast<size_t>(step.step.grads[step.model.parameters[j]].id)] = static_cast<int>(j);
@@ -341,10 +352,6 @@ class CudaEngine final : public Engine {
   void sum_gradients_over_ranks() {
     Stream& compute = device_->stream(StreamKind::compute);
     Stream& comm = device_->stream(StreamKind::comm);
-    if (!grads_ready_) {
-      grads_ready_ = device_->new_event();
-      grads_summed_ = device_->new_event();
-    }
     compute.record(*grads_ready_);
     comm.wait(*grads_ready_);
     if (sharded_) {
@@ -357,6 +364,63 @@ class CudaEngine final : public Engine {
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
     options_.data_parallel->wait(comm);  // bounded, where compute would wait for ever
+  }
+
+  // Where the plain executor runs the step, the gradient sums are summed
+  // over the ranks in buckets while the last micro-batch's backward pass
+  // goes on: a bucket (a run of the one layout, the parameters' order) is
+  // all-reduced on the comm stream as soon as the node that makes its last
+  // sum final has been issued. Every element of the layout lies in one
+  // bucket, gaps included (zero on every rank).
+  void overlap_gradient_sums() {
+    const LlamaStep& step = *planned_.step;
+    const graph::Graph& g = step.step.graph;
+    const auto& parts = step.model.parameter_parts;
+    struct Run {
+      uint64_t first;
+      int32_t final_at;  // the node that makes its sum final
+    };
+    std::vector<Run> runs;
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const graph::Value grad = step.step.grads[step.model.parameters[j]];
+      runs.push_back({state_->tensors()[static_cast<size_t>(parts[j].front())].at, g.value(grad).producer});
+    }
+    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
+    const uint64_t end = state_->device_arrays().elements;
+    buckets_by_node_.assign(g.nodes().size(), {});
+    for (size_t r = 0; r < runs.size();) {
+      GradBucket b{.first = r == 0 ? 0 : runs[r].first, .count = 0};
+      int32_t final_at = -1;
+      size_t next = r;
+      while (next < runs.size() && (next == r || runs[next].first - b.first < kBucketElements)) {
+        final_at = std::max(final_at, runs[next].final_at);
+        ++next;
+      }
+      b.count = (next < runs.size() ? runs[next].first : end) - b.first;
+      SPW_CHECK(final_at >= 0, "data parallelism", "a gradient sum has no node that makes it");
+      buckets_by_node_[static_cast<size_t>(final_at)].push_back(b);
+      r = next;
+    }
+    Stream& compute = device_->stream(StreamKind::compute);
+    Stream& comm = device_->stream(StreamKind::comm);
+    float* grads = state_->device_grads();
+    train_->set_last_micro_batch_hooks(
+        {.after_node =
+             [this, &compute, &comm, grads](size_t node) {
+               const std::vector<GradBucket>& ready = buckets_by_node_[node];
+               if (ready.empty()) return;
+               compute.record(*grads_ready_);
+               comm.wait(*grads_ready_);
+               for (const GradBucket& b : ready) {
+                 options_.data_parallel->all_reduce_sum(grads + b.first, b.count, DType::f32, comm);
+               }
+             },
+         .at_end =
+             [this, &compute, &comm] {
+               comm.record(*grads_summed_);
+               compute.wait(*grads_summed_);
+             }});
+    overlapped_ = true;
   }
 
   // Each rank's updated share of the working copies, to every rank.
@@ -401,6 +465,13 @@ class CudaEngine final : public Engine {
   // NCCL's own buffers, outside the engine's pool.
   static constexpr uint64_t kCommunicatorReserve = 512ull << 20;
   bool sharded_ = false;
+  // The gradient sums' buckets, by the node whose issue starts them.
+  struct GradBucket {
+    uint64_t first, count;  // elements of the layout
+  };
+  static constexpr uint64_t kBucketElements = 32ull << 20;
+  std::vector<std::vector<GradBucket>> buckets_by_node_;
+  bool overlapped_ = false;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
   bool host_current_ = true;  // the caller's masters hold the engine's
   bool profiling_ = false;

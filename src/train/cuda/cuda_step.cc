@@ -39,14 +39,16 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
 
 CudaStep::~CudaStep() {
   SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
-  for (cudaGraphExec_t r : replay_) {
-    if (r) SPW_CUDA_WARN(cudaGraphExecDestroy(r));
+  for (auto& by_first : replay_) {
+    for (cudaGraphExec_t r : by_first) {
+      if (r) SPW_CUDA_WARN(cudaGraphExecDestroy(r));
+    }
   }
   program_.reset();
   runner_.reset();
 }
 
-double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first) {
+double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last) {
   Stream& compute = device_.stream(StreamKind::compute);
   // The previous micro-batch has finished with the pinned buffer: run()
   // returns synchronized.
@@ -54,9 +56,13 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
   std::copy(targets.begin(), targets.end(), io_.pinned_ids + tokens.size());
   device_.copy_async(io_.device_tokens, io_.pinned_ids, tokens.size_bytes(), compute);
   device_.copy_async(io_.device_targets, io_.pinned_ids + tokens.size(), targets.size_bytes(), compute);
-  enqueue(first);
+  enqueue(first, last && plain_ && hooks_.after_node);
   device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
-  compute.synchronize();
+  if (wait_) {
+    wait_(compute);
+  } else {
+    compute.synchronize();
+  }
   if (profiling_ && planned_) {
     planned_node_seconds_.resize(graph_.nodes().size());
     size_t node = 0;
@@ -69,7 +75,7 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
   return *io_.pinned_loss;
 }
 
-void CudaStep::enqueue(bool first) {
+void CudaStep::enqueue(bool first, bool hooked) {
   runner_->set_overwrite_accumulated(first);
   if (planned_) {
     // Sums at home start from zero with the step's first micro-batch.
@@ -77,24 +83,31 @@ void CudaStep::enqueue(bool first) {
     planned_->run();
     return;
   }
-  cudaGraphExec_t& replay = replay_[first ? 0 : 1];
+  cudaGraphExec_t& replay = replay_[first ? 0 : 1][hooked ? 1 : 0];
+  bool& ran_eagerly = ran_eagerly_[first ? 0 : 1][hooked ? 1 : 0];
   if (replay && !profiling_) {
     SPW_CUDA(cudaGraphLaunch(replay, stream_));
-  } else if (options_.cuda_graph && !profiling_ && eager_runs_ > 0) {
-    capture(replay);
+  } else if (options_.cuda_graph && !profiling_ && ran_eagerly) {
+    capture(replay, hooked);
   } else {
-    program_->run();
-    ++eager_runs_;
+    run_program(hooked);
+    ran_eagerly = true;
   }
+}
+
+void CudaStep::run_program(bool hooked) {
+  plain_->set_after_node(hooked ? hooks_.after_node : nullptr);
+  program_->run();
+  if (hooked) hooks_.at_end();
 }
 
 // A step that cannot be captured (a library call that refuses capture) runs
 // eagerly and stays eager, with a warning.
-void CudaStep::capture(cudaGraphExec_t& replay) {
+void CudaStep::capture(cudaGraphExec_t& replay, bool hooked) {
   cudaGraph_t graph = nullptr;
   try {
     SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    program_->run();
+    run_program(hooked);
     SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
     SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
     SPW_CUDA(cudaGraphDestroy(graph));
@@ -110,7 +123,7 @@ void CudaStep::capture(cudaGraphExec_t& replay) {
     (void)cudaGetLastError();
     log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
     options_.cuda_graph = false;
-    program_->run();
+    run_program(hooked);
     return;
   }
   SPW_CUDA(cudaGraphLaunch(replay, stream_));

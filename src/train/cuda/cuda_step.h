@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -59,10 +60,24 @@ class CudaStep {
   exec::PlannedExecutor* planned() { return planned_; }
   const graph::Graph& graph() const { return graph_; }
 
+  // Work of the caller's that the last micro-batch of an optimizer step
+  // issues beside its own, on the plain executor only: after_node once each
+  // node is issued, at_end after the last (which must join every stream it
+  // forked back to the compute stream); a replayed step captures both.
+  struct LastMicroBatchHooks {
+    std::function<void(size_t node)> after_node;
+    std::function<void()> at_end;
+  };
+  void set_last_micro_batch_hooks(LastMicroBatchHooks hooks) { hooks_ = std::move(hooks); }
+  // How run() waits for its micro-batch to finish (default: the stream's
+  // synchronize), e.g. a wait bounded in time where it holds collectives.
+  void set_waiter(std::function<void(Stream&)> wait) { wait_ = std::move(wait); }
+
   // One micro-batch; returns its loss once it has run. `first`: the first
   // of an optimizer step, whose nodes write the gradient sums instead of
-  // adding to them (no zeroing pass). The ids must be checked already.
-  double run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first);
+  // adding to them (no zeroing pass); `last`: the last, which issues the
+  // hooks. The ids must be checked already.
+  double run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last = false);
   // Whether the step is replayed from a captured CUDA graph (no capture has
   // failed).
   bool replays() const { return options_.cuda_graph && !planned_; }
@@ -75,8 +90,9 @@ class CudaStep {
   std::vector<exec::StreamInterval> timeline() const;
 
  private:
-  void enqueue(bool first);
-  void capture(cudaGraphExec_t& replay);
+  void enqueue(bool first, bool hooked);
+  void run_program(bool hooked);
+  void capture(cudaGraphExec_t& replay, bool hooked);
 
   const graph::Graph& graph_;
   StepIo io_;
@@ -89,12 +105,15 @@ class CudaStep {
   exec::PlannedExecutor* planned_ = nullptr;
   bool profiling_ = false;
   std::vector<double> planned_node_seconds_;
-  // A capture after a first eager run (which makes every cuBLASLt plan and
-  // cuDNN graph): the executor allocates the same addresses in the same
-  // order every run, so the captured pointers stay valid. One for a first
-  // micro-batch, one for the others.
-  int eager_runs_ = 0;
-  cudaGraphExec_t replay_[2] = {nullptr, nullptr};
+  // A capture after a first eager run of the same kind (which makes every
+  // cuBLASLt plan and cuDNN graph, and connects the hooks' collectives): the
+  // executor allocates the same addresses in the same order every run, so
+  // the captured pointers stay valid. One by whether the micro-batch is the
+  // first and whether it issues the hooks.
+  bool ran_eagerly_[2][2] = {{false, false}, {false, false}};
+  cudaGraphExec_t replay_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
+  LastMicroBatchHooks hooks_;
+  std::function<void(Stream&)> wait_;
 };
 
 }  // namespace spillway::train

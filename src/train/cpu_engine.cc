@@ -1,11 +1,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "base/bytes.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
+#include "train/cpu_sharded_adamw.h"
 #include "train/engine.h"
 #include "train/train_step.h"
 
@@ -23,12 +25,16 @@ class CpuEngine final : public Engine {
         step_(make_step(/*with_backward=*/true)),
         eval_(make_step(/*with_backward=*/false)),
         grads_(model::LlamaWeights::zeros(weights.config())) {
-    SPW_CHECK(o.shard != StateSharding::optimizer || data_parallel_size(o) == 1, "--shard optimizer",
-              "the CPU engine keeps the whole training state on every rank (the GPU engine shards it)");
+    // Host memory holds the CPU's whole state with room to spare: sharded
+    // only where asked for.
+    if (o.shard == StateSharding::optimizer && data_parallel_size(o) > 1) {
+      sharded_ = std::make_unique<CpuShardedAdamW>(weights_, optimizer_, *o.data_parallel);
+    }
   }
 
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
+    if (sharded_) d += "; AdamW's moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
     if (const plan::Placement* p = step_->placement()) {
       d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
            format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
@@ -49,8 +55,18 @@ class CpuEngine final : public Engine {
       stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), grads_) * share;
     }
     const int ranks = data_parallel_size(options_);
+    Stream& comm = device_->stream(StreamKind::comm);
+    if (sharded_) {
+      double sums[2] = {stats.loss, sharded_->reduce_gradients(grads_, comm)};
+      sum_over_ranks(sums);
+      stats.loss = sums[0] / ranks;
+      const double scale =
+          accumulated_grad_scale(std::sqrt(sums[1]), micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
+      if (profiling_) ++profiled_steps_;
+      sharded_->step(weights_, lr, scale, comm);
+      return stats;
+    }
     if (ranks > 1) {
-      Stream& comm = device_->stream(StreamKind::comm);
       for (auto& t : grads_.tensors()) {
         options_.data_parallel->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
       }
@@ -77,7 +93,9 @@ class CpuEngine final : public Engine {
 
   std::string device_name() const override { return "cpu"; }
   bool on_gpu() const override { return false; }
-  void sync_to_host() override {}
+  void sync_to_host() override {
+    if (sharded_) sharded_->sync_to_host(device_->stream(StreamKind::comm));
+  }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
     if (auto* e = dynamic_cast<exec::Executor*>(&step_->program())) e->set_profiling(on);
@@ -106,6 +124,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<TrainStep> eval_;
   model::LlamaWeights grads_;  // the sum of the micro-batches' gradients
+  std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer
   bool profiling_ = false;
   int profiled_steps_ = 0;
 };

@@ -89,6 +89,31 @@ TEST_F(DataParallel, RanksWithADeviceBudgetOffloadAndMatch) {
   expect_same_training("one", "two");
 }
 
+// Each rank keeping and updating a share of AdamW's state (--shard
+// optimizer) trains what every rank keeping it whole does: on two ranks the
+// same bits (a two-rank sum adds the same two numbers either way), on four
+// what one rank trains, with and without a device budget; a sharded run
+// resumes on another number of ranks, sharded or not.
+TEST_F(DataParallel, ShardedOptimizerStateTrainsWhatWholeStateTrains) {
+  train("whole", 10, "--nproc-per-node 2 --shard none");
+  train("sharded", 10, "--nproc-per-node 2 --shard optimizer");
+  EXPECT_EQ(step_losses(dir_ / "whole"), step_losses(dir_ / "sharded"));
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    EXPECT_EQ(read_file(dir_ / ("whole/step-0000010/" + std::string(file))),
+              read_file(dir_ / ("sharded/step-0000010/" + std::string(file))))
+        << file;
+  }
+  train("one", 10, "");
+  train("four", 10, "--nproc-per-node 4 --shard optimizer");
+  expect_same_training("one", "four");
+  train("four-budget", 10, "--nproc-per-node 4 --shard optimizer --device-mem 200KiB");
+  expect_same_training("one", "four-budget");
+  train("resharded", 10, "--nproc-per-node 4 --shard optimizer --stop-after 5");
+  train("resharded", 10, "--nproc-per-node 2 --shard optimizer --resume --stop-after 8");
+  train("resharded", 10, "--resume");
+  expect_same_training("one", "resharded");
+}
+
 TEST_F(DataParallel, ResumeContinuesOnAnyNumberOfRanks) {
   train("straight", 10, "--nproc-per-node 2");
   train("same", 10, "--nproc-per-node 2 --stop-after 5");

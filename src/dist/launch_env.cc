@@ -60,8 +60,15 @@ LaunchEnv read_launch_env(const char* (*getenv)(const char*)) {
     SPW_CHECK(all_local || e.world == 1, "MASTER_ADDR", "is not set, and the ranks of this ", e.launcher,
               " run are on several hosts: set it to the host of rank 0");
   }
-  const int64_t port = integer(getenv, "MASTER_PORT", e.master_port);
+  int64_t port = integer(getenv, "MASTER_PORT", e.master_port);
   SPW_CHECK(port > 0 && port < 65536, "MASTER_PORT", "is ", port, ", not a TCP port");
+  // torchrun's agent serves a store of its own (PyTorch's protocol) at
+  // MASTER_PORT and says so to its workers: rank 0's store takes the next port.
+  const char* agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE");
+  if (e.launcher == "torchrun" && agent_store && std::string_view(agent_store) == "True") {
+    SPW_CHECK(port < 65535, "MASTER_PORT", "is ", port, ": torchrun's agent holds it and no port follows it");
+    ++port;
+  }
   e.master_port = static_cast<uint16_t>(port);
   return e;
 }

@@ -21,7 +21,9 @@ struct LaunchEnv {
 // Reads the variables through `getenv` (std::getenv by default). Errors name
 // the variable and its value: a rank outside the world, a world the
 // launcher did not say, a port that is not one. Ranks on several hosts need
-// MASTER_ADDR; ranks all on this host meet at 127.0.0.1.
+// MASTER_ADDR; ranks all on this host meet at 127.0.0.1. Under torchrun's
+// agent store (TORCHELASTIC_USE_AGENT_STORE=True) the agent holds
+// MASTER_PORT, and the ranks meet at MASTER_PORT + 1.
 LaunchEnv read_launch_env(const char* (*getenv)(const char*) = nullptr);
 
 }  // namespace spillway::dist

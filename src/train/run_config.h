@@ -49,10 +49,10 @@ std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
 // Data parallelism: what the ranks split between them instead of each
 // keeping it whole. none: every rank keeps the whole training state and the
 // gradient sums are all-reduced; optimizer: each rank keeps 1/N of the
-// masters' rest and of AdamW's moments and updates that share, the
-// gradient sums reduce-scattered and the updated weights all-gathered
-// (ZeRO-1's memory, ZeRO-2's traffic); automatic: optimizer wherever the
-// whole state then stays on the device.
+// masters' rest and of AdamW's moments and updates that share of the
+// weights, which are then all-gathered (ZeRO-1); automatic: on GPUs,
+// optimizer wherever the whole state then stays on the device, on the CPU
+// none.
 enum class StateSharding : uint8_t { automatic, none, optimizer };
 
 // Each enum's one table of names, indexed by value; `noun` is what an error

@@ -60,6 +60,19 @@ TEST(LaunchEnv, ReadsTorchrunMpirunAndSrun) {
   EXPECT_EQ(s.master_addr, "10.1.2.3");
 }
 
+TEST(LaunchEnv, TorchrunsAgentStoreKeepsItsPort) {
+  const LaunchEnv t = read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"},
+                            {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(t.master_port, 29501);
+  const LaunchEnv own = read({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"},
+                              {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  EXPECT_EQ(own.master_port, 29500);
+  EXPECT_NE(error_of({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "65535"},
+                      {"TORCHELASTIC_USE_AGENT_STORE", "True"}})
+                .find("torchrun's agent holds it"),
+            std::string::npos);
+}
+
 TEST(LaunchEnv, BadVariablesAreOneLineNamingThem) {
   EXPECT_EQ(error_of({{"RANK", "2"}, {"WORLD_SIZE", "two"}}), "WORLD_SIZE: is 'two', not a whole number");
   EXPECT_EQ(error_of({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), "torchrun: rank 4 is outside a world of 4");

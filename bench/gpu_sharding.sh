@@ -8,6 +8,7 @@
 #          a step over all ranks) on 1 GPU and on NPROC both ways
 #   8b:    the same for LLaMA-3-8B at seq 8192 (the planner picks the layout)
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
+#   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC
 #   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
 #          shared-memory transports off (its network transport, as between
 #          hosts), against the same run over NVLink
@@ -99,6 +100,21 @@ phase_8b() {
   local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --steps 3 --warmup 1 --recompute auto"
   bench 8b-1gpu 1 none $a
   bench 8b-$NPROC-auto $NPROC auto $a
+}
+
+phase_ddp() {
+  for n in 1 "$NPROC"; do
+    /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $n bench/torch_data_parallel.py --mode ddp --compile \
+      --grad-accum $(( 8 / n )) > "$OUT/torch-ddp$n.log" 2>&1 || { tail -3 "$OUT/torch-ddp$n.log"; continue; }
+    $PY - "$OUT/torch-ddp$n.log" "$OUT/results.jsonl" <<'PY'
+import json, sys
+r = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+one = [x for x in map(json.loads, open(sys.argv[2])) if x.get("system") == r["system"] and x["gpus"] == 1] if r["gpus"] > 1 else []
+if one: r["scaling"] = round(r["tok_s_per_gpu"] / one[-1]["tok_s_per_gpu"], 4)
+print(json.dumps(r))
+open(sys.argv[2], "a").write(json.dumps(r) + "\n")
+PY
+  done
 }
 
 phase_net() {

@@ -9,6 +9,9 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# The data-parallel tests start NCCL: NVLink multicast stays off (it can
+# take a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 start=$(date +%s)
 scripts/gpu_build.sh ${SPILLWAY_TARGETS:-} > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }

@@ -9,6 +9,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
 export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+# The data-parallel tests start NCCL: NVLink multicast stays off (it can
+# take a shared host's GPUs out of service).
+export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
 scripts/gpu_build.sh > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"

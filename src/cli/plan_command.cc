@@ -90,12 +90,17 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
               static_cast<long long>(batch * s.seq * micro_batches), per_gpu.c_str());
   if (a.gpus > 1) {
     const bool sharded = chosen.state.state_shards > 1;
-    std::printf("data parallel over %d GPUs: %s; each sends %s a step (%s), %.3f s at %.0f GB/s\n", a.gpus,
+    // As the GPU engine does: under the backward pass where nothing moves.
+    const std::string sums = p.all_on_device() ? "gradient sums all-reduced under the backward pass"
+                             : sharded         ? "gradient sums reduce-scattered after the backward pass"
+                                               : "gradient sums all-reduced after the backward pass";
+    std::printf("data parallel over %d GPUs: %s; each sends %s a step (%s%s) at %.0f GB/s; the step waits %.3f s "
+                "for it\n",
+                a.gpus,
                 sharded ? "the masters' rest and AdamW's moments sharded, 1/N on each"
                         : "every GPU keeps the whole training state",
-                format_bytes(p.bytes_communicated).c_str(),
-                sharded ? "gradient sums reduce-scattered, weights all-gathered" : "gradient sums all-reduced",
-                p.communication_seconds, req.rates.collective_bytes / 1e9);
+                format_bytes(p.bytes_communicated).c_str(), sums.c_str(), sharded ? ", weights all-gathered" : "",
+                req.rates.collective_bytes / 1e9, p.communication_seconds);
   }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",

@@ -5,6 +5,8 @@
 // bit-identically, and two GPUs train what one does.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "device/cuda/cuda_device.h"
 #include "e2e/e2e_util.h"
 #include "e2e/processes.h"
@@ -16,6 +18,9 @@ class DataParallelGpus : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda_device_count() < 2) GTEST_SKIP() << "needs two GPUs";
+    // The ranks inherit it: NVLink multicast stays off on the lent machines,
+    // where it can take a shared host's GPUs out of service.
+    ::setenv("NCCL_NVLS_ENABLE", "0", 1);
     write_file(dir_ / "corpus.txt", make_corpus(400, 7));
     write_file(dir_ / "micro.json", micro_config_json());
   }

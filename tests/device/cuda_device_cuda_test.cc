@@ -91,6 +91,7 @@ TEST_F(CudaDeviceTest, CopiesOnThreeStreamsFollowTheirEvents) {
     std::memset(dst, 0x5A, n);
     SPW_CUDA(cudaMemset(a, 0xA5, n));
     SPW_CUDA(cudaMemset(b, 0xA5, n));
+    SPW_CUDA(cudaDeviceSynchronize());  // the streams below are non-blocking
 
     SPW_CUDA(cudaLaunchHostFunc(
         cuda.cuda_stream(StreamKind::h2d).handle(),

@@ -51,8 +51,12 @@ class DeviceBuffer {
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
   T* get() { return base_ + offset_; }
+  // Both wait for the device: the kernels run on non-blocking streams,
+  // which wait neither for the legacy stream's memset nor for a pageable
+  // copy's DMA.
   void upload(const std::vector<T>& host) {
     SPW_CUDA(cudaMemcpy(get(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    SPW_CUDA(cudaDeviceSynchronize());
   }
   std::vector<T> download() {
     std::vector<T> host(static_cast<size_t>(n_));
@@ -60,7 +64,10 @@ class DeviceBuffer {
     return host;
   }
   // All bits set: NaN as bf16 and as fp32, so an element left unwritten fails.
-  void poison() { SPW_CUDA(cudaMemset(get(), 0xFF, static_cast<size_t>(n_) * sizeof(T))); }
+  void poison() {
+    SPW_CUDA(cudaMemset(get(), 0xFF, static_cast<size_t>(n_) * sizeof(T)));
+    SPW_CUDA(cudaDeviceSynchronize());
+  }
 
  private:
   T* base_ = nullptr;

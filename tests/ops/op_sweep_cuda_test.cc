@@ -29,6 +29,8 @@ class PoisonedDeviceMemory final : public MemoryBacking {
     void* p = nullptr;
     SPW_CUDA(cudaMalloc(&p, bytes));
     SPW_CUDA(cudaMemset(p, 0xff, bytes));
+    // The kernels run on a non-blocking stream, which would not wait for it.
+    SPW_CUDA(cudaDeviceSynchronize());
     return p;
   }
   void free(void* ptr, uint64_t) override { SPW_CUDA_WARN(cudaFree(ptr)); }

@@ -29,10 +29,18 @@ class DeviceArray {
   DeviceArray& operator=(const DeviceArray&) = delete;
 
   T* get() const { return data_; }
+  // Both wait for the device: the kernels under test run on non-blocking
+  // streams, which do not wait for the legacy stream's memset, nor for a
+  // pageable copy's DMA, which cudaMemcpy may return before (a race seen on
+  // a busy GPU as poison read back).
   void upload(const std::vector<T>& host) {
     SPW_CUDA(cudaMemcpy(data_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+    SPW_CUDA(cudaDeviceSynchronize());
   }
-  void poison() { SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T))); }
+  void poison() {
+    SPW_CUDA(cudaMemset(data_, 0xff, n_ * sizeof(T)));
+    SPW_CUDA(cudaDeviceSynchronize());
+  }
   std::vector<T> download() const {
     SPW_CUDA(cudaDeviceSynchronize());
     std::vector<T> host(n_);

@@ -59,7 +59,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                                 .kernels = c.kernels,
                                 .data_parallel = ranks.data_parallel.comm,
                                 .shard = c.parallel.shard,
-                                .gpu_ordinal = ranks.data_parallel.gpu_ordinal};
+                                .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
+                                .ranks_on_host = ranks.data_parallel.ranks_on_host};
   auto engine = train::make_engine(weights, optimizer, eo);
 
   const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);  // over all ranks

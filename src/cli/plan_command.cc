@@ -39,7 +39,8 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const int64_t grad_accum = s.grad_accum / a.gpus;
   req.seq = s.seq;
   req.device_budget = m.device_mem;
-  req.host_budget = m.host_mem;
+  // The GPUs of one host share its memory evenly.
+  req.host_budget = m.host_mem / static_cast<uint64_t>(a.gpus);
   // Kernel workspaces outside the graph, as the GPU engine measures them:
   // a few gigabytes at most.
   const uint64_t reserved = 2ull << 30;
@@ -116,12 +117,13 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
               format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
               format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
   if (p.optimizer_resident) {
-    std::printf("host: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values of %s\n",
-                m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
+    std::printf("host%s: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values "
+                "of %s\n",
+                per_gpu.c_str(), m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
                 format_bytes(req.host_budget).c_str());
   } else {
-    std::printf("host: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values of %s\n",
-                format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
+    std::printf("host%s: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values of %s\n",
+                per_gpu.c_str(), format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
                 p.weights_resident ? "" : ", bf16 weights", format_bytes(p.placement.host_peak).c_str(),
                 format_bytes(req.host_budget).c_str());
   }

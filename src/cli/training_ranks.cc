@@ -55,6 +55,7 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
   const bool gpu = train::picks_gpu(config.run.device);
   TrainingRanks ranks;
   ranks.data_parallel.gpu_ordinal = gpu ? gpu_of(env) : 0;
+  ranks.data_parallel.ranks_on_host = env.local_world;
   if (env.world == 1) return ranks;
   if (env.rank != 0) set_log_rank(LogLevel::warn, "rank " + std::to_string(env.rank) + ": ");
   ranks.world = std::make_unique<dist::World>(env, grid, gpu ? ranks.data_parallel.gpu_ordinal : -1,

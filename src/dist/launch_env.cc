@@ -28,7 +28,6 @@ int64_t integer(const char* (*getenv)(const char*), const char* name, int64_t fa
 LaunchEnv read_launch_env(const char* (*getenv)(const char*)) {
   if (!getenv) getenv = system_getenv;
   LaunchEnv e;
-  bool all_local = true;
   if (getenv("RANK") || getenv("WORLD_SIZE")) {
     e.launcher = "torchrun";
     SPW_CHECK(getenv("RANK") && getenv("WORLD_SIZE"), getenv("RANK") ? "WORLD_SIZE" : "RANK",
@@ -36,23 +35,29 @@ LaunchEnv read_launch_env(const char* (*getenv)(const char*)) {
     e.rank = static_cast<int>(integer(getenv, "RANK", 0));
     e.world = static_cast<int>(integer(getenv, "WORLD_SIZE", 1));
     e.local_rank = static_cast<int>(integer(getenv, "LOCAL_RANK", e.rank));
-    all_local = integer(getenv, "LOCAL_WORLD_SIZE", e.world) == e.world;
+    e.local_world = static_cast<int>(integer(getenv, "LOCAL_WORLD_SIZE", e.world));
   } else if (getenv("OMPI_COMM_WORLD_SIZE")) {
     e.launcher = "mpirun";
     e.rank = static_cast<int>(integer(getenv, "OMPI_COMM_WORLD_RANK", 0));
     e.world = static_cast<int>(integer(getenv, "OMPI_COMM_WORLD_SIZE", 1));
     e.local_rank = static_cast<int>(integer(getenv, "OMPI_COMM_WORLD_LOCAL_RANK", e.rank));
-    all_local = integer(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", e.world) == e.world;
+    e.local_world = static_cast<int>(integer(getenv, "OMPI_COMM_WORLD_LOCAL_SIZE", e.world));
   } else if (getenv("SLURM_NTASKS") && getenv("SLURM_PROCID")) {
     e.launcher = "srun";
     e.rank = static_cast<int>(integer(getenv, "SLURM_PROCID", 0));
     e.world = static_cast<int>(integer(getenv, "SLURM_NTASKS", 1));
     e.local_rank = static_cast<int>(integer(getenv, "SLURM_LOCALID", e.rank));
-    all_local = integer(getenv, "SLURM_NNODES", 1) == 1;
+    // SLURM says tasks per node in a compressed list; hosts are filled evenly.
+    const int64_t nodes = integer(getenv, "SLURM_NNODES", 1);
+    SPW_CHECK(nodes >= 1, "SLURM_NNODES", "is ", nodes, ", not at least 1");
+    e.local_world = static_cast<int>((e.world + nodes - 1) / nodes);
   } else {
     return e;
   }
   SPW_CHECK(e.world >= 1, e.launcher, "the world size is ", e.world, ", not at least 1");
+  SPW_CHECK(e.local_world >= 1 && e.local_world <= e.world, e.launcher, e.local_world, " ranks on this host of ",
+            e.world, " in all");
+  const bool all_local = e.local_world == e.world;
   SPW_CHECK(e.rank >= 0 && e.rank < e.world, e.launcher, "rank ", e.rank, " is outside a world of ", e.world);
   if (const char* addr = getenv("MASTER_ADDR")) {
     e.master_addr = addr;

@@ -13,6 +13,7 @@ namespace spillway::dist {
 
 struct LaunchEnv {
   int rank = 0, world = 1, local_rank = 0;
+  int local_world = 1;  // ranks on this host, which share its memory
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 29500;
   std::string launcher;  // "torchrun", "mpirun", "srun"; empty: one process alone

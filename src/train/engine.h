@@ -41,6 +41,9 @@ struct EngineOptions {
   Communicator* data_parallel = nullptr;
   StateSharding shard = StateSharding::automatic;  // with data_parallel (train/run_config.h)
   int gpu_ordinal = 0;  // the GPU this rank runs on
+  // Ranks on this host: they share its memory (memory.host_mem is the
+  // host's budget), each planning with an even share of it.
+  int ranks_on_host = 1;
 };
 
 // How many ranks train together (1 without data parallelism).

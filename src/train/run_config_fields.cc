@@ -112,7 +112,8 @@ const Field kFields[] = {
      .ref = at<&R::memory, &MemoryConfig::device_mem>, .bytes = true, .env = "SPILLWAY_DEVICE_MEM",
      .plan_default = "80GiB"},
     {.key = "memory.host_mem", .flag = "--host-mem",
-     .help = "pinned host memory budget of a planned GPU step (bytes, 100GiB, ...; 0: 90% of what is available)",
+     .help = "pinned host memory budget of a planned GPU step, the whole host's: data-parallel ranks on it share it "
+             "evenly (bytes, 100GiB, ...; 0: 90% of what is available)",
      .commands = kAll, .ref = at<&R::memory, &MemoryConfig::host_mem>, .bytes = true, .env = "SPILLWAY_HOST_MEM",
      .plan_default = "125GiB"},
     {.key = "memory.offload", .flag = "--offload",

@@ -242,7 +242,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .kernels = o.kernels,
                                      .data_parallel = ranks.comm,
                                      .shard = o.parallel.shard,
-                                     .gpu_ordinal = ranks.gpu_ordinal};
+                                     .gpu_ordinal = ranks.gpu_ordinal,
+                                     .ranks_on_host = ranks.ranks_on_host};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;

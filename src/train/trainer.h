@@ -41,6 +41,7 @@ struct DataParallelRun {
   // Returns once every rank has called it; Error when one has not within `wait`.
   std::function<void(std::chrono::milliseconds wait)> barrier;
   int gpu_ordinal = 0;            // this rank's GPU
+  int ranks_on_host = 1;          // which share this host's memory
   int rank() const { return comm ? comm->rank() : 0; }
   int size() const { return comm ? comm->size() : 1; }
 };

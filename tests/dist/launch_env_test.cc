@@ -44,12 +44,14 @@ TEST(LaunchEnv, ReadsTorchrunMpirunAndSrun) {
   EXPECT_EQ(t.rank, 3);
   EXPECT_EQ(t.world, 4);
   EXPECT_EQ(t.local_rank, 1);
+  EXPECT_EQ(t.local_world, 2);
   EXPECT_EQ(t.master_addr, "node7");
   EXPECT_EQ(t.master_port, 29600);
   LaunchEnv m = read({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                       {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(m.launcher, "mpirun");
   EXPECT_EQ(m.rank, 1);
+  EXPECT_EQ(m.local_world, 2);
   EXPECT_EQ(m.master_addr, "127.0.0.1");  // every rank on this host
   EXPECT_EQ(m.master_port, 29500);
   LaunchEnv s = read({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"}, {"SLURM_NNODES", "2"},
@@ -57,6 +59,7 @@ TEST(LaunchEnv, ReadsTorchrunMpirunAndSrun) {
   EXPECT_EQ(s.launcher, "srun");
   EXPECT_EQ(s.rank, 5);
   EXPECT_EQ(s.local_rank, 1);
+  EXPECT_EQ(s.local_world, 4);
   EXPECT_EQ(s.master_addr, "10.1.2.3");
 }
 

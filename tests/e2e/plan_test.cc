@@ -1,5 +1,6 @@
 // `spillway plan` through the command line: what it prints for a step that
-// does not fit the GPU, and how --batch auto splits an optimizer step.
+// does not fit the GPU, how --batch auto splits an optimizer step, and the
+// plan of data parallelism over --gpus N.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -34,6 +35,28 @@ TEST(PlanE2E, BatchAutoKeepsTheTokensAndPredictsNoSlowerStep) {
   // how long the copies make compute wait.
   EXPECT_NE(one.out.find("gradient sums at home"), std::string::npos) << one.out;
   EXPECT_NE(one.out.find("waiting for copies"), std::string::npos) << one.out;
+}
+
+// LLaMA-3-8B on 2 and 4 GPUs of one host: --grad-accum counts the
+// micro-batches of all GPUs, the host's memory is shared evenly, the state is
+// sharded where each GPU then keeps its share, and what each GPU sends is said.
+TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
+  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 200GiB --recompute auto";
+  const CommandResult two = run_spillway("plan --gpus 2 --gpu H200 --device-mem 139GiB" + common);
+  ASSERT_EQ(two.exit_code, 0) << two.out;
+  EXPECT_NE(two.out.find("x 4 micro-batches = 32768 tokens per optimizer step per GPU"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("data parallel over 2 GPUs: the masters' rest and AdamW's moments sharded"),
+            std::string::npos)
+      << two.out;
+  EXPECT_NE(two.out.find("of 100.00 GiB"), std::string::npos) << two.out;  // the host's 200 GiB over 2
+  // Sharding that cannot keep the state on 80 GB cards: each keeps it whole.
+  const CommandResult whole = run_spillway("plan --gpus 2 --device-mem 79GiB --shard none" + common);
+  ASSERT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("every GPU keeps the whole training state"), std::string::npos) << whole.out;
+  const CommandResult uneven = run_spillway("plan --gpus 3" + common);
+  EXPECT_EQ(uneven.exit_code, 1) << uneven.out;
+  EXPECT_NE(uneven.out.find("--grad-accum: 8 micro-batches do not split evenly over 3 GPUs"), std::string::npos)
+      << uneven.out;
 }
 
 }  // namespace

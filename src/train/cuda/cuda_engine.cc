@@ -253,9 +253,10 @@ class CudaEngine final : public Engine {
     r.bf16_moments = options_.memory.bf16_moments;
     r.offload = options_.memory.offload;
     r.device_budget = mem.budget();
-    r.host_budget = options_.memory.host_mem
-                        ? options_.memory.host_mem
-                        : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    const uint64_t host = options_.memory.host_mem
+                              ? options_.memory.host_mem
+                              : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
+    r.host_budget = host / static_cast<uint64_t>(std::max(1, options_.ranks_on_host));
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = data_parallel_size(options_);
     // What a candidate's runners take (their workspaces), measured by making

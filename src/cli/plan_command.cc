@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -22,9 +23,41 @@ namespace {
 struct PlanArgs {
   bool batch_auto = false;  // --batch auto
   int gpus = 1;             // data-parallel ranks, one per GPU
+  bool largest = false;     // --largest
   std::string gpu = "H100";
   std::string svg;
 };
+
+// The most layers of the request's width whose step the planner can place
+// under the budgets: doubled until one does not fit, then bisected. Error
+// with the planner's reason when not even one layer fits.
+int64_t largest_layer_count(train::StepPlanRequest req, train::StateSharding shard) {
+  constexpr int64_t kMostLayers = 4096;
+  auto fits = [&](int64_t layers) {
+    req.config.num_hidden_layers = layers;
+    try {
+      train::plan_data_parallel_step(req, shard);
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  };
+  if (!fits(1)) {
+    req.config.num_hidden_layers = 1;
+    train::plan_data_parallel_step(req, shard);  // throws the reason
+  }
+  int64_t fitting = 1, failing = 2;
+  while (failing <= kMostLayers && fits(failing)) {
+    fitting = failing;
+    failing *= 2;
+  }
+  failing = std::min(failing, kMostLayers + 1);
+  while (failing - fitting > 1) {
+    const int64_t mid = fitting + (failing - fitting) / 2;
+    (fits(mid) ? fitting : failing) = mid;
+  }
+  return fitting;
+}
 
 int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const train::ScheduleConfig& s = run.schedule;
@@ -53,6 +86,12 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
     req.fused_projections = projections == train::ProjectionMode::fused;
   }
   req.recompute = train::recompute_policy(m.recompute);
+  if (a.largest) {
+    SPW_CHECK(!a.batch_auto, "--largest", "plans the batch as given, not --batch auto");
+    req.batch = s.batch;
+    req.micro_batches = grad_accum;
+    req.config.num_hidden_layers = largest_layer_count(req, run.parallel.shard);
+  }
   train::PlannedStep chosen;
   int64_t batch = 1, micro_batches = 1;
   if (a.batch_auto) {
@@ -85,8 +124,12 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const graph::Graph& g = chosen.step->step.graph;
   const graph::RecomputePolicy recompute = chosen.step->recompute;
   const std::string per_gpu = a.gpus > 1 ? " per GPU" : "";
+  const std::string name =
+      a.largest ? "the largest that fits: " + run.model.config + " with " +
+                      std::to_string(req.config.num_hidden_layers) + " layers"
+                : run.model.config;
   std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step%s\n",
-              run.model.config.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
+              name.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
               a.batch_auto ? " (auto)" : "", static_cast<long long>(s.seq), static_cast<long long>(micro_batches),
               static_cast<long long>(batch * s.seq * micro_batches), per_gpu.c_str());
   if (a.gpus > 1) {
@@ -154,8 +197,11 @@ Runner add_plan(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
   cmd->add_option("--gpu", args->gpu, "the GPU to predict for: H100 or H200")->capture_default_str();
   cmd->add_option("--svg", args->svg, "write the predicted timeline of the step here");
-  cmd->add_option("--gpus", args->gpus, "data-parallel GPUs of one host, one rank each (budgets are per GPU)")
+  cmd->add_option("--gpus", args->gpus,
+                  "data-parallel GPUs of one host, one rank each (--device-mem is each GPU's, --host-mem the host's)")
       ->capture_default_str();
+  cmd->add_flag("--largest", args->largest,
+                "plan the most layers of the model's width that fit the budgets instead of its own layer count");
   return [flags, args] {
     PlanArgs a = *args;
     a.batch_auto = flags->chose("schedule.batch");

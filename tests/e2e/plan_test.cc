@@ -59,5 +59,28 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
       << uneven.out;
 }
 
+// --largest finds the most layers of a width that the budgets hold: that
+// many plan, one more does not.
+TEST(PlanE2E, LargestIsTheMostLayersThatFit) {
+  ScratchDir dir("plan_largest");
+  const std::string budgets = " --seq 512 --batch 1 --grad-accum 1 --device-mem 6GiB --host-mem 16GiB";
+  const CommandResult largest = run_spillway("plan --config llama3.2-1b --largest" + budgets);
+  ASSERT_EQ(largest.exit_code, 0) << largest.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(largest.out, m, std::regex("the largest that fits: llama3.2-1b with ([0-9]+) layers")))
+      << largest.out;
+  const int layers = std::stoi(m[1]);
+  EXPECT_GT(layers, 1);
+  for (const int l : {layers, layers + 1}) {
+    const std::string config = dir / ("layers" + std::to_string(l) + ".json");
+    write_file(config, R"({"hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "vocab_size": 128256, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "max_position_embeddings": 131072, "tie_word_embeddings": true, "num_hidden_layers": )" +
+                           std::to_string(l) + "}");
+    const CommandResult r = run_spillway("plan --config " + config + budgets);
+    EXPECT_EQ(r.exit_code, l == layers ? 0 : 1) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace spillway::e2e

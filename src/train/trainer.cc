@@ -186,6 +186,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   std::optional<model::LlamaConfig> fresh_config;
   if (weights.tensors().empty()) fresh_config = model::resolve_config(o.model.config);
   if (lead && o.run.overwrite && fs::is_directory(run)) clear_run_folder(run);
+  // What a killed run left (half-written checkpoints, temporaries) goes
+  // before this run writes anything of its own.
+  if (lead) remove_stale_temporaries(o.run.out);
 
   // The lead rank prepares the data, a whole corpus perhaps; the others
   // then find it prepared.

@@ -116,6 +116,16 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
     if (fs::exists(final_dir)) remove_checkpoint_folder(final_dir);
     fs::rename(temp_dir, final_dir);
     fsync_directory(run.string());
+  } catch (const Error& e) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);
+    // A file of the temporary folder is named as the checkpoint's, which is
+    // what the user knows; the temporary is gone already.
+    const std::string temp = temp_dir.string() + "/";
+    if (!e.thing().starts_with(temp)) throw;
+    throw Error((final_dir / e.thing().substr(temp.size())).string(),
+                e.problem() + "; the checkpoint of step " + std::to_string(step) +
+                    " was not written; earlier checkpoints are untouched");
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temp_dir, ignored);

@@ -9,8 +9,9 @@
 #include <sys/wait.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
-#include <map>
 #include <random>
 #include <set>
 #include <thread>

@@ -30,6 +30,8 @@ using namespace std::chrono_literals;
 // runs in the child before the exec.
 inline pid_t start_spillway(const std::vector<std::string>& args, const std::vector<std::string>& env,
                             const std::string& log, const std::function<void()>& in_child = {}) {
+  // Else the child's freopen writes out the test's buffered output again.
+  std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     if (in_child) in_child();

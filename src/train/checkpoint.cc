@@ -86,6 +86,18 @@ void remove_stale_temporaries(const std::string& run_dir) {
   for (const fs::path& path : stale) fs::remove_all(path);
 }
 
+void remove_checkpoints(const std::string& run_dir) {
+  const fs::path run(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(run, ec)) return;
+  // `latest` first: a kill midway then leaves complete checkpoints and
+  // nothing naming a removed one.
+  fs::remove(run / "latest");
+  fsync_directory(run.string());
+  for (const fs::path& step : step_folders(run)) remove_checkpoint_folder(step);
+  remove_stale_temporaries(run_dir);
+}
+
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
                             const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
                             int64_t keep) {
@@ -151,7 +163,12 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::is_regular_file(p, ec)) return path;  // a GGUF file, or a file whose reader says what it is not
   SPW_CHECK(fs::is_directory(p), path, "no such model or run folder, nor a GGUF file");
   const fs::path latest = p / "latest";
-  if (!fs::exists(latest)) return path;
+  if (!fs::exists(latest)) {
+    // A run killed between its first step folder's rename and `latest`'s
+    // write: that folder is complete, and the run's newest.
+    const std::vector<fs::path> steps = step_folders(p);
+    return steps.empty() ? path : steps.back().string();
+  }
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);

@@ -41,9 +41,14 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
 // rank) calls it, when the run starts or resumes, before it writes.
 void remove_stale_temporaries(const std::string& run_dir);
 
-// A run folder (one holding `latest`) resolves to its newest checkpoint; any
-// other folder is taken to be a model folder itself, and a file (a GGUF
-// file) is itself. Error naming the path when it does not exist.
+// Removes every checkpoint of the run folder RUN, `latest` first, each step
+// folder in one step, and what killed runs left (--overwrite).
+void remove_checkpoints(const std::string& run_dir);
+
+// A run folder resolves to the checkpoint `latest` names, or where there is
+// no `latest` (a run killed before it wrote its first) to its newest step
+// folder; any other folder is taken to be a model folder itself, and a file
+// (a GGUF file) is itself. Error naming the path when it does not exist.
 std::string resolve_checkpoint(const std::string& path);
 
 // Whether `path` is a run folder: one holding `latest` or step folders.

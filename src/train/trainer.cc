@@ -96,13 +96,15 @@ class StopSignals {
   struct sigaction previous_int_ {}, previous_term_ {};
 };
 
-// What a run folder holds that a new run in it would replace.
+// What a run folder holds that a new run in it would replace. The
+// checkpoints go first, each in one step, so a kill midway leaves none
+// half-deleted.
 void clear_run_folder(const fs::path& run) {
+  remove_checkpoints(run.string());
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("step-") || name == "latest" || name == "data" || name == "train_log.jsonl" ||
-        name == "loss.svg" || name == "run_config.toml") {
+    if (name == "data" || name == "train_log.jsonl" || name == "loss.svg" || name == "run_config.toml") {
       fs::remove_all(entry.path());
     }
   }

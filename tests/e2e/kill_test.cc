@@ -2,7 +2,8 @@
 // on a micro model that checkpoints every step: every step folder that
 // exists is complete and loads, `latest` names one, `--resume` continues,
 // and what the killed run left (half-written checkpoints, half-deleted ones,
-// temporaries) is gone once the next run has started.
+// temporaries) is gone once the next run has started. Likewise for kills
+// while an old checkpoint, or a run --overwrite replaces, is deleted.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -126,6 +127,8 @@ class Kill : public ::testing::Test {
         << "the run ended by itself before the kill:\n" << read_file(log());
   }
 
+  void kill_while_deleting(const std::string& folder, const std::string& extra);
+
   ScratchDir dir_{"kill"};
 };
 
@@ -138,7 +141,7 @@ TEST_F(Kill, EveryCheckpointFolderIsWholeAfterAnyKill) {
   int kills = 0, writes = 0, mid_write = 0;
   while (kills < 40 || writes < 20) {
     ASSERT_LT(kills, 80) << "too few checkpoint writes between kills";
-    const bool resume = fs::exists(run() + "/latest");
+    const bool resume = train::is_run_folder(run());
     const int logged = resume ? checkpoints_logged() : 0;
     const pid_t pid = start_spillway(train_args(resume ? "--resume" : "--overwrite"), {}, log());
     if (kills % 2 == 0) {
@@ -192,44 +195,63 @@ TEST_F(Kill, EveryCheckpointFolderIsWholeAfterAnyKill) {
   EXPECT_TRUE(leftovers().empty()) << leftovers().begin()->first;
 }
 
-// An old checkpoint leaves the run folder in one step: a kill while it is
-// being deleted leaves either the whole folder or none of it under its
-// name. Extra subfolders make its deletion long enough to land in, and
-// show its progress (a folder's link count falls as they go).
-TEST_F(Kill, AnOldCheckpointLeavesInOneStep) {
-  {
-    const pid_t pid = start_spillway(train_args("--stop-after 2"), {}, log());
-    ASSERT_EQ(wait_for(pid, 120s), 0) << read_file(log());
-  }
-  const std::string old = run() + "/step-0000001";
-  ASSERT_TRUE(fs::is_directory(old));
+// Kills a run of `extra` while it deletes the step folder `folder`. Extra
+// subfolders make the deletion long enough to land in and show its
+// progress (a folder's link count falls as they go). The folder must then
+// be whole or gone: a checkpoint leaves in one step.
+void Kill::kill_while_deleting(const std::string& folder, const std::string& extra) {
+  const std::string dir = run() + "/" + folder;
+  ASSERT_TRUE(fs::is_directory(dir));
   constexpr int kPadding = 1500;
   for (int i = 0; i < kPadding; ++i) {
-    const std::string sub = old + "/padding-" + std::to_string(i);
+    const std::string sub = dir + "/padding-" + std::to_string(i);
     fs::create_directory(sub);
     for (int f = 0; f < 4; ++f) write_file(sub + "/" + std::to_string(f), "x");
   }
   struct stat st {};
-  ASSERT_EQ(::stat(old.c_str(), &st), 0);
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   const nlink_t links = st.st_nlink;
   ASSERT_GE(links, static_cast<nlink_t>(kPadding));
 
-  // Step 3's checkpoint removes step 1's (two are kept).
-  const pid_t pid = start_spillway(train_args("--resume --stop-after 3"), {}, log());
-  auto deleting = [&] { return ::stat(old.c_str(), &st) != 0 || st.st_nlink < links; };
+  const pid_t pid = start_spillway(train_args(extra), {}, log());
+  auto deleting = [&] { return ::stat(dir.c_str(), &st) != 0 || st.st_nlink < links; };
   ASSERT_TRUE(wait_until(pid, deleting, 60s)) << read_file(log());
   kill_now(pid);
   if (HasFatalFailure()) return;
-  if (::stat(old.c_str(), &st) == 0) {
-    EXPECT_EQ(st.st_nlink, links) << "step-0000001 is half deleted";
+  if (::stat(dir.c_str(), &st) == 0) {
+    EXPECT_EQ(st.st_nlink, links) << folder << " is half deleted";
   }
   expect_checkpoints_whole("after the kill");
   EXPECT_FALSE(leftovers().empty()) << "the kill came after the deletion";
+}
+
+// An old checkpoint, removed as newer ones come, leaves in one step.
+TEST_F(Kill, AnOldCheckpointLeavesInOneStep) {
+  const pid_t first = start_spillway(train_args("--stop-after 2"), {}, log());
+  ASSERT_EQ(wait_for(first, 120s), 0) << read_file(log());
+  // Step 3's checkpoint removes step 1's (two are kept).
+  kill_while_deleting("step-0000001", "--resume --stop-after 3");
+  if (HasFatalFailure()) return;
 
   // The next run removes the half-deleted folder.
   const pid_t next = start_spillway(train_args("--resume --stop-after 4"), {}, log());
   ASSERT_EQ(wait_for(next, 120s), 0) << read_file(log());
   EXPECT_EQ(expect_checkpoints_whole("after the next run"), 4);
+  EXPECT_TRUE(leftovers().empty()) << leftovers().begin()->first;
+}
+
+// --overwrite removes a run's checkpoints the same way, `latest` first: a
+// kill midway leaves complete checkpoints, nothing naming a removed one.
+TEST_F(Kill, AnOverwriteKilledMidwayLeavesNoHalfCheckpoint) {
+  const pid_t first = start_spillway(train_args("--stop-after 2"), {}, log());
+  ASSERT_EQ(wait_for(first, 120s), 0) << read_file(log());
+  kill_while_deleting("step-0000001", "--overwrite --stop-after 1");
+  if (HasFatalFailure()) return;
+  EXPECT_FALSE(fs::exists(run() + "/latest"));
+
+  const pid_t again = start_spillway(train_args("--overwrite --stop-after 1"), {}, log());
+  ASSERT_EQ(wait_for(again, 120s), 0) << read_file(log());
+  EXPECT_EQ(expect_checkpoints_whole("after the next run"), 1);
   EXPECT_TRUE(leftovers().empty()) << leftovers().begin()->first;
 }
 

@@ -1,7 +1,8 @@
 // Checkpoints in a run folder: retention keeps the newest, old ones leave in
-// one step (renamed to `.deleting` before deletion), and what killed runs
-// left (half-written or half-deleted checkpoints, temporaries) is removed at
-// a run's start without touching anything else.
+// one step (renamed to `.deleting` before deletion), what killed runs left
+// (half-written or half-deleted checkpoints, temporaries) is removed at a
+// run's start without touching anything else, and a run killed before its
+// first `latest` resolves to its step folder.
 #include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
@@ -131,6 +132,28 @@ TEST_F(Checkpoint, AnAbandonedStepFolderIsReplacedWhole) {
   save(2);
   EXPECT_FALSE(fs::exists(run_ / "step-0000002/from-the-abandoned-run"));
   EXPECT_EQ(entries(), (std::vector<std::string>{"latest", "step-0000001", "step-0000002"}));
+}
+
+// Killed between its first step folder's rename and `latest`'s write, a
+// run resumes from that folder, which is complete.
+TEST_F(Checkpoint, ARunWithoutLatestResolvesToItsNewestStepFolder) {
+  save(1);
+  save(2);
+  fs::remove(run_ / "latest");
+  touch("step-0000003.tmp.77/model.safetensors");
+  EXPECT_TRUE(is_run_folder(run_.string()));
+  EXPECT_EQ(resolve_checkpoint(run_.string()), (run_ / "step-0000002").string());
+}
+
+TEST_F(Checkpoint, RemovingTheCheckpointsLeavesOtherFiles) {
+  save(1);
+  save(2);
+  touch("step-0000003.tmp.77/model.safetensors");
+  touch("latest.tmp.Ab12Cd");
+  touch("train_log.jsonl");
+  remove_checkpoints(run_.string());
+  EXPECT_EQ(entries(), (std::vector<std::string>{"train_log.jsonl"}));
+  EXPECT_FALSE(is_run_folder(run_.string()));
 }
 
 }  // namespace

@@ -83,6 +83,19 @@ void remove_stale_temporaries(const std::string& run_dir) {
                                            [&](const char* file) { return is_atomic_file_temporary(name, file); });
     if (step_leftover || file_leftover) stale.push_back(entry.path());
   }
+  // The data a run prepared for itself (train/dataset.h) is written file by
+  // file through AtomicFile too, and is spillway's alone: any temporary
+  // there is a killed run's.
+  const fs::path data = run / "data";
+  if (fs::is_directory(data, ec)) {
+    for (const auto& entry : fs::directory_iterator(data)) {
+      const std::string name = entry.path().filename().string();
+      const size_t dot = name.rfind(".tmp.");
+      if (dot != std::string::npos && dot > 0 && is_atomic_file_temporary(name, name.substr(0, dot))) {
+        stale.push_back(entry.path());
+      }
+    }
+  }
   for (const fs::path& path : stale) fs::remove_all(path);
 }
 

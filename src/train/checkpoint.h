@@ -36,8 +36,9 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
 // Removes what killed runs left in the run folder RUN: checkpoints half
 // written (`step-N.tmp.<pid>`) or half deleted (`step-N.deleting`), and the
 // temporaries of its atomically replaced files (`latest.tmp.XXXXXX`, likewise
-// run_config.toml and loss.svg). Nothing else is touched, so a folder that is
-// not a run folder loses nothing of its own. Only the run's writer (the lead
+// run_config.toml and loss.svg, and any in the run's own prepared data,
+// RUN/data). Nothing else is touched, so a folder that is not a run folder
+// loses nothing of its own. Only the run's writer (the lead
 // rank) calls it, when the run starts or resumes, before it writes.
 void remove_stale_temporaries(const std::string& run_dir);
 

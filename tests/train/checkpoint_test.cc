@@ -106,8 +106,16 @@ TEST_F(Checkpoint, StaleTemporariesAreRemovedAndNothingElse) {
   touch("notes.txt.tmp.abcdef");
   touch("latest.tmp.toolong7");
   touch("data/train.bin");
+  touch("data/train.bin.tmp.Xy12Zw");
+  touch("data/train.bin.json.tmp.Xy12Zw");
+  touch("data/tokenizer.json.tmp.000000");
+  touch("data/notes.tmp.1");
   touch("stepper.tmp.1");
   remove_stale_temporaries(run_.string());
+  std::vector<std::string> data;
+  for (const auto& e : fs::directory_iterator(run_ / "data")) data.push_back(e.path().filename().string());
+  std::sort(data.begin(), data.end());
+  EXPECT_EQ(data, (std::vector<std::string>{"notes.tmp.1", "train.bin"}));
   EXPECT_EQ(entries(), (std::vector<std::string>{"data", "latest", "latest.tmp.toolong7", "notes.txt",
                                                  "notes.txt.tmp.abcdef", "step-0000001", "stepper.tmp.1"}));
   EXPECT_TRUE(fs::exists(run_ / "data/train.bin"));

@@ -16,7 +16,16 @@ namespace spillway {
 
 namespace {
 
-std::string errno_text() { return std::strerror(errno); }
+// The system's words for errno, and for the limits a write runs into, what
+// they mean in plain words (the user can act on those).
+std::string errno_text() {
+  const int err = errno;
+  std::string text = std::strerror(err);
+  if (err == ENOSPC) text += " (the disk is full)";
+  if (err == EDQUOT) text += " (the disk quota is used up)";
+  if (err == EFBIG) text += " (the file size limit was hit: see `ulimit -f`)";
+  return text;
+}
 
 std::string folder_of(const std::string& path) {
   const std::filesystem::path folder = std::filesystem::path(path).parent_path();

@@ -26,19 +26,90 @@ std::string step_folder_name(int64_t step) {
   return buf;
 }
 
+// Only `step-` and digits name a checkpoint: the temporaries a checkpoint
+// is written under (`step-N.tmp.<pid>`) and the names old ones leave under
+// (`step-N.deleting`) never do, so no reader ever takes one for a checkpoint.
+bool is_step_folder_name(const std::string& name) {
+  constexpr size_t prefix = sizeof "step-" - 1;
+  return name.size() > prefix && name.starts_with("step-") &&
+         std::all_of(name.begin() + prefix, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
 std::vector<fs::path> step_folders(const fs::path& run) {
   std::vector<fs::path> steps;
   for (const auto& entry : fs::directory_iterator(run)) {
-    const std::string name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step-", 0) == 0 && name.find(".tmp") == std::string::npos) {
-      steps.push_back(entry.path());
-    }
+    if (entry.is_directory() && is_step_folder_name(entry.path().filename().string())) steps.push_back(entry.path());
   }
   std::sort(steps.begin(), steps.end());
   return steps;
 }
 
+constexpr const char* kDeletingSuffix = ".deleting";
+
+// Removes a checkpoint folder in one step, as far as readers can tell: it
+// is renamed out of the way first (atomic), then deleted file by file. A
+// kill during the deletion leaves a `.deleting` folder, which no reader
+// takes for a checkpoint and the next run removes, never a step folder
+// missing files.
+void remove_checkpoint_folder(const fs::path& dir) {
+  const fs::path doomed = dir.string() + kDeletingSuffix;
+  fs::remove_all(doomed);  // one a killed run left; it is no checkpoint
+  fs::rename(dir, doomed);
+  fsync_directory(dir.parent_path().string());
+  fs::remove_all(doomed);
+}
+
+// Whether `name` is what a write through AtomicFile (base/atomic_file.h)
+// leaves when killed: `<file>.tmp.` and six characters from mkstemp.
+bool is_atomic_file_temporary(const std::string& name, const std::string& file) {
+  const std::string prefix = file + ".tmp.";
+  return name.size() == prefix.size() + 6 && name.starts_with(prefix);
+}
+
 }  // namespace
+
+void remove_stale_temporaries(const std::string& run_dir) {
+  const fs::path run(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(run, ec)) return;
+  // The files of a run folder that are replaced atomically.
+  const char* replaced[] = {"latest", "run_config.toml", "loss.svg"};
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(run)) {
+    const std::string name = entry.path().filename().string();
+    const bool step_leftover = name.starts_with("step-") && !is_step_folder_name(name) &&
+                               (name.find(".tmp.") != std::string::npos || name.ends_with(kDeletingSuffix));
+    const bool file_leftover = std::any_of(std::begin(replaced), std::end(replaced),
+                                           [&](const char* file) { return is_atomic_file_temporary(name, file); });
+    if (step_leftover || file_leftover) stale.push_back(entry.path());
+  }
+  // The data a run prepared for itself (train/dataset.h) is written file by
+  // file through AtomicFile too, and is spillway's alone: any temporary
+  // there is a killed run's.
+  const fs::path data = run / "data";
+  if (fs::is_directory(data, ec)) {
+    for (const auto& entry : fs::directory_iterator(data)) {
+      const std::string name = entry.path().filename().string();
+      const size_t dot = name.rfind(".tmp.");
+      if (dot != std::string::npos && dot > 0 && is_atomic_file_temporary(name, name.substr(0, dot))) {
+        stale.push_back(entry.path());
+      }
+    }
+  }
+  for (const fs::path& path : stale) fs::remove_all(path);
+}
+
+void remove_checkpoints(const std::string& run_dir) {
+  const fs::path run(run_dir);
+  std::error_code ec;
+  if (!fs::is_directory(run, ec)) return;
+  // `latest` first: a kill midway then leaves complete checkpoints and
+  // nothing naming a removed one.
+  fs::remove(run / "latest");
+  fsync_directory(run.string());
+  for (const fs::path& step : step_folders(run)) remove_checkpoint_folder(step);
+  remove_stale_temporaries(run_dir);
+}
 
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
                             const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
@@ -65,9 +136,21 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
     state["step"] = step;
     write_text_file_atomically((temp_dir / "trainer_state.json").string(), state.dump(2) + "\n");
     fsync_directory(temp_dir.string());
-    fs::remove_all(final_dir);  // a checkpoint of the same step from an abandoned run
+    // A checkpoint of the same step from an abandoned run (one killed after
+    // renaming its step folder into place, before `latest` named it).
+    if (fs::exists(final_dir)) remove_checkpoint_folder(final_dir);
     fs::rename(temp_dir, final_dir);
     fsync_directory(run.string());
+  } catch (const Error& e) {
+    std::error_code ignored;
+    fs::remove_all(temp_dir, ignored);
+    // A file of the temporary folder is named as the checkpoint's, which is
+    // what the user knows; the temporary is gone already.
+    const std::string temp = temp_dir.string() + "/";
+    if (!e.thing().starts_with(temp)) throw;
+    throw Error((final_dir / e.thing().substr(temp.size())).string(),
+                e.problem() + "; the checkpoint of step " + std::to_string(step) +
+                    " was not written; earlier checkpoints are untouched");
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temp_dir, ignored);
@@ -76,7 +159,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
   write_text_file_atomically((run / "latest").string(), final_dir.filename().string() + "\n");
   auto steps = step_folders(run);
   for (size_t i = 0; keep > 0 && i + static_cast<size_t>(keep) < steps.size(); ++i) {
-    if (steps[i] != final_dir) fs::remove_all(steps[i]);
+    if (steps[i] != final_dir) remove_checkpoint_folder(steps[i]);
   }
   return final_dir.string();
 }
@@ -93,7 +176,12 @@ std::string resolve_checkpoint(const std::string& path) {
   if (fs::is_regular_file(p, ec)) return path;  // a GGUF file, or a file whose reader says what it is not
   SPW_CHECK(fs::is_directory(p), path, "no such model or run folder, nor a GGUF file");
   const fs::path latest = p / "latest";
-  if (!fs::exists(latest)) return path;
+  if (!fs::exists(latest)) {
+    // A run killed between its first step folder's rename and `latest`'s
+    // write: that folder is complete, and the run's newest.
+    const std::vector<fs::path> steps = step_folders(p);
+    return steps.empty() ? path : steps.back().string();
+  }
   std::ifstream in(latest);
   std::string name;
   std::getline(in, name);

@@ -7,7 +7,10 @@
 // needs: optimizer.safetensors (AdamW moments) and trainer_state.json (step,
 // data position, options). It is written under a temporary name, fsynced and
 // renamed into place; then RUN/latest, itself replaced atomically, names it.
-// A crash at any moment leaves the previous checkpoint intact and named.
+// Old checkpoints leave the same way: renamed to `step-N.deleting`, then
+// deleted. A crash at any moment leaves the previous checkpoint intact and
+// named, and every step folder that exists complete; what it leaves behind
+// (temporaries, `.deleting` folders) the next run removes at its start.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +33,23 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const mode
                             const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
                             int64_t keep = 2);
 
-// A run folder (one holding `latest`) resolves to its newest checkpoint; any
-// other folder is taken to be a model folder itself, and a file (a GGUF
-// file) is itself. Error naming the path when it does not exist.
+// Removes what killed runs left in the run folder RUN: checkpoints half
+// written (`step-N.tmp.<pid>`) or half deleted (`step-N.deleting`), and the
+// temporaries of its atomically replaced files (`latest.tmp.XXXXXX`, likewise
+// run_config.toml and loss.svg, and any in the run's own prepared data,
+// RUN/data). Nothing else is touched, so a folder that is not a run folder
+// loses nothing of its own. Only the run's writer (the lead
+// rank) calls it, when the run starts or resumes, before it writes.
+void remove_stale_temporaries(const std::string& run_dir);
+
+// Removes every checkpoint of the run folder RUN, `latest` first, each step
+// folder in one step, and what killed runs left (--overwrite).
+void remove_checkpoints(const std::string& run_dir);
+
+// A run folder resolves to the checkpoint `latest` names, or where there is
+// no `latest` (a run killed before it wrote its first) to its newest step
+// folder; any other folder is taken to be a model folder itself, and a file
+// (a GGUF file) is itself. Error naming the path when it does not exist.
 std::string resolve_checkpoint(const std::string& path);
 
 // Whether `path` is a run folder: one holding `latest` or step folders.

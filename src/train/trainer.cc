@@ -96,13 +96,15 @@ class StopSignals {
   struct sigaction previous_int_ {}, previous_term_ {};
 };
 
-// What a run folder holds that a new run in it would replace.
+// What a run folder holds that a new run in it would replace. The
+// checkpoints go first, each in one step, so a kill midway leaves none
+// half-deleted.
 void clear_run_folder(const fs::path& run) {
+  remove_checkpoints(run.string());
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(run, ec)) {
     const std::string name = entry.path().filename().string();
-    if (name.starts_with("step-") || name == "latest" || name == "data" || name == "train_log.jsonl" ||
-        name == "loss.svg" || name == "run_config.toml") {
+    if (name == "data" || name == "train_log.jsonl" || name == "loss.svg" || name == "run_config.toml") {
       fs::remove_all(entry.path());
     }
   }
@@ -186,6 +188,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   std::optional<model::LlamaConfig> fresh_config;
   if (weights.tensors().empty()) fresh_config = model::resolve_config(o.model.config);
   if (lead && o.run.overwrite && fs::is_directory(run)) clear_run_folder(run);
+  // What a killed run left (half-written checkpoints, temporaries) goes
+  // before this run writes anything of its own.
+  if (lead) remove_stale_temporaries(o.run.out);
 
   // The lead rank prepares the data, a whole corpus perhaps; the others
   // then find it prepared.

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -25,11 +26,15 @@ namespace spillway::e2e {
 using namespace std::chrono_literals;
 
 // A spillway process started in the background with extra environment
-// variables, its output in `log`.
+// variables, its output in `log`; `in_child` (limits, signal dispositions)
+// runs in the child before the exec.
 inline pid_t start_spillway(const std::vector<std::string>& args, const std::vector<std::string>& env,
-                     const std::string& log) {
+                            const std::string& log, const std::function<void()>& in_child = {}) {
+  // Else the child's freopen writes out the test's buffered output again.
+  std::fflush(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
+    if (in_child) in_child();
     for (const std::string& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
     FILE* out = std::freopen(log.c_str(), "w", stdout);
     ::dup2(::fileno(out), 2);

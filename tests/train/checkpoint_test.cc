@@ -1,0 +1,168 @@
+// Checkpoints in a run folder: retention keeps the newest, old ones leave in
+// one step (renamed to `.deleting` before deletion), what killed runs left
+// (half-written or half-deleted checkpoints, temporaries) is removed at a
+// run's start without touching anything else, and a run killed before its
+// first `latest` resolves to its step folder.
+#include "train/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "model/bpe_train.h"
+#include "model/llama_weights.h"
+
+namespace spillway::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  Checkpoint()
+      : run_(fs::path(::testing::TempDir()) / ("checkpoint_test_" + std::to_string(::getpid()))),
+        weights_(model::LlamaWeights::random(config(), 1)),
+        optimizer_(config()),
+        tokenizer_(train_bpe("some text to train on", 270, {"<|end_of_text|>"})) {
+    fs::remove_all(run_);
+    fs::create_directories(run_);
+  }
+  ~Checkpoint() override { fs::remove_all(run_); }
+
+  static model::LlamaConfig config() {
+    model::LlamaConfig c;
+    c.vocab_size = 270;
+    c.hidden_size = 8;
+    c.intermediate_size = 16;
+    c.num_hidden_layers = 1;
+    c.num_attention_heads = 2;
+    c.num_key_value_heads = 1;
+    c.tie_word_embeddings = true;
+    return c;
+  }
+  std::string save(int64_t step, int64_t keep = 2) {
+    return save_checkpoint(run_.string(), step, weights_, optimizer_, tokenizer_, {{"options", nlohmann::json::object()}},
+                           keep);
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(run_)) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    return names;
+  }
+  void touch(const std::string& rel) const {
+    fs::create_directories((run_ / rel).parent_path());
+    std::ofstream(run_ / rel) << "x";
+  }
+
+  fs::path run_;
+  model::LlamaWeights weights_;
+  AdamW optimizer_;
+  BpeTokenizer tokenizer_;
+};
+
+TEST_F(Checkpoint, RetentionKeepsTheNewestAndLeavesNothingBehind) {
+  for (int64_t step = 1; step <= 4; ++step) save(step);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"latest", "step-0000003", "step-0000004"}));
+  EXPECT_EQ(resolve_checkpoint(run_.string()), (run_ / "step-0000004").string());
+}
+
+// What a kill during an old checkpoint's deletion leaves: no step folder
+// missing files, but a `.deleting` one, which is no checkpoint: it neither
+// makes a run folder nor counts towards the kept ones, and a later deletion
+// of the same step replaces it.
+TEST_F(Checkpoint, AFolderLeftMidDeletionIsNoCheckpoint) {
+  save(1);
+  fs::rename(run_ / "step-0000001", run_ / "step-0000001.deleting");
+  fs::remove(run_ / "step-0000001.deleting/model.safetensors");
+  fs::remove(run_ / "latest");
+  EXPECT_FALSE(is_run_folder(run_.string()));
+
+  save(2);
+  save(3);
+  touch("step-0000002.deleting/leftover");  // as if step 2's own deletion had been killed before
+  save(4);
+  EXPECT_EQ(entries(), (std::vector<std::string>{"latest", "step-0000001.deleting", "step-0000003", "step-0000004"}));
+  remove_stale_temporaries(run_.string());
+  EXPECT_EQ(entries(), (std::vector<std::string>{"latest", "step-0000003", "step-0000004"}));
+}
+
+TEST_F(Checkpoint, StaleTemporariesAreRemovedAndNothingElse) {
+  save(1);
+  touch("step-0000002.tmp.4242/model.safetensors");
+  touch("step-0000002.tmp.4242/model.safetensors.tmp.Ab12Cd");
+  touch("step-0000001.deleting/optimizer.safetensors");
+  touch("latest.tmp.Zq9xW1");
+  touch("run_config.toml.tmp.a1b2c3");
+  touch("loss.svg.tmp.QQQQQQ");
+  // Not spillway's temporaries: a user's files, and names the patterns do
+  // not quite match.
+  touch("notes.txt");
+  touch("notes.txt.tmp.abcdef");
+  touch("latest.tmp.toolong7");
+  touch("data/train.bin");
+  touch("data/train.bin.tmp.Xy12Zw");
+  touch("data/train.bin.json.tmp.Xy12Zw");
+  touch("data/tokenizer.json.tmp.000000");
+  touch("data/notes.tmp.1");
+  touch("stepper.tmp.1");
+  remove_stale_temporaries(run_.string());
+  std::vector<std::string> data;
+  for (const auto& e : fs::directory_iterator(run_ / "data")) data.push_back(e.path().filename().string());
+  std::sort(data.begin(), data.end());
+  EXPECT_EQ(data, (std::vector<std::string>{"notes.tmp.1", "train.bin"}));
+  EXPECT_EQ(entries(), (std::vector<std::string>{"data", "latest", "latest.tmp.toolong7", "notes.txt",
+                                                 "notes.txt.tmp.abcdef", "step-0000001", "stepper.tmp.1"}));
+  EXPECT_TRUE(fs::exists(run_ / "data/train.bin"));
+  EXPECT_TRUE(fs::exists(run_ / "step-0000001/model.safetensors"));
+  EXPECT_EQ(resolve_checkpoint(run_.string()), (run_ / "step-0000001").string());
+}
+
+TEST_F(Checkpoint, AFolderThatIsNoRunFolderIsLeftAlone) {
+  remove_stale_temporaries((run_ / "absent").string());
+  touch("readme.md");
+  remove_stale_temporaries(run_.string());
+  EXPECT_EQ(entries(), (std::vector<std::string>{"readme.md"}));
+}
+
+// A step folder an abandoned run renamed into place before `latest` named
+// it is replaced whole by the resumed run's checkpoint of that step.
+TEST_F(Checkpoint, AnAbandonedStepFolderIsReplacedWhole) {
+  save(1);
+  const std::string abandoned = save(2);
+  touch("step-0000002/from-the-abandoned-run");
+  std::ofstream(run_ / "latest") << "step-0000001\n";
+  save(2);
+  EXPECT_FALSE(fs::exists(run_ / "step-0000002/from-the-abandoned-run"));
+  EXPECT_EQ(entries(), (std::vector<std::string>{"latest", "step-0000001", "step-0000002"}));
+}
+
+// Killed between its first step folder's rename and `latest`'s write, a
+// run resumes from that folder, which is complete.
+TEST_F(Checkpoint, ARunWithoutLatestResolvesToItsNewestStepFolder) {
+  save(1);
+  save(2);
+  fs::remove(run_ / "latest");
+  touch("step-0000003.tmp.77/model.safetensors");
+  EXPECT_TRUE(is_run_folder(run_.string()));
+  EXPECT_EQ(resolve_checkpoint(run_.string()), (run_ / "step-0000002").string());
+}
+
+TEST_F(Checkpoint, RemovingTheCheckpointsLeavesOtherFiles) {
+  save(1);
+  save(2);
+  touch("step-0000003.tmp.77/model.safetensors");
+  touch("latest.tmp.Ab12Cd");
+  touch("train_log.jsonl");
+  remove_checkpoints(run_.string());
+  EXPECT_EQ(entries(), (std::vector<std::string>{"train_log.jsonl"}));
+  EXPECT_FALSE(is_run_folder(run_.string()));
+}
+
+}  // namespace
+}  // namespace spillway::train

@@ -8,6 +8,7 @@
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
 #include "model/llama_config_json.h"
+#include "model/llama_weights_check.h"
 #include "model/weight_directory.h"
 
 namespace spillway::model {
@@ -19,12 +20,15 @@ LlamaWeights load_llama(const std::string& dir) {
   if (fs::is_regular_file(dir, ec) && is_gguf_file(dir)) return load_gguf_llama(dir);
   SPW_CHECK(fs::is_directory(dir), dir,
             "not a model directory (expected config.json and model.safetensors) nor a GGUF file");
-  LlamaConfig config = load_config((fs::path(dir) / "config.json").string());
-  LlamaWeights weights = LlamaWeights::zeros(config);
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  LlamaConfig config = load_config(config_path);
   WeightDirectory files(dir);
+  check_weight_names(files, config, config_path);  // before allocating what the config asks for
+  LlamaWeights weights = LlamaWeights::zeros(config);
   for (NamedTensor& t : weights.tensors()) {
     files.read_tensor_as_f32(t.name, t.shape, std::span<float>(t.data));
   }
+  check_tied_head(files, weights, config_path);
   return weights;
 }
 

@@ -14,7 +14,8 @@ namespace spillway::model {
 // Reads config.json and every parameter (f32, f16 or bf16 on disk, float32
 // in memory); `dir` may also be a GGUF file (gguf_llama.h). A missing
 // tensor, or one whose shape disagrees with the config, is an Error naming
-// the file and the tensor.
+// the file and the tensor; so is a layer count other than the config's, or
+// a tensor the model has no place for (llama_weights_check.h).
 LlamaWeights load_llama(const std::string& dir);
 
 // Writes config.json and the weights as `dtype` (f32, bf16 or f16) into

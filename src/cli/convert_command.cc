@@ -12,6 +12,7 @@
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_files.h"
+#include "model/tokenizer_vocab.h"
 #include "train/checkpoint.h"
 
 namespace spillway::cli {
@@ -70,6 +71,7 @@ int run_convert(const ConvertArgs& a) {
   // A folder's tokenizer files are copied; a GGUF's tokenizer, or one going
   // into a GGUF, is read.
   std::unique_ptr<Tokenizer> tokenizer = tokenizer_there && (to_gguf || !from_folder) ? load_tokenizer(source) : nullptr;
+  if (tokenizer) model::check_tokenizer_fits(*tokenizer, weights.config(), source);
 
   std::string written;
   if (to_gguf) {

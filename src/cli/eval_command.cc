@@ -15,6 +15,7 @@
 #include "infer/evaluate.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_vocab.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/text_to_tokens.h"
@@ -42,6 +43,7 @@ int run_eval(const EvalArgs& a) {
   const std::vector<std::string> files = prepared ? std::vector<std::string>{} : train::expand_text_paths(a.data);
   model::LlamaWeights weights = model::load_llama(source);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
+  model::check_tokenizer_fits(*tokenizer, weights.config(), source);
   const int64_t context = weights.config().max_position_embeddings;
   const int64_t window = a.seq > 0 ? a.seq : std::min<int64_t>(context, 2048);
   SPW_CHECK(window <= context, "--seq", window, " is longer than the model's context of ", context, " tokens");

@@ -12,6 +12,7 @@
 #include "infer/generate.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_vocab.h"
 #include "train/checkpoint.h"
 
 namespace spillway::cli {
@@ -63,6 +64,7 @@ int run_generate(const GenerateArgs& a) {
   model::LlamaWeights weights = model::load_llama(source);
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
   const Tokenizer& tok = *tokenizer;
+  model::check_tokenizer_fits(tok, weights.config(), source);
   std::vector<int32_t> prompt = infer::prompt_ids(tok, a.prompt);
   std::unique_ptr<infer::Decoder> decoder =
       infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
@@ -70,6 +72,7 @@ int run_generate(const GenerateArgs& a) {
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
   g.stop_tokens = tok.roles().stops;
+  g.vocab_limit = tok.vocab_size();
   std::fputs(a.prompt.c_str(), stdout);
   // The text is the decoding of every new token so far, printed as it
   // grows: decoders that drop a word's leading space or join byte tokens

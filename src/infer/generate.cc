@@ -11,6 +11,7 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
                               const std::function<void(int32_t)>& on_token, GenerateStats* stats) {
   using Clock = std::chrono::steady_clock;
   SPW_CHECK(!prompt.empty(), "generation", "the prompt holds no tokens");
+  SPW_CHECK(options.vocab_limit >= 0, "generation", "vocab_limit is ", options.vocab_limit);
   TokenSampler sampler(options.sampling);
   GenerateStats s;
   s.prompt_tokens = static_cast<int64_t>(prompt.size());
@@ -20,7 +21,10 @@ std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt,
   // Each round draws from the last logits, then feeds the token drawn unless
   // generation ends there (no forward pass whose logits nobody reads).
   for (int64_t i = 0; i < options.max_new_tokens; ++i) {
-    const int32_t token = sampler.next(logits);
+    const size_t drawable = options.vocab_limit > 0
+                                ? std::min(logits.size(), static_cast<size_t>(options.vocab_limit))
+                                : logits.size();
+    const int32_t token = sampler.next(std::span<const float>(logits).first(drawable));
     (i == 0 ? s.prefill_seconds : s.decode_seconds) += std::chrono::duration<double>(Clock::now() - start).count();
     if (token == options.stop_token ||
         std::find(options.stop_tokens.begin(), options.stop_tokens.end(), token) != options.stop_tokens.end()) {
@@ -55,6 +59,7 @@ std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tok
   g.sampling.top_k = top_k;
   g.sampling.seed = seed;
   g.stop_tokens = tokenizer.roles().stops;
+  g.vocab_limit = tokenizer.vocab_size();
   return prompt + tokenizer.decode(generate(decoder, ids, g));
 }
 

@@ -21,6 +21,10 @@ struct GenerateOptions {
   SamplingOptions sampling;
   int32_t stop_token = -1;  // e.g. end of text; -1: none
   std::vector<int32_t> stop_tokens;  // more of them (end-of-turn tokens)
+  // Draw only among ids below this (the tokenizer's vocab_size): a model
+  // whose embedding is padded past its tokenizer must never produce an id
+  // the tokenizer cannot decode. 0: every id the logits have.
+  int64_t vocab_limit = 0;
 };
 
 // Where the time went, for a speed report. The callback's time is not counted.

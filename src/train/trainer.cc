@@ -17,6 +17,7 @@
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
+#include "model/tokenizer_vocab.h"
 #include "train/batch_sampler.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
@@ -176,10 +177,12 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
     start_tokenizer = load_tokenizer(ckpt);
+    model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
     const std::string ckpt = resolve_checkpoint(o.model.init_from);
     weights = model::load_llama(ckpt);
     start_tokenizer = load_tokenizer(ckpt);
+    model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   }
   check_options(o, command);
   if (o.run.threads > 0) omp_set_num_threads(static_cast<int>(o.run.threads));

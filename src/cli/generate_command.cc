@@ -48,6 +48,21 @@ size_t complete_utf8_prefix(const std::string& s) {
   return n;
 }
 
+// Refuses, before any work, a prompt and continuation longer than the
+// model's context: positions past max_position_embeddings are ones the
+// model never saw, so what it would write there is not its output. There
+// is no flag to go past it; a model with a longer context says so in its
+// config (RoPE scaling).
+void check_context(const model::LlamaConfig& c, int64_t prompt_tokens, int64_t max_tokens) {
+  const int64_t context = c.max_position_embeddings;
+  SPW_CHECK(max_tokens >= 0, "--max-tokens", max_tokens, " is negative");
+  SPW_CHECK(prompt_tokens <= context, "--prompt", "its ", prompt_tokens,
+            " tokens are more than the model's context of ", context, " tokens (max_position_embeddings)");
+  SPW_CHECK(max_tokens <= context - prompt_tokens, "--max-tokens", "the prompt's ", prompt_tokens, " tokens and ",
+            max_tokens, " new ones are more than the model's context of ", context,
+            " tokens (max_position_embeddings); ask for at most ", context - prompt_tokens);
+}
+
 struct GenerateArgs {
   std::string model;
   std::string prompt;
@@ -66,6 +81,7 @@ int run_generate(const GenerateArgs& a) {
   const Tokenizer& tok = *tokenizer;
   model::check_tokenizer_fits(tok, weights.config(), source);
   std::vector<int32_t> prompt = infer::prompt_ids(tok, a.prompt);
+  check_context(weights.config(), static_cast<int64_t>(prompt.size()), a.max_tokens);
   std::unique_ptr<infer::Decoder> decoder =
       infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
   infer::GenerateOptions g;

@@ -1,6 +1,7 @@
 #include "model/gguf_llama.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <set>
 #include <utility>
@@ -141,6 +142,18 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
 
 LlamaWeights load_gguf_llama(const GgufFile& f) {
   const LlamaConfig c = gguf_llama_config(f);
+  // A block_count below the file's layers would otherwise be reported as
+  // one stray tensor, not as the count it is.
+  int64_t layers = 0;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (!t.name.starts_with("blk.")) continue;
+    const size_t dot = t.name.find('.', 4);
+    int64_t i = -1;
+    std::from_chars(t.name.data() + 4, t.name.data() + (dot == std::string::npos ? t.name.size() : dot), i);
+    layers = std::max(layers, i + 1);
+  }
+  SPW_CHECK(layers == c.num_hidden_layers, f.path(), "llama.block_count is ", c.num_hidden_layers,
+            " but the file's tensors hold ", layers, " layers");
   LlamaWeights w = LlamaWeights::zeros(c);
   const int64_t head_dim = c.head_dim();
   std::set<std::string, std::less<>> used;

@@ -78,6 +78,17 @@ TEST_F(LoadChecks, ATokenizerLargerThanTheModelsVocabularyIsRefused) {
   expect_error(run_spillway("finetune --model " + m.string() + " --steps 1 --batch 2 --seq 16 --data " +
                             (*dir_ / "corpus.txt") + " --separator % --out " + (*dir_ / "ft")),
                expected);
+
+  // A run whose checkpoint's tokenizer outgrew its model cannot be resumed.
+  const fs::path run = *dir_ / "big_run";
+  ASSERT_EQ(run_spillway("train --config " + (*dir_ / "micro.json") +
+                         " --vocab 300 --steps 4 --stop-after 2 --batch 2 --seq 16 --sample-tokens 0 --out " +
+                         run.string() + " --data " + (*dir_ / "corpus.txt") + " --separator %")
+                .exit_code, 0);
+  fs::copy_file(*dir_ / "big/tokenizer.json", run / "step-0000002/tokenizer.json", fs::copy_options::overwrite_existing);
+  const CommandResult resumed = run_spillway("train --resume --out " + run.string());
+  expect_error(resumed, "spillway: " + (run / "step-0000002").string() +
+                            ": the tokenizer has 330 tokens but the model's vocab_size is 300");
 }
 
 TEST_F(LoadChecks, GenerationPastTheContextIsRefusedUpFront) {

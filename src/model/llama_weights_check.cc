@@ -1,5 +1,6 @@
 #include "model/llama_weights_check.h"
 
+#include <algorithm>
 #include <charconv>
 #include <optional>
 #include <set>

@@ -85,7 +85,8 @@ TEST_F(LoadChecks, ATokenizerLargerThanTheModelsVocabularyIsRefused) {
                          " --vocab 300 --steps 4 --stop-after 2 --batch 2 --seq 16 --sample-tokens 0 --out " +
                          run.string() + " --data " + (*dir_ / "corpus.txt") + " --separator %")
                 .exit_code, 0);
-  fs::copy_file(*dir_ / "big/tokenizer.json", run / "step-0000002/tokenizer.json", fs::copy_options::overwrite_existing);
+  fs::copy_file(*dir_ / "big/tokenizer.json", run / "step-0000002/tokenizer.json",
+                fs::copy_options::overwrite_existing);
   const CommandResult resumed = run_spillway("train --resume --out " + run.string());
   expect_error(resumed, "spillway: " + (run / "step-0000002").string() +
                             ": the tokenizer has 330 tokens but the model's vocab_size is 300");
@@ -101,8 +102,8 @@ TEST_F(LoadChecks, GenerationPastTheContextIsRefusedUpFront) {
                "spillway: --max-tokens: the prompt's 2 tokens and 7 new ones are more than the model's context of 8 "
                "tokens (max_position_embeddings); ask for at most 6");
   // A prompt longer than the context on its own, whatever its token count.
-  const CommandResult r = run_spillway("generate --model " + m.string() +
-                                       " -n 1 --prompt 'the cat sees a dog and the old man remembers every child by the river'");
+  const std::string prompt = "the cat sees a dog and the old man remembers every child by the river";
+  const CommandResult r = run_spillway("generate --model " + m.string() + " -n 1 --prompt '" + prompt + "'");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("(^|\\n)spillway: --prompt: its [0-9]+ tokens are more than the "
                                                   "model's context of 8 tokens \\(max_position_embeddings\\)\\n")))

@@ -596,7 +596,8 @@ TEST_F(GgufLlama, MismatchesNameTheFileAndTheTensorOrKey) {
     }
     for (const GgufTensorInfo& t : f.tensors()) {
       auto raw = f.raw(t);
-      b.tensor({t.name, t.dims, static_cast<uint32_t>(t.type), std::string(reinterpret_cast<const char*>(raw.data()), raw.size()), {}});
+      std::string bytes(reinterpret_cast<const char*>(raw.data()), raw.size());
+      b.tensor({t.name, t.dims, static_cast<uint32_t>(t.type), std::move(bytes), {}});
     }
     return b.build();
   };

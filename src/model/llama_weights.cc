@@ -48,7 +48,8 @@ LlamaWeights LlamaWeights::zeros(const LlamaConfig& config) {
     for (const ParameterSpec& spec : specs) bytes += static_cast<double>(spec.shape.numel()) * sizeof(float);
     bytes = std::min(bytes, 1e19);  // a wrapped size would not convert back
     throw Error("model weights",
-                detail::concat("out of memory: this machine could not allocate ", format_bytes(static_cast<uint64_t>(bytes)),
+                detail::concat("out of memory: this machine could not allocate ",
+                               format_bytes(static_cast<uint64_t>(bytes)),
                                " for the f32 parameters of a model of ", config.num_hidden_layers,
                                " layers and hidden size ", config.hidden_size));
   }

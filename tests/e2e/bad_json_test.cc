@@ -32,7 +32,8 @@ class BadJson : public ::testing::Test {
     return dir_ / name;
   }
   std::string train(const std::string& out) {
-    return "train --config " + (dir_ / "micro.json") + " --vocab 300 --steps 2 --batch 2 --seq 16 --sample-tokens 0 --out " +
+    return "train --config " + (dir_ / "micro.json") +
+           " --vocab 300 --steps 2 --batch 2 --seq 16 --sample-tokens 0 --out " +
            (dir_ / out);
   }
   ScratchDir dir_{"bad_json"};
@@ -89,7 +90,8 @@ TEST_F(BadJson, TrainerStateOfAResumedRun) {
 }
 
 TEST_F(BadJson, TokenFileSidecar) {
-  ASSERT_EQ(run_spillway("tokenize " + (dir_ / "corpus.txt") + " --separator % --train-vocab 300 --out " + (dir_ / "tok"))
+  ASSERT_EQ(run_spillway("tokenize " + (dir_ / "corpus.txt") + " --separator % --train-vocab 300 --out " +
+                         (dir_ / "tok"))
                 .exit_code, 0);
   write_file(dir_ / "tok/train.bin.json", kBadJson);
   expect_only(run_spillway(train("r") + " --data " + (dir_ / "tok")),
@@ -105,7 +107,8 @@ TEST_F(BadJson, EmptyAndHugeNumbers) {
   write_file(dir_ / "huge.json", config);
   expect_only(run_spillway("train --config " + (dir_ / "huge.json") + " --data " + (dir_ / "corpus.txt") + " --out " +
                            (dir_ / "r")),
-              "spillway: " + (dir_ / "huge.json") + ": not valid JSON at line 1, column 18: the number 1e999 is too large\n");
+              "spillway: " + (dir_ / "huge.json") +
+                  ": not valid JSON at line 1, column 18: the number 1e999 is too large\n");
 }
 
 }  // namespace

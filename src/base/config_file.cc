@@ -9,6 +9,7 @@
 #define TOML_HEADER_ONLY 1
 #include <toml++/toml.h>
 
+#include "base/json_text.h"
 #include "base/status.h"
 
 namespace spillway {
@@ -52,34 +53,7 @@ json read_toml(const std::string& path, const std::string& text) {
   }
 }
 
-json read_json(const std::string& path, const std::string& text) {
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's message reads "[json.exception.parse_error.101] parse error
-    // at line 3, column 2: syntax error while parsing object key - unexpected
-    // '}'; expected string literal"; the position is counted here from the
-    // byte it failed at, and the message keeps its words.
-    int64_t line = 1, column = 1;
-    for (size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
-      }
-    }
-    std::string problem = e.what();
-    constexpr std::string_view kParsing = "syntax error while parsing ";
-    if (size_t at = problem.find(kParsing); at != std::string::npos) {
-      problem = problem.substr(at + kParsing.size());
-      if (size_t dash = problem.find(" - "); dash != std::string::npos) {
-        problem = problem.substr(dash + 3) + " (reading " + problem.substr(0, dash) + ")";
-      }
-    }
-    throw Error(where(path, line, column), problem);
-  }
-}
+json read_json(const std::string& path, const std::string& text) { return json_from_text(text, path); }
 
 // One value: text as toml++ quotes it; numbers and booleans as JSON spells
 // them, which TOML reads the same (and numbers in their shortest exact form).

@@ -1,11 +1,19 @@
 // spillway: train, fine-tune and run LLaMA-family models.
-#include <cstdio>
 #include <map>
+#include <string>
+#include <string_view>
 
-#include "base/status.h"
 #include "cli/commands.h"
+#include "cli/error_line.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+// What main is doing, for the error line of an exception that says nothing
+// of where it came from (std::bad_alloc): "reading the command line", then
+// the subcommand's name.
+std::string g_doing = "reading the command line";
+
+int run(int argc, char** argv) {
   CLI::App app{"spillway: train, fine-tune and run LLaMA-family models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", spillway::cli::version_text());
@@ -23,19 +31,35 @@ int main(int argc, char** argv) {
   add(spillway::cli::add_bench);
   add(spillway::cli::add_plan);
   add(spillway::cli::add_convert);
-  CLI11_PARSE(app, argc, argv);
   try {
-    for (auto& [sub, run] : runners) {
-      if (sub->parsed()) return run();
-    }
-  } catch (const spillway::Error& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "spillway: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "spillway: %s\n", e.what());
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // --help and --version arrive as "errors" with exit code 0; CLI11 prints
+    // those. A real one is our one line (CLI11's adds a second, "Run with
+    // --help for more information.") and exit 1, as every other error.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    const bool no_command = std::string_view(e.what()) == "A subcommand is required";
+    spillway::cli::print_error_line(no_command ? spillway::cli::command_missing_text(app, argc, argv)
+                                               : spillway::cli::command_line_error_text(e));
     return 1;
   }
+  for (auto& [sub, runner] : runners) {
+    if (sub->parsed()) {
+      g_doing = sub->get_name();
+      return runner();
+    }
+  }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  spillway::cli::install_last_resort_handler(&g_doing);
+  try {
+    return run(argc, argv);
+  } catch (...) {
+    spillway::cli::print_error_line(spillway::cli::escaped_error_text(std::current_exception(), g_doing));
+    return 1;
+  }
 }

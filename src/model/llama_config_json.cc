@@ -2,8 +2,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
+#include "base/json_text.h"
 #include "base/status.h"
 
 namespace spillway::model {
@@ -103,13 +105,8 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
 LlamaConfig load_config(const std::string& path) {
   std::ifstream in(path);
   SPW_CHECK(in.good(), path, std::filesystem::exists(path) ? "cannot read config file" : "no such config file");
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(path, std::string("not valid JSON: ") + e.what());
-  }
-  return config_from_json(j, path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return config_from_json(json_from_text(text, path), path);
 }
 
 json config_to_json(const LlamaConfig& c) {

@@ -1,7 +1,12 @@
 #include "model/llama_weights.h"
 
+#include <algorithm>
+#include <atomic>
+#include <new>
 #include <random>
+#include <stdexcept>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "graph/builder.h"
 #include "model/llama_graph.h"
@@ -24,9 +29,29 @@ LlamaWeights LlamaWeights::zeros(const LlamaConfig& config) {
   w.tensors_.resize(specs.size());
   // Tensors are filled by many threads at once: for an 8B model this is
   // 32 GB of fresh pages, which one thread takes seconds to fault in.
+  // An exception may not leave an OpenMP region (it would end the process
+  // in std::terminate), so a failed allocation is noted and reported after.
+  std::atomic<bool> out_of_memory{false};
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < specs.size(); ++i) {
-    w.tensors_[i] = {specs[i].name, specs[i].shape, std::vector<float>(static_cast<size_t>(specs[i].shape.numel()), 0.0f)};
+    try {
+      w.tensors_[i] = {specs[i].name, specs[i].shape,
+                       std::vector<float>(static_cast<size_t>(specs[i].shape.numel()), 0.0f)};
+    } catch (const std::bad_alloc&) {
+      out_of_memory = true;
+    } catch (const std::length_error&) {
+      out_of_memory = true;
+    }
+  }
+  if (out_of_memory) {
+    double bytes = 0;
+    for (const ParameterSpec& spec : specs) bytes += static_cast<double>(spec.shape.numel()) * sizeof(float);
+    bytes = std::min(bytes, 1e19);  // a wrapped size would not convert back
+    throw Error("model weights",
+                detail::concat("out of memory: this machine could not allocate ",
+                               format_bytes(static_cast<uint64_t>(bytes)),
+                               " for the f32 parameters of a model of ", config.num_hidden_layers,
+                               " layers and hidden size ", config.hidden_size));
   }
   return w;
 }

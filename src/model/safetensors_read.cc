@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/bytes.h"
+#include "base/json_text.h"
 #include "base/status.h"
 #include "model/safetensors.h"
 
@@ -53,14 +54,6 @@ bool find_safetensors_dtype(std::string_view name, DType* out) {
 std::string errno_text() { return std::strerror(errno); }
 
 std::string tensor_label(std::string_view name) { return "tensor '" + std::string(name) + "'"; }
-
-// nlohmann's messages start with "[json.exception.parse_error.101] ", which
-// says nothing to a user.
-std::string parse_error_reason(const json::parse_error& e) {
-  std::string_view what = e.what();
-  size_t close = what.find("] ");
-  return std::string(close == std::string_view::npos ? what : what.substr(close + 2));
-}
 
 struct ParsedHeader {
   std::vector<SafetensorsTensor> tensors;
@@ -157,12 +150,7 @@ ParsedHeader parse_header(const std::string& path, const std::byte* file, uint64
   std::string_view text(reinterpret_cast<const char*>(file + 8), header_size);
   SPW_CHECK(!text.empty() && text.front() == '{', path,
             "header is not a JSON object (it must start with '{')");
-  json header;
-  try {
-    header = json::parse(text);
-  } catch (const json::parse_error& e) {
-    throw Error(path, "header is not valid JSON: " + parse_error_reason(e));
-  }
+  const json header = json_from_text(text, path, "header is not valid JSON");
 
   const uint64_t data_size = file_size - 8 - header_size;
   const std::byte* data = file + 8 + header_size;

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/atomic_file.h"
+#include "base/json_text.h"
 #include "base/status.h"
 #include "model/bpe_tokenizer.h"
 #include "model/sentencepiece_tokenizer.h"
@@ -27,13 +28,9 @@ std::optional<std::pair<json, std::string>> read_json(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   SPW_CHECK(in.good(), path.string(), "cannot open");
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  try {
-    json j = json::parse(text);
-    SPW_CHECK(j.is_object(), path.string(), "is not a JSON object");
-    return std::make_pair(std::move(j), std::move(text));
-  } catch (const json::parse_error& e) {
-    throw Error(path.string(), std::string("not valid JSON: ") + e.what());
-  }
+  json j = json_from_text(text, path.string());
+  SPW_CHECK(j.is_object(), path.string(), "is not a JSON object");
+  return std::make_pair(std::move(j), std::move(text));
 }
 
 // A token named as tokenizer_config.json names it: a string, or an object

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "base/atomic_file.h"
+#include "base/json_text.h"
 #include "base/status.h"
 #include "model/byte_level.h"
 
@@ -155,12 +156,7 @@ void read_post_processor(const json& post, TokenRoles& roles) {
 
 BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& source_name) {
   const Reader r(source_name);
-  json root;
-  try {
-    root = json::parse(text);
-  } catch (const json::parse_error& e) {
-    r.fail(std::string("not valid JSON: ") + e.what());
-  }
+  const json root = json_from_text(text, source_name);
   if (!root.is_object()) r.fail("is not a JSON object");
   const json& model = r.object(root, "model", "");
   check_model_options(r, model);

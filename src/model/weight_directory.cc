@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "base/json_text.h"
 #include "base/status.h"
 
 namespace spillway {
@@ -90,15 +91,7 @@ void WeightDirectory::open_single(const std::string& file) {
 
 void WeightDirectory::open_index(const std::string& index) {
   sharded_ = true;
-  json doc;
-  try {
-    doc = json::parse(read_whole_file(index));
-  } catch (const json::parse_error& e) {
-    std::string_view what = e.what();
-    size_t close = what.find("] ");
-    throw Error(index, "not valid JSON: " +
-                           std::string(close == std::string_view::npos ? what : what.substr(close + 2)));
-  }
+  const json doc = json_from_text(read_whole_file(index), index);
   SPW_CHECK(doc.is_object(), index, "is not a JSON object");
   auto metadata = doc.find("metadata");
   if (metadata != doc.end() && metadata->is_object()) {

@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <vector>
 
 #include "base/atomic_file.h"
+#include "base/json_text.h"
 #include "base/status.h"
 #include "model/llama_weights_io.h"
 #include "model/safetensors.h"
@@ -213,12 +215,8 @@ nlohmann::json load_trainer_state(const std::string& checkpoint_dir) {
   const std::string path = (fs::path(checkpoint_dir) / "trainer_state.json").string();
   std::ifstream in(path);
   SPW_CHECK(in.good(), path, "missing: not a spillway training checkpoint");
-  nlohmann::json state;
-  try {
-    state = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(path, std::string("not valid JSON: ") + e.what());
-  }
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json state = json_from_text(text, path);
   SPW_CHECK(state.is_object() && state.value("format", "") == kTrainerStateFormat, path,
             "not a spillway trainer state (expected format '", kTrainerStateFormat, "')");
   return state;

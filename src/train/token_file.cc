@@ -13,6 +13,7 @@
 #include <sstream>
 #include <utility>
 
+#include "base/json_text.h"
 #include "base/status.h"
 
 namespace spillway {
@@ -118,12 +119,7 @@ TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
   }
   std::ostringstream sidecar_text;
   sidecar_text << sidecar_in.rdbuf();
-  nlohmann::json sidecar;
-  try {
-    sidecar = nlohmann::json::parse(sidecar_text.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    throw Error(sidecar_path, std::string("not valid JSON: ") + e.what());
-  }
+  const nlohmann::json sidecar = json_from_text(sidecar_text.str(), sidecar_path);
   const auto field = [&](const char* key, bool (nlohmann::json::*is_type)() const noexcept,
                          const char* kind) -> const nlohmann::json& {
     SPW_CHECK(sidecar.is_object() && sidecar.contains(key), sidecar_path, "missing field ", key);

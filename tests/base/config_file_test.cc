@@ -54,9 +54,11 @@ TEST_F(SettingsFile, SyntaxErrorsSayWhereInPlainWords) {
   EXPECT_EQ(error_of_file("b.toml", "[schedule]\nsteps = 1\nsteps = 2\n"),
             "b.toml:3:9: Error while parsing key-value pair: cannot redefine existing integer 'steps'");
   EXPECT_EQ(error_of_file("c.json", "{\"memory\": {\"offload\": \"on\",}}"),
-            "c.json:1:29: unexpected '}'; expected string literal (reading object key)");
+            "c.json: not valid JSON at line 1, column 29: unexpected '}'; expected string literal "
+            "(reading object key)");
   EXPECT_EQ(error_of_file("d.json", "{\"memory\":\n {\"offload\": tru}}"),
-            "d.json:2:17: invalid literal; last read: '\"offload\": tru}' (reading value)");
+            "d.json: not valid JSON at line 2, column 17: invalid literal; last read: '\"offload\": tru}' "
+            "(reading value)");
 }
 
 TEST_F(SettingsFile, DatesExtensionsAndMissingFilesAreNamed) {

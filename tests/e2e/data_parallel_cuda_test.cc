@@ -79,9 +79,7 @@ TEST_F(DataParallelGpus, TwoGpusTrainWhatOneTrains) {
 // mid-run ends the other within --rank-timeout, naming the cause, and the
 // run ends with an error.
 TEST_F(DataParallelGpus, AHungRankEndsTheOtherWithinTheTimeout) {
-  std::istringstream words(train_args("hung", 100000) + " --nproc-per-node 2 --rank-timeout 10");
-  std::vector<std::string> args;
-  for (std::string w; words >> w;) args.push_back(w);
+  const std::vector<std::string> args = words_of(train_args("hung", 100000) + " --nproc-per-node 2 --rank-timeout 10");
   const std::string log = dir_ / "hung.log";
   const pid_t parent = start_spillway(args, {}, log);
   ASSERT_TRUE(wait_until_exists(dir_ / "hung/train_log.jsonl", 120s)) << read_file(log);

@@ -49,10 +49,7 @@ class DataParallel : public ::testing::Test {
            " --eval-every 5 --checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " + (dir_ / out);
   }
   std::vector<std::string> arg_list(const std::string& out, int steps) {
-    std::istringstream words(train_args(out, steps));
-    std::vector<std::string> list;
-    for (std::string w; words >> w;) list.push_back(w);
-    return list;
+    return words_of(train_args(out, steps));
   }
   void train(const std::string& out, int steps, const std::string& more) {
     const CommandResult r = run_spillway(train_args(out, steps) + " " + more);
@@ -145,12 +142,9 @@ TEST_F(DataParallel, AKilledRankEndsTheRunWithAnError) {
   const pid_t parent = start_spillway(args, {}, log);
   ASSERT_TRUE(wait_until_exists(dir_ / "killed/train_log.jsonl", 60s)) << read_file(log);
   // The ranks are the parent's children; kill the one started last.
-  std::istringstream children(read_file("/proc/" + std::to_string(parent) + "/task/" + std::to_string(parent) +
-                                        "/children"));
-  std::vector<pid_t> ranks;
-  for (pid_t p; children >> p;) ranks.push_back(p);
+  const std::vector<pid_t> ranks = ranks_of(parent);  // by pid
   ASSERT_EQ(ranks.size(), 2u);
-  ::kill(std::max(ranks[0], ranks[1]), SIGKILL);
+  ::kill(ranks[1], SIGKILL);
   EXPECT_EQ(wait_for(parent, 60s), 1) << read_file(log);
   EXPECT_NE(read_file(log).find("rank 1: ended with signal 9; stopping the other ranks"), std::string::npos)
       << read_file(log);

@@ -48,14 +48,11 @@ class Kill : public ::testing::Test {
     write_file(dir_ / "micro.json", micro_config_json());
   }
   std::vector<std::string> train_args(const std::string& extra) const {
-    std::istringstream words("train --config " + (dir_ / "micro.json") + " --vocab 300 --data " +
+    return words_of("train --config " + (dir_ / "micro.json") + " --vocab 300 --data " +
                              (dir_ / "corpus.txt") +
                              " --separator % --batch 2 --seq 16 --steps 100000 --checkpoint-every 1"
                              " --keep-checkpoints 2 --eval-batches 1 --sample-tokens 0 --threads 1 --quiet --out " +
                              run() + " " + extra);
-    std::vector<std::string> list;
-    for (std::string w; words >> w;) list.push_back(w);
-    return list;
   }
   std::string run() const { return dir_ / "run"; }
   std::string log() const { return dir_ / "out.log"; }

@@ -25,6 +25,14 @@ namespace spillway::e2e {
 
 using namespace std::chrono_literals;
 
+// A command line's words, as a process's arguments.
+inline std::vector<std::string> words_of(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  for (std::string w; in >> w;) words.push_back(w);
+  return words;
+}
+
 // A spillway process started in the background with extra environment
 // variables, its output in `log`; `in_child` (limits, signal dispositions)
 // runs in the child before the exec.

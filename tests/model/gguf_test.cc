@@ -559,14 +559,15 @@ TEST_F(GgufLlama, MismatchesNameTheFileAndTheTensorOrKey) {
   std::string good = llama_gguf(w, Storage::f32, &expect);
 
   // Drop a tensor, misshape one, add a bias: rebuild with the builder.
-  auto rebuild = [&](const std::string& skip, const std::string& misshape, bool bias) {
+  // `blocks` > 0 replaces llama.block_count.
+  auto rebuild = [&](const std::string& skip, const std::string& misshape, bool bias, uint32_t blocks = 0) {
     GgufBuilder b;
     GgufFile f(write("src.gguf", good));
     for (const auto& [key, value] : f.metadata()) {
       if (key == "tokenizer.ggml.tokens") continue;
       if (value.type == GgufValueType::string) b.string(key, value.s);
       else if (value.type == GgufValueType::f32) b.f32(key, static_cast<float>(value.f));
-      else b.u32(key, static_cast<uint32_t>(value.u));
+      else b.u32(key, blocks > 0 && key == "llama.block_count" ? blocks : static_cast<uint32_t>(value.u));
     }
     for (const GgufTensorInfo& t : f.tensors()) {
       if (t.name == skip) continue;
@@ -585,25 +586,9 @@ TEST_F(GgufLlama, MismatchesNameTheFileAndTheTensorOrKey) {
   msg = error_of([&] { load_gguf_llama(write("c.gguf", rebuild("", "", true))); });
   EXPECT_HAS(msg, "c.gguf: tensor 'blk.1.attn_q.bias' is not part of the LLaMA model");
   // A block_count other than the file's layers names both numbers.
-  auto with_blocks = [&](uint32_t blocks) {
-    GgufBuilder b;
-    GgufFile f(write("src.gguf", good));
-    for (const auto& [key, value] : f.metadata()) {
-      if (key == "tokenizer.ggml.tokens") continue;
-      if (value.type == GgufValueType::string) b.string(key, value.s);
-      else if (value.type == GgufValueType::f32) b.f32(key, static_cast<float>(value.f));
-      else b.u32(key, key == "llama.block_count" ? blocks : static_cast<uint32_t>(value.u));
-    }
-    for (const GgufTensorInfo& t : f.tensors()) {
-      auto raw = f.raw(t);
-      std::string bytes(reinterpret_cast<const char*>(raw.data()), raw.size());
-      b.tensor({t.name, t.dims, static_cast<uint32_t>(t.type), std::move(bytes), {}});
-    }
-    return b.build();
-  };
-  EXPECT_EQ(error_of([&] { load_gguf_llama(write("e.gguf", with_blocks(1))); }),
+  EXPECT_EQ(error_of([&] { load_gguf_llama(write("e.gguf", rebuild("", "", false, 1))); }),
             (dir_ / "e.gguf").string() + ": llama.block_count is 1 but the file's tensors hold 2 layers");
-  EXPECT_EQ(error_of([&] { load_gguf_llama(write("f.gguf", with_blocks(3))); }),
+  EXPECT_EQ(error_of([&] { load_gguf_llama(write("f.gguf", rebuild("", "", false, 3))); }),
             (dir_ / "f.gguf").string() + ": llama.block_count is 3 but the file's tensors hold 2 layers");
   // No output.weight: tied embeddings, still a valid model.
   EXPECT_TRUE(load_gguf_llama(write("d.gguf", rebuild("output.weight", "", false))).config().tie_word_embeddings);

@@ -63,7 +63,8 @@ class CpuEngine final : public Engine {
       const double scale =
           accumulated_grad_scale(std::sqrt(sums[1]), micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
       if (profiling_) ++profiled_steps_;
-      sharded_->step(weights_, lr, scale, comm);
+      stats.updated = update_is_finite(stats);
+      if (stats.updated) sharded_->step(weights_, lr, scale, comm);
       return stats;
     }
     if (ranks > 1) {
@@ -76,7 +77,8 @@ class CpuEngine final : public Engine {
     const double scale = accumulated_grad_scale(global_grad_norm(grads_), micro_batches * ranks, options_.grad_clip,
                                                 &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
-    optimizer_.step(weights_, grads_, lr, scale);
+    stats.updated = update_is_finite(stats);
+    if (stats.updated) optimizer_.step(weights_, grads_, lr, scale);
     return stats;
   }
 

@@ -6,6 +6,7 @@
 // checkpoints.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -23,7 +24,14 @@ namespace spillway::train {
 struct StepStats {
   double loss = 0;       // mean over the micro-batches of every data-parallel rank
   double grad_norm = 0;  // of the step's gradient, before clipping
+  // False where the loss or the gradient norm is not finite: the update was
+  // skipped, the weights and moments are as they were (on every rank, which
+  // all see the same summed loss and norm).
+  bool updated = true;
 };
+
+// Whether a step's loss and gradient norm let its update be taken.
+inline bool update_is_finite(const StepStats& s) { return std::isfinite(s.loss) && std::isfinite(s.grad_norm); }
 
 // What an engine needs of a run configuration (train/run_config.h).
 struct EngineOptions {

@@ -125,6 +125,7 @@ struct ScheduleConfig {
   int64_t checkpoint_every = 200;
   int64_t keep_checkpoints = 2;  // newest step folders kept; 0: all
   uint64_t seed = 1337;
+  int64_t max_skipped_steps = 5;  // updates skipped in a row (non-finite loss or norm) that stop the run
 };
 
 struct MemoryConfig {

@@ -104,6 +104,9 @@ const Field kFields[] = {
     {.key = "schedule.keep_checkpoints", .flag = "--keep-checkpoints",
      .help = "newest checkpoints kept in the run folder (0: all)", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::keep_checkpoints>, .min = 0},
+    {.key = "schedule.max_skipped_steps", .flag = "--max-skipped-steps",
+     .help = "steps in a row whose update is skipped for a non-finite loss or gradient norm before the run stops",
+     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::max_skipped_steps>, .min = 1},
     {.key = "schedule.seed", .flag = "--seed", .help = "seed for initialization, data order and the sample",
      .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::seed>, .checkpointed = true},
     // memory

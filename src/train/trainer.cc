@@ -27,6 +27,7 @@
 #include "train/progress.h"
 #include "train/engine.h"
 #include "train/run_config_fields.h"
+#include "train/trainer_state.h"
 
 namespace spillway::train {
 
@@ -138,10 +139,11 @@ void check_run_folder(const RunConfig& o) {
   if (o.run.resume) {
     const std::string ckpt = resolve_checkpoint(o.run.out);
     SPW_CHECK(ckpt != o.run.out, o.run.out, "has no checkpoint to resume from (no 'latest' file)");
-    const json state = load_trainer_state(ckpt);
+    const std::string path = ckpt + "/trainer_state.json";
+    const TrainerState state = read_trainer_state(load_trainer_state(ckpt), path);
     RunConfig resumed = o;
-    restore_checkpointed(resumed, state.at("options"), ckpt + "/trainer_state.json");
-    const int64_t step = state.at("step");
+    restore_checkpointed(resumed, state.options, path);
+    const int64_t step = state.step;
     const ScheduleConfig& s = resumed.schedule;
     SPW_CHECK(step < s.steps, o.run.out, "the run is finished (step ", step, " of ", s.steps,
               "); nothing to resume. Fine-tune from it with `spillway finetune --model ", o.run.out,
@@ -165,17 +167,17 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   model::LlamaWeights weights;
   AdamW optimizer;
   std::unique_ptr<Tokenizer> start_tokenizer;
-  json state;
-  int64_t start_step = 0;
+  TrainerState state;
 
   check_run_folder(o);
   if (o.run.resume) {
     const std::string ckpt = resolve_checkpoint(o.run.out);  // check_run_folder found it, not finished
-    state = load_trainer_state(ckpt);
-    restore_checkpointed(o, state.at("options"), ckpt + "/trainer_state.json");
-    start_step = state.at("step");
+    const std::string path = ckpt + "/trainer_state.json";
+    state = read_trainer_state(load_trainer_state(ckpt), path);
+    restore_checkpointed(o, state.options, path);
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
+    check_trainer_state(state, o.schedule, optimizer.steps_taken, path);
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
@@ -214,9 +216,14 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     } else {
       fresh_config->vocab_size = data.tokenizer->vocab_size();
     }
+    // A new model's context is at least what it trains on.
+    fresh_config->max_position_embeddings = std::max(fresh_config->max_position_embeddings, s.seq);
     weights = model::LlamaWeights::random(*fresh_config, s.seed);
   }
   const model::LlamaConfig& config = weights.config();
+  SPW_CHECK(s.seq <= config.max_position_embeddings, "--seq", s.seq, " is past the model's context of ",
+            config.max_position_embeddings, " tokens (max_position_embeddings in its config.json); train on ",
+            "sequences at most that long, or raise it there to extend the context on purpose");
   SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
             data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
   // With bf16 moments the GPU engine keeps its own; fp32 ones are made only
@@ -228,18 +235,11 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   optimizer.eps = o.optimizer.eps;
 
   BatchSampler sampler(*data.train, s.batch, s.seq, s.seed);
-  if (o.run.resume) {
-    const json& st = state.at("sampler");
-    sampler.restore(SamplerState{st.at("seed"), st.at("draws"), st.at("tokens_consumed")});
-  }
-  LossCurves curves;
+  if (o.run.resume) sampler.restore(state.sampler);
+  LossCurves curves = state.curves;
   char title[96];
   std::snprintf(title, sizeof title, "spillway: %.1fM-parameter LLaMA", static_cast<double>(model::parameter_count(config)) / 1e6);
   curves.title = title;
-  if (o.run.resume) {
-    for (const auto& p : state.value("train_curve", json::array())) curves.train.emplace_back(p[0], p[1]);
-    for (const auto& p : state.value("validation_curve", json::array())) curves.validation.emplace_back(p[0], p[1]);
-  }
 
   const EngineOptions engine_options{.batch = s.batch,
                                      .seq = s.seq,
@@ -264,6 +264,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                     "The configuration this run resolved (docs/run_config.md); `spillway " +
                         std::string(command_name(command)) + " " + (run / "run_config.toml").string() +
                         "` reads it back."));
+  const int64_t start_step = state.step;
+  int64_t skipped_steps = state.skipped_steps, skipped_in_a_row = 0;
   JsonLog log(run / "train_log.jsonl", lead);
   Progress progress(s.steps, o.run.quiet ? nullptr : stdout);
   if (!o.run.quiet) {
@@ -279,16 +281,14 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
 
   auto save = [&](int64_t steps_done) {
     engine->sync_to_host();
-    SamplerState ss = sampler.state();
-    json st = {{"options", checkpointed_json(o)},
-               {"sampler", {{"seed", ss.seed}, {"draws", ss.draws}, {"tokens_consumed", ss.tokens_consumed}}},
-               {"train_curve", json::array()},
-               {"validation_curve", json::array()}};
-    for (auto [x, y] : curves.train) st["train_curve"].push_back({x, y});
-    for (auto [x, y] : curves.validation) st["validation_curve"].push_back({x, y});
     if (!lead) return std::string();
-    std::string dir =
-        save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer, st, s.keep_checkpoints);
+    TrainerState st;
+    st.skipped_steps = skipped_steps;
+    st.sampler = sampler.state();
+    st.curves = curves;
+    st.options = checkpointed_json(o);
+    std::string dir = save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer,
+                                      trainer_state_json(st), s.keep_checkpoints);
     log.write({{"event", "checkpoint"}, {"step", steps_done}, {"path", dir}});
     return dir;
   };
@@ -316,20 +316,36 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                                std::span<const int32_t>(targets).subspan(first, share),
                                                rank_micro_batches, lr);
     const double loss = stats.loss, norm = stats.grad_norm;
-    SPW_CHECK(std::isfinite(loss), "training", "loss became ", loss, " at step ", step + 1,
-              " (try a lower --lr)");
     progress.step(step, loss, lr, tokens_per_step);
-    curves.train.emplace_back(static_cast<double>(step + 1), loss);
-    result.train_loss = loss;
+    // A non-finite loss or norm (nlohmann writes them as null) left the
+    // weights and moments as they were; the data moves on.
     log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
                {"tokens", (step + 1) * tokens_per_step}, {"epoch", sampler.epochs()},
                {"tok_per_s", progress.tokens_per_second()},
-               {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()}});
+               {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
+               {"updated", stats.updated}});
     steps_done = step + 1;
+    if (stats.updated) {
+      skipped_in_a_row = 0;
+      curves.train.emplace_back(static_cast<double>(step + 1), loss);
+      result.train_loss = loss;
+    } else {
+      ++skipped_steps;
+      ++skipped_in_a_row;
+      char line[160];
+      std::snprintf(line, sizeof line, "step %lld: loss %g, gradient norm %g: update skipped (%lld in a row)",
+                    static_cast<long long>(step + 1), loss, norm, static_cast<long long>(skipped_in_a_row));
+      progress.note(line);
+      log.write({{"event", "skipped"}, {"step", step + 1}, {"loss", loss}, {"grad_norm", norm}});
+      SPW_CHECK(skipped_in_a_row < s.max_skipped_steps, "training", "steps ", step + 2 - skipped_in_a_row, " to ",
+                step + 1, " all had a non-finite loss or gradient norm, ", s.max_skipped_steps,
+                " in a row (--max-skipped-steps); the run stops, its last checkpoint untouched (try a lower --lr, or "
+                "check the data and the weights)");
+    }
     const bool last = step + 1 == end_step;
     if (data.validation && ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last)) {
       double val = evaluate(*engine, s.batch, s.seq, *data.validation, s.eval_batches, ranks);
-      curves.validation.emplace_back(static_cast<double>(step + 1), val);
+      if (std::isfinite(val)) curves.validation.emplace_back(static_cast<double>(step + 1), val);
       result.validation_loss = val;
       char line[160];
       std::snprintf(line, sizeof line, "step %lld: validation loss %.4f (train %.4f, epoch %.2f)",

@@ -169,10 +169,13 @@ class CudaEngine final : public Engine {
     }
     const double grad_scale =
         accumulated_grad_scale(std::sqrt(sums[1]), micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
-    ++optimizer_.steps_taken;
-    adamw_->update(optimizer_, lr, grad_scale);
-    if (sharded_) gather_weights();
-    host_current_ = false;
+    stats.updated = update_is_finite(stats);
+    if (stats.updated) {
+      ++optimizer_.steps_taken;
+      adamw_->update(optimizer_, lr, grad_scale);
+      if (sharded_) gather_weights();
+      host_current_ = false;
+    }
     if (profiling_) {
       optimizer_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - optimizer_start).count();
       ++profiled_steps_;

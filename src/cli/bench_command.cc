@@ -13,6 +13,7 @@
 #include "base/atomic_file.h"
 #include "base/bytes.h"
 #include "base/status.h"
+#include "cli/bench_collectives.h"
 #include "cli/commands.h"
 #include "cli/run_flags.h"
 #include "cli/training_ranks.h"
@@ -34,6 +35,7 @@ struct BenchArgs {
   std::string json_path;
   bool profile = false;
   std::string timeline;
+  bool collectives = false;
 };
 
 // With data-parallel ranks, each runs its share of the step's grad_accum
@@ -186,7 +188,11 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
   cmd->add_flag("--profile", a->profile, "after the timed steps, time each op kind over two more steps");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
-  return [a, flags] { return run_bench(flags->resolve(), *a); };
+  cmd->add_flag("--collectives", a->collectives,
+                "instead of training steps, time the collectives between the ranks: the link rate for plan --link-rate");
+  return [a, flags] {
+    return a->collectives ? run_collectives_bench(flags->resolve(), a->json_path) : run_bench(flags->resolve(), *a);
+  };
 }
 
 }  // namespace spillway::cli

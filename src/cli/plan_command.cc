@@ -23,6 +23,8 @@ namespace {
 struct PlanArgs {
   bool batch_auto = false;  // --batch auto
   int gpus = 1;             // data-parallel ranks, one per GPU
+  int hosts = 1;            // the GPUs split evenly over them
+  double link_rate = 0;     // GB/s each rank's collectives send; 0: the GPU's, or kNetworkRate across hosts
   bool largest = false;     // --largest
   std::string gpu = "H100";
   std::string svg;
@@ -59,10 +61,20 @@ int64_t largest_layer_count(train::StepPlanRequest req, train::StateSharding sha
   return fitting;
 }
 
+// Across hosts the ring runs at the network's pace, not NVLink's: a 400
+// Gb/s link per GPU, as the H100 clusters this plans for have, unless
+// --link-rate gives what `bench --collectives` measured.
+constexpr double kNetworkRate = 50e9;
+
 int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const train::ScheduleConfig& s = run.schedule;
   const train::MemoryConfig& m = run.memory;
   SPW_CHECK(a.gpus >= 1, "--gpus", "needs at least one GPU, not ", a.gpus);
+  SPW_CHECK(a.hosts >= 1 && a.gpus % a.hosts == 0, "--hosts", a.gpus, " GPUs do not split evenly over ", a.hosts,
+            " hosts");
+  SPW_CHECK(a.link_rate >= 0 && a.link_rate < 1e6, "--link-rate", a.link_rate,
+            " GB/s is not a rate a link has (0: the GPU's own)");
+  const int gpus_per_host = a.gpus / a.hosts;
   // As in training, --grad-accum counts the micro-batches of all ranks.
   SPW_CHECK(s.grad_accum % a.gpus == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ",
             a.gpus, " GPUs");
@@ -73,12 +85,20 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   req.seq = s.seq;
   req.device_budget = m.device_mem;
   // The GPUs of one host share its memory evenly.
-  req.host_budget = m.host_mem / static_cast<uint64_t>(a.gpus);
+  req.host_budget = m.host_mem / static_cast<uint64_t>(gpus_per_host);
   // Kernel workspaces outside the graph, as the GPU engine measures them:
   // a few gigabytes at most.
   const uint64_t reserved = 2ull << 30;
   req.device_reserved = [reserved](const train::LlamaStep&) { return reserved; };
   req.rates = plan::rates_for_gpu(a.gpu);
+  std::string rate_source = "the " + req.rates.name + "'s NVLink, measured";
+  if (a.link_rate > 0) {
+    req.rates.collective_bytes = a.link_rate * 1e9;
+    rate_source = "given";
+  } else if (a.hosts > 1) {
+    req.rates.collective_bytes = kNetworkRate;
+    rate_source = "a 400 Gb/s network link per GPU, assumed: measure with bench --collectives and give --link-rate";
+  }
   req.bf16_moments = m.bf16_moments;
   req.offload = m.offload;
   const train::ProjectionMode projections = run.kernels.projections;
@@ -138,13 +158,14 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
     const std::string sums = p.all_on_device() ? "gradient sums all-reduced under the backward pass"
                              : sharded         ? "gradient sums reduce-scattered after the backward pass"
                                                : "gradient sums all-reduced after the backward pass";
-    std::printf("data parallel over %d GPUs: %s; each sends %s a step (%s%s) at %.0f GB/s; the step waits %.3f s "
-                "for it\n",
-                a.gpus,
+    const std::string where = a.hosts > 1 ? " on " + std::to_string(a.hosts) + " hosts" : "";
+    std::printf("data parallel over %d GPUs%s: %s; each sends %s a step (%s%s) at %.0f GB/s (%s); the step waits "
+                "%.3f s for it\n",
+                a.gpus, where.c_str(),
                 sharded ? "the masters' rest and AdamW's moments sharded, 1/N on each"
                         : "every GPU keeps the whole training state",
                 format_bytes(p.bytes_communicated).c_str(), sums.c_str(), sharded ? ", weights all-gathered" : "",
-                req.rates.collective_bytes / 1e9, p.communication_seconds);
+                req.rates.collective_bytes / 1e9, rate_source.c_str(), p.communication_seconds);
   }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
@@ -198,8 +219,12 @@ Runner add_plan(CLI::App& app) {
   cmd->add_option("--gpu", args->gpu, "the GPU to predict for: H100 or H200")->capture_default_str();
   cmd->add_option("--svg", args->svg, "write the predicted timeline of the step here");
   cmd->add_option("--gpus", args->gpus,
-                  "data-parallel GPUs of one host, one rank each (--device-mem is each GPU's, --host-mem the host's)")
+                  "data-parallel GPUs, one rank each (--device-mem is each GPU's, --host-mem each host's)")
       ->capture_default_str();
+  cmd->add_option("--hosts", args->hosts, "hosts the --gpus are spread over evenly")->capture_default_str();
+  cmd->add_option("--link-rate", args->link_rate,
+                  "GB/s each GPU's collectives send (spillway bench --collectives measures it; default: NVLink's "
+                  "within a host, 50 across hosts)");
   cmd->add_flag("--largest", args->largest,
                 "plan the most layers of the model's width that fit the budgets instead of its own layer count");
   return [flags, args] {

@@ -28,6 +28,17 @@ class RendezvousStore {
   virtual std::chrono::milliseconds timeout() const = 0;
 };
 
+enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather };
+
+// The bytes one rank sends in a ring `op` over `ranks` ranks of `bytes` (the
+// whole array, as all_reduce_sum takes it, reduce_scatter_sum's input or
+// all_gather's output): (N-1)/N of them per pass, all-reduce making two. A
+// link's collective rate is these bytes over the time (plan/machine_rates.h).
+inline double ring_bytes_sent(Collective op, double bytes, int ranks) {
+  const double passes = op == Collective::all_reduce ? 2.0 : 1.0;
+  return passes * (ranks - 1.0) / ranks * bytes;
+}
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

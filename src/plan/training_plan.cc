@@ -5,6 +5,7 @@
 
 #include "base/bytes.h"
 #include "base/status.h"
+#include "device/communicator.h"
 #include "device/memory_space.h"
 
 namespace spillway::plan {
@@ -104,10 +105,11 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
     // of it; otherwise after it, reduce-scattered where the state is
     // sharded. Sharded, the updated weights are all-gathered after the
     // optimizer.
-    const double f = (r.data_parallel - 1.0) / r.data_parallel;
     const bool sharded = total.shards > 1, overlapped = p.all_on_device();
-    const double summed = (overlapped || !sharded ? 2 : 1) * f * static_cast<double>(total.grads);
-    const double gathered = sharded ? f * static_cast<double>(total.weights) : 0.0;
+    const double summed = ring_bytes_sent(overlapped || !sharded ? Collective::all_reduce : Collective::reduce_scatter,
+                                          static_cast<double>(total.grads), r.data_parallel);
+    const double gathered =
+        sharded ? ring_bytes_sent(Collective::all_gather, static_cast<double>(total.weights), r.data_parallel) : 0.0;
     p.bytes_communicated = static_cast<uint64_t>(summed + gathered);
     double summing = summed / r.rates.collective_bytes;
     if (overlapped) summing = std::max(0.0, summing - 2.0 / 3.0 * p.micro.step_seconds);

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "base/status.h"
+#include "device/cpu/cpu_device.h"
 #include "ops/matmul_op.h"
 
 #ifdef SPILLWAY_HAS_CUDA
@@ -94,6 +95,21 @@ bool picks_gpu(DeviceChoice device) {
   SPW_CHECK(device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
   return false;
 #endif
+}
+
+std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
+#ifdef SPILLWAY_HAS_CUDA
+  if (picks_gpu(device)) {
+    SPW_CHECK(gpu_ordinal >= 0 && gpu_ordinal < cuda_device_count(), "--device cuda", "GPU ", gpu_ordinal,
+              " is not visible (", cuda_device_count(), " are)");
+    set_current_cuda_device(gpu_ordinal);
+    return make_cuda_device(gpu_ordinal);
+  }
+#else
+  picks_gpu(device);
+  (void)gpu_ordinal;
+#endif
+  return make_cpu_device();
 }
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {

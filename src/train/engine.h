@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "device/communicator.h"
+#include "device/device.h"
 #include "graph/graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
@@ -109,6 +110,11 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
 // Whether `device` picks the GPU engine on this machine; Error where it
 // asks for CUDA this build does not have.
 bool picks_gpu(DeviceChoice device);
+
+// The device a run's engine would use, alone: GPU `gpu_ordinal` (made
+// current) or the CPU, as picks_gpu chooses. For work beside training on
+// the same memory and streams, such as timing the collectives.
+std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal);
 
 // `weights` and `optimizer` must outlive the engine; they are its host copy.
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);

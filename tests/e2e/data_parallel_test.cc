@@ -127,6 +127,32 @@ TEST_F(DataParallel, ResumeContinuesOnAnyNumberOfRanks) {
   expect_same_training("straight", "other");
 }
 
+// The link rate between ranks, measured over the same launcher and
+// collective library training uses: every collective at every size has a
+// positive rate, and the planner's is the largest all-reduce's.
+TEST_F(DataParallel, BenchCollectivesMeasuresTheLinkRate) {
+  const std::string json = dir_ / "collectives.jsonl";
+  const CommandResult r = run_spillway("bench --collectives --nproc-per-node 2 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("collectives over 2 ranks on cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("link rate for the planner: "), std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(read_file(json));
+  EXPECT_EQ(j.at("ranks"), 2);
+  ASSERT_EQ(j.at("ops").size(), 9u);  // three collectives at 1, 4 and 16 MiB
+  double largest_all_reduce = 0;
+  for (const auto& op : j.at("ops")) {
+    EXPECT_GT(op.at("sent_gb_s").get<double>(), 0) << op.dump();
+    if (op.at("op") == "all-reduce" && op.at("bytes") == 16u << 20) largest_all_reduce = op.at("sent_gb_s");
+  }
+  EXPECT_EQ(j.at("link_rate_gb_s").get<double>(), largest_all_reduce);
+
+  const CommandResult alone = run_spillway("bench --collectives");
+  EXPECT_EQ(alone.exit_code, 1);
+  EXPECT_NE(alone.out.find("spillway: --collectives: times the links between ranks: start two or more"),
+            std::string::npos)
+      << alone.out;
+}
+
 TEST_F(DataParallel, MicroBatchesMustSplitEvenly) {
   const CommandResult r = run_spillway(train_args("uneven", 4) + " --nproc-per-node 3");
   EXPECT_NE(r.exit_code, 0);

@@ -59,6 +59,40 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
       << uneven.out;
 }
 
+// GPUs over several hosts: each host's memory shared by its own GPUs, the
+// ring at the network's rate unless --link-rate gives the measured one, and
+// a slower link a longer wait.
+TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
+  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 200GiB --recompute auto";
+  const CommandResult one_host = run_spillway("plan --gpus 4" + common);
+  ASSERT_EQ(one_host.exit_code, 0) << one_host.out;
+  EXPECT_NE(one_host.out.find("at 150 GB/s (the NVIDIA H100 80GB HBM3's NVLink, measured)"), std::string::npos)
+      << one_host.out;
+  const CommandResult two_hosts = run_spillway("plan --gpus 4 --hosts 2" + common);
+  ASSERT_EQ(two_hosts.exit_code, 0) << two_hosts.out;
+  EXPECT_NE(two_hosts.out.find("data parallel over 4 GPUs on 2 hosts"), std::string::npos) << two_hosts.out;
+  EXPECT_NE(two_hosts.out.find("of 100.00 GiB"), std::string::npos) << two_hosts.out;  // 200 GiB over 2 GPUs a host
+  EXPECT_NE(two_hosts.out.find("at 50 GB/s (a 400 Gb/s network link per GPU, assumed"), std::string::npos)
+      << two_hosts.out;
+  auto waited = [](const std::string& out) {
+    const size_t at = out.find("the step waits ");
+    EXPECT_NE(at, std::string::npos) << out;
+    return std::stod(out.substr(at + sizeof "the step waits " - 1));
+  };
+  const CommandResult given = run_spillway("plan --gpus 4 --hosts 2 --link-rate 10" + common);
+  ASSERT_EQ(given.exit_code, 0) << given.out;
+  EXPECT_NE(given.out.find("at 10 GB/s (given)"), std::string::npos) << given.out;
+  // A fifth of the rate: the same bytes, less of them hidden under the backward pass.
+  EXPECT_GT(waited(given.out), 5 * waited(two_hosts.out));
+  const CommandResult uneven = run_spillway("plan --gpus 4 --hosts 3" + common);
+  EXPECT_EQ(uneven.exit_code, 1);
+  EXPECT_NE(uneven.out.find("spillway: --hosts: 4 GPUs do not split evenly over 3 hosts"), std::string::npos)
+      << uneven.out;
+  const CommandResult zero = run_spillway("plan --gpus 4 --link-rate -1" + common);
+  EXPECT_EQ(zero.exit_code, 1);
+  EXPECT_NE(zero.out.find("spillway: --link-rate: -1 GB/s is not a rate a link has"), std::string::npos) << zero.out;
+}
+
 // --largest finds the most layers of a width that the budgets hold: that
 // many plan, one more does not.
 TEST(PlanE2E, LargestIsTheMostLayersThatFit) {

@@ -87,6 +87,8 @@ int cuda_device_count() {
 
 uint64_t cuda_default_device_budget(int ordinal) { return resolve_device_budget(ordinal, MemorySpace::kUnlimited); }
 
+void set_current_cuda_device(int ordinal) { SPW_CUDA(cudaSetDevice(ordinal)); }
+
 std::unique_ptr<Device> make_cuda_device(int ordinal, uint64_t device_budget, uint64_t host_budget) {
   const int count = cuda_device_count();
   SPW_CHECK(ordinal >= 0 && ordinal < count, device_name(ordinal), "no such GPU (this machine has ",

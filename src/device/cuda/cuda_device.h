@@ -41,6 +41,10 @@ int cuda_device_count();
 // what is free now.
 uint64_t cuda_default_device_budget(int ordinal);
 
+// Makes GPU `ordinal` this thread's current device: where kernels and
+// NCCL's calls made without a guard run.
+void set_current_cuda_device(int ordinal);
+
 std::unique_ptr<Device> make_cuda_device(int ordinal,
                                          uint64_t device_budget = MemorySpace::kUnlimited,
                                          uint64_t host_budget = MemorySpace::kUnlimited);

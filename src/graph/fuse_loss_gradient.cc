@@ -29,6 +29,10 @@ LossGradientFused fuse_loss_gradient(const Graph& g) {
       continue;
     }
     if (forward.inputs[0] != logits || forward.inputs[1] != targets || forward.outputs[1] != lse) continue;
+    // The same weights, or none on either (the weighted loss's third input,
+    // its backward's fifth).
+    const bool forward_weighted = forward.inputs.size() > 2, back_weighted = back.inputs.size() > 4;
+    if (forward_weighted != back_weighted || (forward_weighted && forward.inputs[2] != back.inputs[4])) continue;
     // The fused kernel takes dloss as a constant rounded to the loss's dtype,
     // which is what the fill wrote only when it has that dtype.
     const ValueInfo& seed_value = values[static_cast<size_t>(dloss.id)];

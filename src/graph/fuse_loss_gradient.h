@@ -27,7 +27,7 @@ struct LossGradientFused {
 };
 
 // A new graph in which every cross_entropy_backward that reads the lse of a
-// cross_entropy of the same logits and targets, with a dloss made by a fill
+// cross_entropy of the same logits, targets and weights (if any), with a dloss made by a fill
 // (the loss's seed) of the loss's dtype, is folded into that cross_entropy,
 // which stays where it was. Every value keeps its id; the fill goes too when
 // nothing else reads its value, which is then left without a producer or

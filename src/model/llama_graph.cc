@@ -94,7 +94,12 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   h = ops::rmsnorm(b, h, norm, c.rms_norm_eps, "model.norm");
   graph::Value head = c.tie_word_embeddings ? embed : param("lm_head.weight", Shape{c.vocab_size, d});
   m.logits = ops::linear(b, h, head, "lm_head");
-  m.loss = ops::cross_entropy(b, m.logits, m.targets, "loss");
+  if (options.weighted_loss) {
+    m.loss_weights = b.input("loss_weights", Shape{batch, seq}, graph::accumulation_dtype(b.dtype()));
+    m.loss = ops::cross_entropy_weighted(b, m.logits, m.targets, m.loss_weights, "loss");
+  } else {
+    m.loss = ops::cross_entropy(b, m.logits, m.targets, "loss");
+  }
   return m;
 }
 

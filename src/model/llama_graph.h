@@ -15,13 +15,18 @@ struct LlamaGraphOptions {
   // wide GEMM (and one for each gradient) instead of two or three narrow
   // ones; rope and attention read the stacked q|k|v output as it is.
   bool fused_projections = false;
+  // The loss weighted per token (ops::cross_entropy_weighted) by the input
+  // `loss_weights`, instead of the mean over counted targets
+  // (train/loss_weights.h says what training puts there).
+  bool weighted_loss = false;
 };
 
 struct LlamaGraph {
   graph::Value tokens;   // [batch, seq] i32
   graph::Value targets;  // [batch, seq] i32, negative = not counted
+  graph::Value loss_weights;  // [batch, seq] in the accumulation dtype, with weighted_loss; else invalid
   graph::Value logits;   // [batch, seq, vocab]
-  graph::Value loss;     // mean cross-entropy, one element
+  graph::Value loss;     // mean cross-entropy (weighted: the weighted sum), one element
   std::vector<graph::Value> parameters;  // in checkpoint order
   // parameter_parts[i]: the checkpoint tensors (their indices in checkpoint
   // order, LlamaWeights::tensors()) that parameters[i] stacks by rows, in

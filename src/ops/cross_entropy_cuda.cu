@@ -133,17 +133,21 @@ __device__ MaxSum block_max_sum(const __nv_bfloat16* __restrict__ x, int64_t voc
   return total;
 }
 
-// A row's loss: 0 for a row that does not count, NaN for a target past the
-// vocabulary.
-__device__ inline float row_loss_of(const __nv_bfloat16* x, int32_t target, int64_t vocab, float row_lse) {
+// A row's loss, times its weight where there are weights: 0 for a row that
+// does not count (its weight unread), NaN for a target past the vocabulary.
+__device__ inline float row_loss_of(const __nv_bfloat16* x, int32_t target, int64_t vocab, float row_lse,
+                                    const float* weights, int64_t row) {
   if (target >= vocab) return NAN;
-  return target >= 0 ? row_lse - __bfloat162float(x[target]) : 0.0f;
+  if (target < 0) return 0.0f;
+  const float loss = row_lse - __bfloat162float(x[target]);
+  return weights ? __fmul_rn(weights[row], loss) : loss;
 }
 
 // One block per row: lse[row], and the row's loss into row_loss.
 __global__ void __launch_bounds__(kRowThreads)
     row_lse_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
-                   float* __restrict__ lse, float* __restrict__ row_loss, int64_t vocab) {
+                   float* __restrict__ lse, float* __restrict__ row_loss, int64_t vocab,
+                   const float* __restrict__ weights) {
   __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* x = logits + row * vocab;
@@ -151,14 +155,15 @@ __global__ void __launch_bounds__(kRowThreads)
   if (threadIdx.x != 0) return;
   const float row_lse = total.max + logf(total.sum);
   lse[row] = row_lse;
-  row_loss[row] = row_loss_of(x, targets[row], vocab, row_lse);
+  row_loss[row] = row_loss_of(x, targets[row], vocab, row_lse, weights, row);
 }
 
-// The mean over counted rows, in one block: each thread sums its rows in
-// order in double, then the threads' sums are added in a fixed tree.
+// The mean over counted rows (weighted: the sum of the weighted rows), in
+// one block: each thread sums its rows in order in double, then the
+// threads' sums are added in a fixed tree.
 __global__ void __launch_bounds__(kSumThreads)
     mean_loss_kernel(const float* __restrict__ row_loss, const int32_t* __restrict__ targets,
-                     float* __restrict__ loss, int64_t rows) {
+                     float* __restrict__ loss, int64_t rows, bool weighted) {
   __shared__ double warp_sum[kSumThreads / 32];
   __shared__ long long warp_count[kSumThreads / 32];
   double sum = 0;
@@ -184,6 +189,10 @@ __global__ void __launch_bounds__(kSumThreads)
     total += warp_sum[w];
     total_count += warp_count[w];
   }
+  if (weighted) {
+    loss[0] = static_cast<float>(total);
+    return;
+  }
   loss[0] = total_count > 0 ? static_cast<float>(total / static_cast<double>(total_count)) : 0.0f;
 }
 
@@ -206,8 +215,12 @@ __device__ int counted_rows(const int32_t* __restrict__ targets, int64_t rows, i
   return block_count(mine, scratch);
 }
 
-__device__ inline float gradient_scale(int32_t target, int64_t vocab, int counted, float dloss) {
+// dloss / counted, or dloss times the row's weight (unread for a row that
+// does not count).
+__device__ inline float gradient_scale(int32_t target, int64_t vocab, int counted, float dloss,
+                                       const float* weights, int64_t row) {
   if (target >= vocab) return NAN;
+  if (weights) return target >= 0 ? static_cast<float>(static_cast<double>(dloss) * weights[row]) : 0.0f;
   return counted > 0 ? static_cast<float>(static_cast<double>(dloss) / counted) : 0.0f;
 }
 
@@ -273,13 +286,13 @@ __global__ void __launch_bounds__(kRowThreads)
     row_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
                     const float* __restrict__ lse, const float* __restrict__ dloss,
                     __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab,
-                    bool use_vectors) {
+                    bool use_vectors, const float* __restrict__ weights) {
   __shared__ int scratch[kRowThreads / 32];
-  const int counted = counted_rows(targets, rows, scratch);
+  const int counted = weights ? 0 : counted_rows(targets, rows, scratch);
   const int64_t row = blockIdx.x;
   const int32_t target = targets[row];
   write_row_gradient<false>(logits + row * vocab, dlogits + row * vocab, vocab, target,
-                            gradient_scale(target, vocab, counted, dloss[0]), lse[row], use_vectors);
+                            gradient_scale(target, vocab, counted, dloss[0], weights, row), lse[row], use_vectors);
 }
 
 // Forward and backward fused: each block takes rows in turn (counting the
@@ -288,11 +301,12 @@ __global__ void __launch_bounds__(kRowThreads)
 __global__ void __launch_bounds__(kRowThreads)
     row_lse_grad_kernel(const __nv_bfloat16* __restrict__ logits, const int32_t* __restrict__ targets,
                         float dloss, float* __restrict__ lse, float* __restrict__ row_loss,
-                        __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab, bool use_vectors) {
+                        __nv_bfloat16* __restrict__ dlogits, int64_t rows, int64_t vocab, bool use_vectors,
+                        const float* __restrict__ weights) {
   __shared__ float warp_max[kRowThreads / 32], warp_sum[kRowThreads / 32];
   __shared__ int scratch[kRowThreads / 32];
   __shared__ float shared_lse;
-  const int counted = counted_rows(targets, rows, scratch);
+  const int counted = weights ? 0 : counted_rows(targets, rows, scratch);
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const __nv_bfloat16* x = logits + row * vocab;
     const int32_t target = targets[row];
@@ -300,14 +314,15 @@ __global__ void __launch_bounds__(kRowThreads)
     if (threadIdx.x == 0) {
       const float row_lse = total.max + logf(total.sum);
       lse[row] = row_lse;
-      row_loss[row] = row_loss_of(x, target, vocab, row_lse);
+      row_loss[row] = row_loss_of(x, target, vocab, row_lse, weights, row);
       shared_lse = row_lse;
     }
     // Also orders this row's reads of shared_lse before the next row's write
     // (which comes after block_max_sum's barrier).
     __syncthreads();
-    write_row_gradient<true, kFusedUnroll>(x, dlogits + row * vocab, vocab, target, gradient_scale(target, vocab, counted, dloss),
-                             shared_lse, use_vectors);
+    write_row_gradient<true, kFusedUnroll>(x, dlogits + row * vocab, vocab, target,
+                                           gradient_scale(target, vocab, counted, dloss, weights, row), shared_lse,
+                                           use_vectors);
   }
 }
 
@@ -347,28 +362,29 @@ uint64_t cross_entropy_forward_workspace_bytes(int64_t rows) {
 }
 
 void cross_entropy_forward_cuda(const bf16* logits, const int32_t* targets, float* lse, float* loss,
-                                int64_t rows, int64_t vocab, void* workspace, cudaStream_t stream) {
+                                int64_t rows, int64_t vocab, void* workspace, cudaStream_t stream,
+                                const float* weights) {
   check_shape(rows, vocab);
   auto* row_loss = static_cast<float*>(workspace);
   if (rows > 0) {
     SPW_CHECK(workspace != nullptr, "cross_entropy", "forward needs a workspace of ",
               cross_entropy_forward_workspace_bytes(rows), " bytes");
     row_lse_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
-        reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, row_loss, vocab);
+        reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, row_loss, vocab, weights);
     SPW_CUDA(cudaGetLastError());
   }
-  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows);
+  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows, weights != nullptr);
   SPW_CUDA(cudaGetLastError());
 }
 
 void cross_entropy_backward_cuda(const bf16* logits, const int32_t* targets, const float* lse,
                                  const float* dloss, bf16* dlogits, int64_t rows, int64_t vocab,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, const float* weights) {
   check_shape(rows, vocab);
   if (rows == 0) return;
   row_grad_kernel<<<static_cast<unsigned>(rows), kRowThreads, 0, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(logits), targets, lse, dloss,
-      reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits));
+      reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits), weights);
   SPW_CUDA(cudaGetLastError());
 }
 
@@ -378,7 +394,7 @@ uint64_t cross_entropy_forward_backward_workspace_bytes(int64_t rows) {
 
 void cross_entropy_forward_backward_cuda(const bf16* logits, const int32_t* targets, float dloss, float* lse,
                                          float* loss, bf16* dlogits, int64_t rows, int64_t vocab, void* workspace,
-                                         cudaStream_t stream, int blocks) {
+                                         cudaStream_t stream, int blocks, const float* weights) {
   check_shape(rows, vocab);
   auto* row_loss = static_cast<float*>(workspace);
   if (rows > 0) {
@@ -387,10 +403,10 @@ void cross_entropy_forward_backward_cuda(const bf16* logits, const int32_t* targ
     const unsigned grid = blocks > 0 ? static_cast<unsigned>(std::min<int64_t>(blocks, rows)) : fused_blocks(rows, vocab);
     row_lse_grad_kernel<<<grid, kRowThreads, 0, stream>>>(
         reinterpret_cast<const __nv_bfloat16*>(logits), targets, dloss, lse, row_loss,
-        reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits));
+        reinterpret_cast<__nv_bfloat16*>(dlogits), rows, vocab, vectors_line_up(logits, dlogits), weights);
     SPW_CUDA(cudaGetLastError());
   }
-  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows);
+  mean_loss_kernel<<<1, kSumThreads, 0, stream>>>(row_loss, targets, loss, rows, weights != nullptr);
   SPW_CUDA(cudaGetLastError());
 }
 

@@ -9,6 +9,7 @@
 #include "device/cpu/cpu_device.h"
 #include "train/cpu_sharded_adamw.h"
 #include "train/engine.h"
+#include "train/loss_weights.h"
 #include "train/train_step.h"
 
 namespace spillway::train {
@@ -48,13 +49,22 @@ class CpuEngine final : public Engine {
     const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     const float share = 1.0f / static_cast<float>(micro_batches);
+    const int ranks = data_parallel_size(options_);
+    double token_weight = 0;
+    if (options_.weighted_loss) {
+      double counted = static_cast<double>(counted_targets(targets));
+      sum_over_ranks(std::span<double>(&counted, 1));
+      token_weight = loss_token_weight(micro_batches, ranks, counted);
+      loss_weights_.resize(n);
+    }
     // The step adds each micro-batch's gradients into grads_; AdamW takes
     // their mean, clipped, through one scale.
     for (auto& t : grads_.tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), targets.subspan(micro * n, n), grads_) * share;
+      const auto y = targets.subspan(micro * n, n);
+      if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
+      stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), y, grads_, loss_weights_) * share;
     }
-    const int ranks = data_parallel_size(options_);
     Stream& comm = device_->stream(StreamKind::comm);
     if (sharded_) {
       double sums[2] = {stats.loss, sharded_->reduce_gradients(grads_, comm)};
@@ -115,10 +125,15 @@ class CpuEngine final : public Engine {
   EngineOptions options_;
   // A device budget plans the steps across the device's memory and its host
   // memory; without one they run in device memory alone.
+  // Evaluation keeps the plain mean: the trainer weighs its batches itself.
   std::unique_ptr<TrainStep> make_step(bool with_backward) {
     const auto& c = weights_.config();
-    if (options_.memory.device_mem) return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward);
-    return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward);
+    const bool weighted = with_backward && options_.weighted_loss;
+    if (options_.memory.device_mem) {
+      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted);
+    }
+    return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward,
+                                       weighted);
   }
 
   // Members are built in declaration order: the device before the steps.
@@ -126,6 +141,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<TrainStep> eval_;
   model::LlamaWeights grads_;  // the sum of the micro-batches' gradients
+  std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer
   bool profiling_ = false;
   int profiled_steps_ = 0;

@@ -53,6 +53,12 @@ struct EngineOptions {
   // Ranks on this host: they share its memory (memory.host_mem is the
   // host's budget), each planning with an even share of it.
   int ranks_on_host = 1;
+  // The training loss is the mean over the counted targets (>= 0) of the
+  // whole optimizer step, on every rank, through per-token weights
+  // (train/loss_weights.h), instead of the mean of each micro-batch's mean:
+  // for data whose micro-batches count different numbers of tokens
+  // (instruction data). Evaluation is unchanged.
+  bool weighted_loss = false;
 };
 
 // How many ranks train together (1 without data parallelism).

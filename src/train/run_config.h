@@ -55,6 +55,13 @@ std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
 // none.
 enum class StateSharding : uint8_t { automatic, none, optimizer };
 
+// What the data is: text (or token files) for next-token training, or
+// instruction records (train/instruction_data.h) whose loss counts the
+// assistant's tokens only; automatic: instruction where every path is a
+// .jsonl file whose first record has "messages" or "instruction", as TRL's
+// SFTTrainer tells a conversational dataset by its keys.
+enum class DataFormat : uint8_t { automatic, text, instruction };
+
 // Each enum's one table of names, indexed by value; `noun` is what an error
 // calls a word that is not in it ("unknown policy 'x'").
 template <typename E>
@@ -75,6 +82,11 @@ template <>
 struct EnumNames<ProjectionMode> {
   static constexpr std::array<std::string_view, 3> names{"auto", "fused", "separate"};
   static constexpr std::string_view noun = "value";
+};
+template <>
+struct EnumNames<DataFormat> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "text", "instruction"};
+  static constexpr std::string_view noun = "format";
 };
 template <>
 struct EnumNames<StateSharding> {
@@ -103,6 +115,7 @@ struct DataConfig {
   int32_t vocab_size = 4096;       // for a tokenizer trained here
   double validation_fraction = 0.05;
   uint64_t seed = 1;  // which documents are held out; fixed, so that a resume finds the same split
+  DataFormat format = DataFormat::automatic;
 };
 
 struct OptimizerConfig {

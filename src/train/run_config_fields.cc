@@ -57,6 +57,11 @@ const Field kFields[] = {
     {.key = "data.separator", .flag = "--separator",
      .help = "a line holding exactly this text ends a document (default: a blank line; % for the default corpus)",
      .commands = kTraining, .ref = at<&R::data, &DataConfig::document_separator>},
+    {.key = "data.format", .flag = "--data-format",
+     .help = "text, instruction (JSONL of chat \"messages\" or Alpaca \"instruction\"/\"input\"/\"output\" records, "
+             "rendered through the model's chat template; the loss counts the assistant's tokens only), or auto "
+             "(instruction where every --data file is such a .jsonl)",
+     .commands = kTraining, .ref = at<&R::data, &DataConfig::format>},
     {.key = "data.vocab_size", .flag = "--vocab", .help = "size of the BPE tokenizer trained on the data",
      .commands = T, .ref = at<&R::data, &DataConfig::vocab_size>, .min = 1},
     {.key = "data.validation_fraction", .flag = "--validation-fraction",

@@ -7,11 +7,12 @@
 
 namespace spillway::train {
 
-TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward)
+TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward,
+                     bool weighted_loss)
     : batch_(batch), seq_(seq) {
   graph::Graph forward;
   graph::Builder b(forward, DType::f32);
-  model_ = model::build_llama(b, config, batch, seq);
+  model_ = model::build_llama(b, config, batch, seq, {.weighted_loss = weighted_loss});
   if (!with_backward) forward.mark_output(model_.logits);
   graph::StepGraph step = graph::make_step_graph(b, model_.loss, model_.parameters, {.backward = with_backward});
   graph_ = std::move(step.graph);
@@ -19,14 +20,14 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-                     bool with_backward)
-    : TrainStep(config, batch, seq, with_backward) {
+                     bool with_backward, bool weighted_loss)
+    : TrainStep(config, batch, seq, with_backward, weighted_loss) {
   program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
-                     bool with_backward)
-    : TrainStep(config, batch, seq, with_backward) {
+                     bool with_backward, bool weighted_loss)
+    : TrainStep(config, batch, seq, with_backward, weighted_loss) {
   device_ = &device;
   auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
   plan::Placement placement =
@@ -42,25 +43,26 @@ const plan::Placement* TrainStep::placement() const {
 }
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                      std::span<const int32_t> targets, model::LlamaWeights& grads) {
+                      std::span<const int32_t> targets, model::LlamaWeights& grads,
+                      std::span<const float> loss_weights) {
   SPW_CHECK(!grads_.of.empty(), "train step", "a forward-only step computes no gradients");
   auto& g = grads.tensors();
   SPW_CHECK(g.size() == model_.parameters.size(), "train step", "gradients hold ", g.size(),
             " tensors, the model has ", model_.parameters.size());
   for (size_t i = 0; i < g.size(); ++i) program_->bind(grads_[model_.parameters[i]], std::span<float>(g[i].data));
-  return run_bound(weights, tokens, targets);
+  return run_bound(weights, tokens, targets, loss_weights);
 }
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                      std::span<const int32_t> targets) {
-  if (grads_.of.empty()) return run_bound(weights, tokens, targets);
+                      std::span<const int32_t> targets, std::span<const float> loss_weights) {
+  if (grads_.of.empty()) return run_bound(weights, tokens, targets, loss_weights);
   if (!own_grads_) own_grads_ = model::LlamaWeights::zeros(weights.config());
   for (auto& t : own_grads_->tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
-  return run(weights, tokens, targets, *own_grads_);
+  return run(weights, tokens, targets, *own_grads_, loss_weights);
 }
 
 double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                            std::span<const int32_t> targets) {
+                            std::span<const int32_t> targets, std::span<const float> loss_weights) {
   const auto n = static_cast<size_t>(batch_ * seq_);
   SPW_CHECK(tokens.size() == n && targets.size() == n, "train step",
             "batch holds ", tokens.size(), " tokens and ", targets.size(), " targets, the step needs ", n);
@@ -69,6 +71,13 @@ double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_
             " tensors, the model has ", model_.parameters.size());
   program_->bind(model_.tokens, std::span<const int32_t>(tokens));
   program_->bind(model_.targets, std::span<const int32_t>(targets));
+  if (model_.loss_weights.valid()) {
+    SPW_CHECK(loss_weights.size() == n, "train step", "the weighted loss got ", loss_weights.size(),
+              " token weights for ", n, " targets");
+    program_->bind(model_.loss_weights, loss_weights);
+  } else {
+    SPW_CHECK(loss_weights.empty(), "train step", "token weights given to a step whose loss is unweighted");
+  }
   for (size_t i = 0; i < tensors.size(); ++i) {
     program_->bind(model_.parameters[i], std::span<float>(tensors[i].data));
   }

@@ -21,31 +21,34 @@ namespace spillway::train {
 class TrainStep {
  public:
   // `with_backward` false gives a forward-only step (evaluation). Its
-  // values live in `space`.
+  // values live in `space`. `weighted_loss`: the loss weighted per token
+  // (model::LlamaGraphOptions), whose weights each run is given.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-            bool with_backward = true);
+            bool with_backward = true, bool weighted_loss = false);
   // The step under a placement planned for `device`'s memory budgets
   // (plan/placement.h), run on its streams: values the device memory cannot
   // hold go home to its host memory and come back. Planning fails here,
   // before any work, when the budget is below the step's minimum.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
-            bool with_backward = true);
+            bool with_backward = true, bool weighted_loss = false);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
 
-  // tokens and targets are [batch, seq]. Returns the mean loss. The step's
+  // tokens and targets are [batch, seq]; so are loss_weights, which a step
+  // with a weighted loss needs and any other refuses. Returns the loss. The step's
   // parameter gradients are accumulated into caller memory
   // (graph::GradientOutput::accumulated): this run adds each gradient into
   // `grads`, laid out as the weights. The caller zeroes `grads` before the
   // first micro-batch of an optimizer step; nothing else is allocated for
   // gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-             std::span<const int32_t> targets, model::LlamaWeights& grads);
+             std::span<const int32_t> targets, model::LlamaWeights& grads,
+             std::span<const float> loss_weights = {});
   // Without a gradient buffer: a forward-only step, or a step whose gradients
   // go to a set the step keeps (zeroed first) for write_gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-             std::span<const int32_t> targets);
+             std::span<const int32_t> targets, std::span<const float> loss_weights = {});
 
   // grads[i] (+)= scale * gradient of parameter i from the last run without
   // a gradient buffer.
@@ -57,10 +60,10 @@ class TrainStep {
   const plan::Placement* placement() const;
 
  private:
-  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward);
-  // Binds tokens, targets and weights, runs, returns the loss.
+  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward, bool weighted_loss);
+  // Binds tokens, targets, loss weights and weights, runs, returns the loss.
   double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                   std::span<const int32_t> targets);
+                   std::span<const int32_t> targets, std::span<const float> loss_weights);
 
   int64_t batch_, seq_;
   graph::Graph graph_;

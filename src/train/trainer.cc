@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <optional>
 
 #include "base/atomic_file.h"
@@ -21,7 +22,10 @@
 #include "train/batch_sampler.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
+#include "train/instruction_batches.h"
+#include "train/instruction_data.h"
 #include "train/loss_plot.h"
+#include "train/loss_weights.h"
 #include "train/lr_schedule.h"
 #include "train/optimizer.h"
 #include "train/progress.h"
@@ -45,29 +49,82 @@ void check_options(const RunConfig& o, Command command) {
             "need lr > 0 and 0 <= min-lr <= lr, got ", opt.lr, " and ", opt.min_lr);
 }
 
-// Mean loss over the validation file's first `max_batches` batches,
-// weighted by counted targets; a short last batch is padded with rows
-// whose targets do not count. Data-parallel ranks take turns at the
-// batches and sum what they saw.
-double evaluate(Engine& engine, int64_t batch, int64_t seq, const TokenFile& val, int64_t max_batches,
-                const DataParallelRun& ranks) {
-  SequentialBatches batches(val, batch, seq);
+// Mean loss over the first `max_batches` validation batches that
+// `next_batch` hands out, weighted by counted targets (each batch's loss is
+// the mean over its own); a short last batch is padded with rows whose
+// targets do not count. Data-parallel ranks take turns at the batches and
+// sum what they saw.
+double evaluate(Engine& engine, int64_t batch, int64_t seq, const std::function<bool(TokenBatch&)>& next_batch,
+                int64_t max_batches, const DataParallelRun& ranks) {
   TokenBatch b;
   double sums[2] = {0, 0};  // loss over counted targets, and their count
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
-  for (int64_t i = 0; i < max_batches && batches.next(b); ++i) {
+  for (int64_t i = 0; i < max_batches && next_batch(b); ++i) {
     if (i % ranks.size() != ranks.rank()) continue;
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -100);
     std::copy(b.inputs.begin(), b.inputs.end(), inputs.begin());
     std::copy(b.targets.begin(), b.targets.end(), targets.begin());
-    const double n = static_cast<double>(b.targets.size());
+    const auto n = static_cast<double>(counted_targets(b.targets));
+    if (n == 0) continue;  // a batch that counts nothing has loss 0 and no weight
     sums[0] += engine.eval_loss(inputs, targets) * n;
     sums[1] += n;
   }
   engine.sum_over_ranks(sums);
   return sums[1] > 0 ? sums[0] / sums[1] : NAN;
+}
+
+// What fills the rest of an instruction example's row (its targets never
+// count): the tokenizer's padding token, or its end of text.
+int32_t pad_id(const Tokenizer& t) { return t.roles().pad.value_or(t.eos_id()); }
+
+// The training batches: windows of a token file, or instruction examples.
+class TrainingBatches {
+ public:
+  TrainingBatches(const Dataset& data, const InstructionSet* chats, int64_t batch, int64_t seq, uint64_t seed) {
+    if (chats) {
+      examples_.emplace(chats->train, batch, seq, pad_id(*data.tokenizer), seed);
+    } else {
+      windows_.emplace(*data.train, batch, seq, seed);
+    }
+  }
+  void next(std::span<int32_t> inputs, std::span<int32_t> targets) {
+    if (examples_) return examples_->next(inputs, targets);
+    windows_->next(inputs, targets);
+  }
+  SamplerState state() const { return examples_ ? examples_->state() : windows_->state(); }
+  void restore(const SamplerState& s) {
+    if (examples_) return examples_->restore(s);
+    windows_->restore(s);
+  }
+  double epochs() const { return examples_ ? examples_->epochs() : windows_->epochs(); }
+
+ private:
+  std::optional<BatchSampler> windows_;
+  std::optional<InstructionSampler> examples_;
+};
+
+// Entropy (nats per token) of the unigram distribution of the targets the
+// training examples count: the loss of a model that knows only their
+// frequencies.
+double counted_unigram_entropy(const std::vector<InstructionExample>& examples) {
+  std::vector<double> counts;
+  double total = 0;
+  for (const InstructionExample& e : examples) {
+    for (size_t i = 1; i < e.ids.size(); ++i) {
+      if (!e.trained[i]) continue;
+      const auto id = static_cast<size_t>(e.ids[i]);
+      if (counts.size() <= id) counts.resize(id + 1, 0);
+      counts[id] += 1;
+      total += 1;
+    }
+  }
+  double h = 0;
+  for (double c : counts) {
+    if (c > 0) h -= c / total * std::log(c / total);
+  }
+  return h;
 }
 
 // The signal that asked the run to stop, or 0. One-shot handlers: a second
@@ -177,7 +234,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     restore_checkpointed(o, state.options, path);
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
-    check_trainer_state(state, o.schedule, optimizer.steps_taken, path);
+    check_trainer_state(state, o.schedule, optimizer.steps_taken, !uses_instruction_data(o.data), path);
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
@@ -201,7 +258,22 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   // then find it prepared.
   constexpr std::chrono::hours kDataPreparationWait{24};
   if (!lead) ranks.barrier(kDataPreparationWait);
-  Dataset data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
+  Dataset data;
+  std::optional<InstructionSet> chats;  // instruction data: read by every rank, nothing written
+  if (uses_instruction_data(o.data)) {
+    SPW_CHECK(start_tokenizer != nullptr, "--data",
+              "instruction data fine-tunes a model through its chat template: `spillway finetune --model DIR` (the "
+              "model's tokenizer renders the conversations)");
+    chats = prepare_instruction_set(o.data, *start_tokenizer);
+    data.tokenizer = std::move(start_tokenizer);
+    data.unigram_entropy = counted_unigram_entropy(chats->train);
+    if (!o.run.quiet) {
+      std::printf("instruction data: %zu training and %zu validation conversations; the loss counts the "
+                  "assistant's tokens\n", chats->train.size(), chats->validation.size());
+    }
+  } else {
+    data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
+  }
   if (lead && ranks.size() > 1) ranks.barrier(kDataPreparationWait);
   SPW_CHECK(s.grad_accum % ranks.size() == 0, "--grad-accum", "the ", s.grad_accum,
             " micro-batches of an optimizer step do not split evenly over ", ranks.size(), " data-parallel ranks");
@@ -224,8 +296,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   SPW_CHECK(s.seq <= config.max_position_embeddings, "--seq", s.seq, " is past the model's context of ",
             config.max_position_embeddings, " tokens (max_position_embeddings in its config.json); train on ",
             "sequences at most that long, or raise it there to extend the context on purpose");
-  SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
-            data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
+  if (chats) {
+    SPW_CHECK(config.vocab_size >= chats->vocab_needed, o.data.paths.front(), "token ids reach ",
+              chats->vocab_needed, " but the model's vocabulary has ", config.vocab_size);
+  } else {
+    SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
+              data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
+  }
   // With bf16 moments the GPU engine keeps its own; fp32 ones are made only
   // when a checkpoint needs them.
   if (optimizer.m.tensors().empty() && !o.memory.bf16_moments) optimizer = AdamW(config);
@@ -234,7 +311,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   optimizer.beta2 = o.optimizer.beta2;
   optimizer.eps = o.optimizer.eps;
 
-  BatchSampler sampler(*data.train, s.batch, s.seq, s.seed);
+  TrainingBatches sampler(data, chats ? &*chats : nullptr, s.batch, s.seq, s.seed);
   if (o.run.resume) sampler.restore(state.sampler);
   LossCurves curves = state.curves;
   char title[96];
@@ -251,7 +328,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .data_parallel = ranks.comm,
                                      .shard = o.parallel.shard,
                                      .gpu_ordinal = ranks.gpu_ordinal,
-                                     .ranks_on_host = ranks.ranks_on_host};
+                                     .ranks_on_host = ranks.ranks_on_host,
+                                     .weighted_loss = chats.has_value()};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;
@@ -295,7 +373,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
 
   TrainResult result;
   result.unigram_entropy = data.unigram_entropy;
-  result.validation = data.validation != nullptr;
+  const bool validates = chats ? !chats->validation.empty() : data.validation != nullptr;
+  result.validation = validates;
   result.validation_loss = NAN;
   int64_t steps_done = start_step;
   StopSignals signals;
@@ -343,8 +422,15 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                 "check the data and the weights)");
     }
     const bool last = step + 1 == end_step;
-    if (data.validation && ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last)) {
-      double val = evaluate(*engine, s.batch, s.seq, *data.validation, s.eval_batches, ranks);
+    if (validates && ((s.eval_every > 0 && (step + 1) % s.eval_every == 0) || last)) {
+      double val = 0;
+      if (chats) {
+        InstructionBatches batches(chats->validation, s.batch, s.seq, pad_id(*data.tokenizer));
+        val = evaluate(*engine, s.batch, s.seq, [&](TokenBatch& b) { return batches.next(b); }, s.eval_batches, ranks);
+      } else {
+        SequentialBatches batches(*data.validation, s.batch, s.seq);
+        val = evaluate(*engine, s.batch, s.seq, [&](TokenBatch& b) { return batches.next(b); }, s.eval_batches, ranks);
+      }
       if (std::isfinite(val)) curves.validation.emplace_back(static_cast<double>(step + 1), val);
       result.validation_loss = val;
       char line[160];

@@ -77,7 +77,7 @@ TrainerState read_trainer_state(const json& j, const std::string& path) {
 }
 
 void check_trainer_state(const TrainerState& s, const ScheduleConfig& schedule, int64_t optimizer_steps,
-                         const std::string& path) {
+                         bool windows, const std::string& path) {
   SPW_CHECK(s.sampler.seed == schedule.seed, path, "sampler.seed is ", s.sampler.seed, " but the run's seed is ",
             schedule.seed);
   // Every rank draws every micro-batch's rows (each trains on its share),
@@ -88,8 +88,9 @@ void check_trainer_state(const TrainerState& s, const ScheduleConfig& schedule, 
   SPW_CHECK(rows == s.sampler.draws, path, "sampler.draws is ", s.sampler.draws, " but ", s.step, " steps of ",
             schedule.grad_accum, " micro-batches of ", schedule.batch, " rows draw ", static_cast<uint64_t>(rows));
   const unsigned __int128 tokens = rows * static_cast<uint64_t>(schedule.seq);
-  SPW_CHECK(tokens == s.sampler.tokens_consumed, path, "sampler.tokens_consumed is ", s.sampler.tokens_consumed,
-            " but ", static_cast<uint64_t>(rows), " rows of ", schedule.seq, " tokens are ",
+  const bool fits = windows ? tokens == s.sampler.tokens_consumed : tokens >= s.sampler.tokens_consumed;
+  SPW_CHECK(fits, path, "sampler.tokens_consumed is ", s.sampler.tokens_consumed, " but ",
+            static_cast<uint64_t>(rows), " rows of ", schedule.seq, " tokens are ", windows ? "" : "at most ",
             static_cast<uint64_t>(tokens));
   SPW_CHECK(optimizer_steps == s.step - s.skipped_steps, path, "step ", s.step, " with ", s.skipped_steps,
             " skipped updates does not match the optimizer's ", optimizer_steps,

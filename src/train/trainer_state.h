@@ -36,8 +36,9 @@ TrainerState read_trainer_state(const nlohmann::json& state, const std::string& 
 // Error naming `path` and the field when the state does not belong to a run
 // with `schedule` (the checkpointed options, restored) whose optimizer has
 // taken `optimizer_steps` updates: the sampler must have drawn exactly the
-// rows of `step` optimizer steps.
+// rows of `step` optimizer steps, and counted at most their tokens (all of
+// them where `windows`: a token file's windows, whose every target counts).
 void check_trainer_state(const TrainerState& state, const ScheduleConfig& schedule, int64_t optimizer_steps,
-                         const std::string& path);
+                         bool windows, const std::string& path);
 
 }  // namespace spillway::train

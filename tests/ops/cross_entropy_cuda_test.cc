@@ -64,11 +64,15 @@ enum class Kernels { separate, fused };
 std::string name_of(Kernels k) { return k == Kernels::fused ? "fused" : "separate"; }
 
 // The loss and dlogits on the GPU, logits and dlogits starting at the given
-// element offsets into their buffers; every output poisoned first.
+// element offsets into their buffers; every output poisoned first. With
+// `weights` (one per row) the weighted loss, else the mean.
 Outputs run_gpu(Kernels kernels, const std::vector<bf16>& logits, const std::vector<int32_t>& targets, int64_t rows,
-                int64_t vocab, int64_t logits_offset, int64_t dlogits_offset) {
+                int64_t vocab, int64_t logits_offset, int64_t dlogits_offset,
+                const std::vector<float>& weights = {}) {
   DeviceArray<bf16> dlogits_in(logits);
   DeviceArray<int32_t> dtargets(targets);
+  DeviceArray<float> dweights(weights.empty() ? std::vector<float>{0.0f} : weights);
+  const float* w = weights.empty() ? nullptr : dweights.get();
   DeviceArray<float> lse(static_cast<size_t>(rows)), loss(1), dloss(std::vector<float>{kDloss});
   DeviceArray<bf16> dlogits(static_cast<size_t>(rows * vocab + dlogits_offset));
   const bool fused = kernels == Kernels::fused;
@@ -77,11 +81,11 @@ Outputs run_gpu(Kernels kernels, const std::vector<bf16>& logits, const std::vec
   const bf16* x = dlogits_in.get() + logits_offset;
   if (fused) {
     cross_entropy_forward_backward_cuda(x, dtargets.get(), kDloss, lse.get(), loss.get(),
-                                        dlogits.get() + dlogits_offset, rows, vocab, workspace.get(), nullptr);
+                                        dlogits.get() + dlogits_offset, rows, vocab, workspace.get(), nullptr, 0, w);
   } else {
-    cross_entropy_forward_cuda(x, dtargets.get(), lse.get(), loss.get(), rows, vocab, workspace.get(), nullptr);
+    cross_entropy_forward_cuda(x, dtargets.get(), lse.get(), loss.get(), rows, vocab, workspace.get(), nullptr, w);
     cross_entropy_backward_cuda(x, dtargets.get(), lse.get(), dloss.get(), dlogits.get() + dlogits_offset, rows,
-                                vocab, nullptr);
+                                vocab, nullptr, w);
   }
   return {lse.download(), loss.download()[0], dlogits.download()};
 }
@@ -95,22 +99,28 @@ std::string describe(const CeCase& c, Kernels kernels) {
          std::to_string(c.logits_offset) + "/" + std::to_string(c.dlogits_offset);
 }
 
-void check_against_cpu(const CeCase& c, Kernels kernels) {
-  const std::string where = describe(c, kernels);
+// With `weighted`, per-row weights in [0, 2) (the per-token loss mask).
+void check_against_cpu(const CeCase& c, Kernels kernels, bool weighted = false) {
+  const std::string where = describe(c, kernels) + (weighted ? ", weighted" : "");
   const int64_t n = c.rows * c.vocab;
   const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n), -8, 8);
   const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n));
-  const Outputs got = run_gpu(kernels, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset);
+  std::vector<float> weights;
+  if (weighted) {
+    for (double w : random_vector(c.rows, static_cast<uint64_t>(n) + 3, 0, 2)) weights.push_back(static_cast<float>(w));
+  }
+  const Outputs got = run_gpu(kernels, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset, weights);
 
   const auto fx = widen(logits);
   const float* x = fx.data() + c.logits_offset;
+  const float* w = weighted ? weights.data() : nullptr;
   std::vector<float> want_lse(static_cast<size_t>(c.rows));
   float want_loss = 0;
-  cross_entropy_forward(x, targets.data(), want_lse.data(), &want_loss, c.rows, c.vocab);
+  cross_entropy_forward(x, targets.data(), want_lse.data(), &want_loss, c.rows, c.vocab, w);
   // Backward reads the GPU's lse, so both backends see the same inputs.
   std::vector<float> want_dlogits(static_cast<size_t>(n));
   cross_entropy_backward(x, targets.data(), got.lse.data(), &kDloss, want_dlogits.data(), c.rows,
-                         c.vocab);
+                         c.vocab, w);
 
   EXPECT_LT(rel_error(got.lse, as_double(want_lse)), 1e-5) << "lse, " << where;
   EXPECT_LT(rel_error(std::vector<float>{got.loss}, {static_cast<double>(want_loss)}), 1e-5)
@@ -137,6 +147,32 @@ TEST(CrossEntropyCuda, MatchesCpu) {
   for (const CeCase& c : cases) {
     check_against_cpu(c, Kernels::separate);
     check_against_cpu(c, Kernels::fused);
+  }
+}
+
+// The weighted loss (the per-token loss mask) against the CPU's, and the
+// fused kernel's bits against the separate ones'.
+TEST(CrossEntropyCuda, WeightedMatchesCpuAndFusedEqualsSeparate) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const CeCase cases[] = {
+      {1, 1, 0, 0, 0}, {5, 129, 3, 0, 0}, {257, 1000, 5, 0, 0}, {16, 128256, 5, 0, 0}, {9, 32000, 4, 1, 0},
+  };
+  for (const CeCase& c : cases) {
+    check_against_cpu(c, Kernels::separate, true);
+    check_against_cpu(c, Kernels::fused, true);
+    const int64_t n = c.rows * c.vocab;
+    const auto logits = random_bf16(n + c.logits_offset, static_cast<uint64_t>(n) + 21, -8, 8);
+    const auto targets = random_targets(c.rows, c.vocab, c.ignore_every, static_cast<uint64_t>(n) + 22);
+    std::vector<float> weights;
+    for (double w : random_vector(c.rows, static_cast<uint64_t>(n) + 23, 0, 1)) weights.push_back(static_cast<float>(w));
+    const Outputs want =
+        run_gpu(Kernels::separate, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset, weights);
+    const Outputs got =
+        run_gpu(Kernels::fused, logits, targets, c.rows, c.vocab, c.logits_offset, c.dlogits_offset, weights);
+    const std::string at = describe(c, Kernels::fused) + ", weighted";
+    EXPECT_EQ(float_bits(got.loss), float_bits(want.loss)) << "loss, " << at;
+    EXPECT_EQ(float_bits_of(got.lse), float_bits_of(want.lse)) << "lse, " << at;
+    EXPECT_EQ(bits_of(got.dlogits), bits_of(want.dlogits)) << "dlogits, " << at;
   }
 }
 

@@ -274,5 +274,154 @@ TEST(CrossEntropy, DoesNotDependOnThreadCount) {
   expect_independent_of_threads<double>();
 }
 
+// The weighted loss (the per-token loss mask) written out in double:
+// sum over counted rows of w[r] * (lse[r] - logits[r, target]), and
+// dlogits = dloss * w[r] * (softmax - onehot) on counted rows.
+Reference weighted_reference(const std::vector<double>& logits, const std::vector<int32_t>& targets,
+                             const std::vector<double>& weights, int64_t rows, int64_t vocab, double dloss) {
+  Reference ref = reference(logits, targets, rows, vocab, 1.0);
+  double total = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] >= 0) total += weights[r] * (ref.lse[r] - logits[r * vocab + targets[r]]);
+    for (int64_t j = 0; j < vocab; ++j) {
+      double& g = ref.dlogits[r * vocab + j];
+      g = targets[r] >= 0 ? dloss * weights[r] * (std::exp(logits[r * vocab + j] - ref.lse[r]) - (j == targets[r]))
+                          : 0.0;
+    }
+  }
+  ref.loss = {total};
+  return ref;
+}
+
+// A mask scaled as training scales it: 1/N on each of `counted` random rows,
+// 0 elsewhere.
+std::vector<double> mask_weights(const std::vector<int32_t>& targets, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<double> w(targets.size(), 0.0);
+  int64_t counted = 0;
+  for (size_t r = 0; r < w.size(); ++r) {
+    if (rng() % 3 != 0) w[r] = 1.0, ++counted;
+  }
+  for (double& x : w) x /= std::max<int64_t>(counted, 1);
+  return w;
+}
+
+TEST(CrossEntropyWeighted, FloatMatchesReference) {
+  uint64_t seed = 900;
+  for (int64_t rows : {1, 7, 33}) {
+    for (int64_t vocab : {1, 5, 129}) {
+      auto logits = as_float_values(random_vector(rows * vocab, seed++, -8, 8));
+      auto targets = random_targets(rows, vocab, seed++);
+      auto weights = as_float_values(random_vector(rows, seed++, 0, 2));
+      const double dloss = 0.75;
+      const Reference ref = weighted_reference(logits, targets, weights, rows, vocab, dloss);
+      const auto xf = cast_vector<float>(logits), wf = cast_vector<float>(weights);
+      const float nan = std::numeric_limits<float>::quiet_NaN(), dloss_f = 0.75f;
+      std::vector<float> lse(rows, nan), loss(1, nan), dlogits(xf.size(), nan);
+      cross_entropy_forward<float>(xf.data(), targets.data(), lse.data(), loss.data(), rows, vocab, wf.data());
+      cross_entropy_backward<float>(xf.data(), targets.data(), lse.data(), &dloss_f, dlogits.data(), rows, vocab,
+                                    wf.data());
+      const std::string where = "rows=" + std::to_string(rows) + " vocab=" + std::to_string(vocab);
+      EXPECT_LE(rel_error(lse, ref.lse), 1e-5) << where;
+      EXPECT_LE(rel_error(loss, ref.loss), 1e-5) << where;
+      EXPECT_LE(rel_error(dlogits, ref.dlogits), 1e-5) << where;
+    }
+  }
+}
+
+// The masked loss's gradient against float64 finite differences.
+TEST(CrossEntropyWeighted, BackwardMatchesFiniteDifferences) {
+  uint64_t seed = 1000;
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {9, 33}, {8, 2}}) {
+    auto logits = random_vector(rows * vocab, seed++, -3, 3);
+    auto targets = random_targets(rows, vocab, seed++);
+    const auto weights = mask_weights(targets, seed++);
+    const double dloss = 1.7;
+    std::vector<double> lse(rows), loss(1);
+    auto scalar = [&] {
+      cross_entropy_forward<double>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab,
+                                    weights.data());
+      return dloss * loss[0];
+    };
+    auto want = numeric_gradient(logits, scalar);
+    scalar();
+    std::vector<double> dlogits(logits.size());
+    cross_entropy_backward<double>(logits.data(), targets.data(), lse.data(), &dloss, dlogits.data(), rows, vocab,
+                                   weights.data());
+    EXPECT_LE(rel_error(dlogits, want), 1e-6) << "rows=" << rows << " vocab=" << vocab;
+  }
+}
+
+TEST(CrossEntropyWeighted, ForwardBackwardEqualsSeparatePassesBitForBit) {
+  uint64_t seed = 1100;
+  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{7, 5}, {1000, 129}}) {
+    const auto logits = cast_vector<float>(random_vector(rows * vocab, seed++, -8, 8));
+    const auto targets = random_targets(rows, vocab, seed++);
+    const auto weights = cast_vector<float>(random_vector(rows, seed++, 0, 1));
+    const float nan = std::numeric_limits<float>::quiet_NaN(), dloss = 0.3f;
+    std::vector<float> lse(rows, nan), loss(1, nan), dlogits(logits.size(), nan);
+    cross_entropy_forward<float>(logits.data(), targets.data(), lse.data(), loss.data(), rows, vocab, weights.data());
+    cross_entropy_backward<float>(logits.data(), targets.data(), lse.data(), &dloss, dlogits.data(), rows, vocab,
+                                  weights.data());
+    std::vector<float> fused_lse(rows, nan), fused_loss(1, nan), fused_dlogits(logits.size(), nan);
+    cross_entropy_forward_backward<float>(logits.data(), targets.data(), 0.3, fused_lse.data(), fused_loss.data(),
+                                          fused_dlogits.data(), rows, vocab, weights.data());
+    EXPECT_EQ(bytes_of(fused_lse), bytes_of(lse)) << rows;
+    EXPECT_EQ(bytes_of(fused_loss), bytes_of(loss)) << rows;
+    EXPECT_EQ(bytes_of(fused_dlogits), bytes_of(dlogits)) << rows;
+  }
+}
+
+// What gradient accumulation relies on: rows split into micro-batches that
+// count different numbers of tokens, each weighted 1/N with N counting the
+// tokens of all of them, sum to the mean loss and gradient of the one big
+// batch; the mean of each part's own mean would not.
+TEST(CrossEntropyWeighted, MicroBatchesSumToTheWholeBatch) {
+  const int64_t rows = 12, vocab = 9, split = 3;
+  const auto logits = random_vector(rows * vocab, 1200, -4, 4);
+  // The first part counts its 3 rows, the second 1 of its 9.
+  std::vector<int32_t> targets(rows, -100);
+  for (int64_t r = 0; r < split; ++r) targets[r] = static_cast<int32_t>(r * 2 + 1);
+  targets[7] = 4;
+  int64_t counted = 0;
+  for (int32_t t : targets) counted += t >= 0;
+  const double dloss = 1.0;
+  std::vector<double> lse(rows), whole_loss(1), whole_grad(logits.size());
+  cross_entropy_forward<double>(logits.data(), targets.data(), lse.data(), whole_loss.data(), rows, vocab);
+  cross_entropy_backward<double>(logits.data(), targets.data(), lse.data(), &dloss, whole_grad.data(), rows, vocab);
+
+  const std::vector<double> weights(rows, 1.0 / static_cast<double>(counted));
+  double summed_loss = 0, mean_of_means = 0;
+  std::vector<double> summed_grad(logits.size());
+  for (auto [first, n] : {std::pair<int64_t, int64_t>{0, split}, {split, rows - split}}) {
+    std::vector<double> part_loss(1), part_mean(1);
+    cross_entropy_forward<double>(logits.data() + first * vocab, targets.data() + first, lse.data() + first,
+                                  part_loss.data(), n, vocab, weights.data() + first);
+    cross_entropy_backward<double>(logits.data() + first * vocab, targets.data() + first, lse.data() + first, &dloss,
+                                   summed_grad.data() + first * vocab, n, vocab, weights.data() + first);
+    cross_entropy_forward<double>(logits.data() + first * vocab, targets.data() + first, lse.data() + first,
+                                  part_mean.data(), n, vocab);
+    summed_loss += part_loss[0];
+    mean_of_means += part_mean[0] / 2;
+  }
+  EXPECT_NEAR(summed_loss, whole_loss[0], 1e-12);
+  EXPECT_LE(rel_error(summed_grad, whole_grad), 1e-12);
+  EXPECT_GT(std::abs(mean_of_means - whole_loss[0]), 1e-3);  // why the weights exist
+}
+
+// A row that does not count adds nothing and its weight is not read: a NaN
+// weight there changes nothing.
+TEST(CrossEntropyWeighted, UncountedRowsIgnoreTheirWeight) {
+  std::vector<float> logits = {1, 2, 3, 4, 5, 6}, lse(2), loss(1), dlogits(6);
+  const std::vector<float> weights = {0.5f, std::numeric_limits<float>::quiet_NaN()};
+  const std::vector<int32_t> targets = {2, -100};
+  cross_entropy_forward_backward<float>(logits.data(), targets.data(), 1.0, lse.data(), loss.data(), dlogits.data(), 2,
+                                        3, weights.data());
+  const double lse0 = 3 + std::log(std::exp(-2.0) + std::exp(-1.0) + 1.0);
+  EXPECT_NEAR(loss[0], 0.5 * (lse0 - 3), 1e-6);
+  for (int j = 3; j < 6; ++j) EXPECT_EQ(dlogits[j], 0.0f) << j;
+  EXPECT_NEAR(dlogits[2], 0.5 * (std::exp(3 - lse0) - 1), 1e-6);
+}
+
 }  // namespace
 }  // namespace spillway::ops

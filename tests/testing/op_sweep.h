@@ -36,6 +36,7 @@ enum class InputRole : uint8_t {
   statistic,   // its accumulation dtype (rstd, lse, a loss's gradient, fp32 gradient sums)
   parameter,   // the graph's dtype, a parameter
   ids,         // i32 in [0, bound), the last one -100 when `ignored`
+  weights,     // like a statistic, but taking no gradient (a loss's per-token weights)
 };
 
 struct InputSpec {
@@ -45,7 +46,7 @@ struct InputSpec {
   int32_t bound = 0;
   bool ignored = false;
   uint64_t seed = 0;
-  bool differentiable() const { return role != InputRole::ids; }
+  bool differentiable() const { return role != InputRole::ids && role != InputRole::weights; }
 };
 
 // What a case builds its graph with: the builder, and the inputs it asks
@@ -60,6 +61,9 @@ class SweepInputs {
   }
   graph::Value statistic(std::string_view name, Shape shape, double lo = -1, double hi = 1) {
     return add(b.input(name, std::move(shape), graph::accumulation_dtype(b.dtype())), InputRole::statistic, lo, hi);
+  }
+  graph::Value weights(std::string_view name, Shape shape, double lo, double hi) {
+    return add(b.input(name, std::move(shape), graph::accumulation_dtype(b.dtype())), InputRole::weights, lo, hi);
   }
   graph::Value parameter(std::string_view name, Shape shape, double lo = -1, double hi = 1) {
     return add(b.parameter(name, std::move(shape)), InputRole::parameter, lo, hi);
@@ -148,7 +152,8 @@ inline std::vector<double> sweep_values(const InputSpec& s, int64_t n, DType nar
     if (s.ignored) v.back() = -100;
     return v;
   }
-  const bool bf16_rounded = narrowest == DType::bf16 && s.role != InputRole::statistic;
+  const bool bf16_rounded =
+      narrowest == DType::bf16 && s.role != InputRole::statistic && s.role != InputRole::weights;
   for (double x : random_vector(n, s.seed, s.lo, s.hi)) {
     const float f = static_cast<float>(x);
     v.push_back(bf16_rounded ? to_float(to_bf16(f)) : f);

@@ -74,6 +74,14 @@ inline Outputs softmax_loss(SweepInputs& in) {
   return {ops::cross_entropy(in.b, logits, targets), made(in, 1), logits, targets};
 }
 
+// The weighted loss: outputs as softmax_loss's, then the weights.
+inline Outputs weighted_softmax_loss(SweepInputs& in) {
+  const Value logits = in.activation("logits", Shape{2, 5, 7}, -2, 2);
+  const Value targets = in.ids("targets", Shape{2, 5}, 7, true);
+  const Value weights = in.weights("weights", Shape{2, 5}, 0, 0.5);
+  return {ops::cross_entropy_weighted(in.b, logits, targets, weights), made(in, 1), logits, targets, weights};
+}
+
 }  // namespace sweep
 
 inline std::vector<SweepCase> sweep_cases() {
@@ -229,6 +237,24 @@ inline std::vector<SweepCase> sweep_cases() {
                  const Outputs l = softmax_loss(in);
                  const Value dloss = ops::fill(in.b, "dloss", Shape{}, 0.75, in.b.info(l[0]).dtype);
                  return {l[0], l[1], ops::cross_entropy_backward(in.b, l[2], l[3], l[1], dloss, "backward")};
+               }, .fuse = [](const graph::Graph& g) { return graph::fuse_loss_gradient(g).graph; },
+               .same_bits = true});
+  c.push_back({.label = "cross_entropy_weighted", .kind = OpKind::cross_entropy,
+               .build = [](SweepInputs& in) -> Outputs {
+                 const Outputs l = weighted_softmax_loss(in);
+                 return {l[0], l[1]};
+               }, .gradient = true});
+  c.push_back({.label = "cross_entropy_weighted_backward", .kind = OpKind::cross_entropy_backward,
+               .build = [](SweepInputs& in) -> Outputs {
+                 const Outputs l = weighted_softmax_loss(in);
+                 const Value dloss = in.statistic("dloss", Shape{}, 0.5, 2);
+                 return {ops::cross_entropy_backward(in.b, l[2], l[3], l[1], dloss, "backward", l[4])};
+               }});
+  c.push_back({.label = "cross_entropy_weighted_loss_gradient", .kind = OpKind::cross_entropy,
+               .fused = Fused::loss_gradient, .build = [](SweepInputs& in) -> Outputs {
+                 const Outputs l = weighted_softmax_loss(in);
+                 const Value dloss = ops::fill(in.b, "dloss", Shape{}, 0.75, in.b.info(l[0]).dtype);
+                 return {l[0], l[1], ops::cross_entropy_backward(in.b, l[2], l[3], l[1], dloss, "backward", l[4])};
                }, .fuse = [](const graph::Graph& g) { return graph::fuse_loss_gradient(g).graph; },
                .same_bits = true});
   c.push_back({.label = "cast", .kind = OpKind::cast, .build = [](SweepInputs& in) -> Outputs {

@@ -104,5 +104,44 @@ TEST(CpuEngine, EachStepStartsANewGradientSum) {
   }
 }
 
+// With the weighted loss (instruction data) micro-batches that count very
+// different numbers of targets still update the weights as the one big
+// batch does, its loss the mean over all counted targets: the second half
+// counts 2 targets to the first's 30. The unweighted mean of the halves'
+// means would weigh those 2 targets 15 times as much.
+TEST(CpuEngine, WeightedLossOfUnevenMicroBatchesEqualsOneBatch) {
+  EngineOptions whole_opts, half_opts;
+  whole_opts.batch = 4;
+  half_opts.batch = 2;
+  whole_opts.seq = half_opts.seq = 16;
+  whole_opts.grad_clip = half_opts.grad_clip = 0;
+  whole_opts.device = half_opts.device = DeviceChoice::cpu;
+  whole_opts.weighted_loss = half_opts.weighted_loss = true;
+  auto w_whole = model::LlamaWeights::random(config(false), 6, 0.1);
+  auto w_halves = w_whole;
+  AdamW o_whole(config(false)), o_halves(config(false));
+  auto whole = make_cpu_engine(w_whole, o_whole, whole_opts);
+  auto halves = make_cpu_engine(w_halves, o_halves, half_opts);
+  EngineOptions plain_opts = whole_opts;
+  plain_opts.weighted_loss = false;
+  auto w_plain = w_whole;
+  AdamW o_plain(config(false));
+  auto plain = make_cpu_engine(w_plain, o_plain, plain_opts);
+  for (int step = 0; step < 2; ++step) {
+    auto in = tokens(64, 20 + step), out = tokens(64, 60 + step);
+    for (size_t i = 32; i < 64; ++i) {
+      if (i != 40 && i != 63) out[i] = -100;  // the second micro-batch counts two targets
+    }
+    const StepStats a = whole->train_step(in, out, 1, 1e-2);
+    const StepStats b = halves->train_step(in, out, 2, 1e-2);
+    const StepStats c = plain->train_step(in, out, 1, 1e-2);  // the plain mean over the one batch
+    EXPECT_NEAR(a.loss, c.loss, 1e-5 * c.loss) << "step " << step;
+    EXPECT_NEAR(b.loss, c.loss, 1e-5 * c.loss) << "step " << step;
+    EXPECT_NEAR(b.grad_norm, c.grad_norm, 1e-4 * c.grad_norm) << "step " << step;
+  }
+  EXPECT_LT(rel_diff(w_plain, w_whole), 2e-5);
+  EXPECT_LT(rel_diff(w_plain, w_halves), 2e-5);
+}
+
 }  // namespace
 }  // namespace spillway::train

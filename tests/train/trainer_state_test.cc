@@ -38,7 +38,7 @@ ScheduleConfig schedule() {
 
 std::string error_of(const json& j, int64_t optimizer_steps = 4) {
   try {
-    check_trainer_state(read_trainer_state(j, kPath), schedule(), optimizer_steps, kPath);
+    check_trainer_state(read_trainer_state(j, kPath), schedule(), optimizer_steps, true, kPath);
   } catch (const Error& e) {
     return e.what();
   }

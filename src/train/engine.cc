@@ -114,13 +114,7 @@ std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
 #ifdef SPILLWAY_HAS_CUDA
-  if (picks_gpu(options.device)) {
-    // The GPU step does not take token weights yet (its inputs are copied
-    // to the device and captured with the step).
-    SPW_CHECK(!options.weighted_loss, "--data-format instruction",
-              "the masked loss of instruction data runs on the CPU engine so far: add --device cpu");
-    return make_cuda_engine(weights, optimizer, options);
-  }
+  if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else
   picks_gpu(options.device);
 #endif

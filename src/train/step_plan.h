@@ -33,8 +33,10 @@ struct LlamaStep {
 plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::LlamaConfig& config, bool bf16_moments);
 
 // `recipe.backward` false gives the forward step alone (evaluation).
+// `weighted_loss`: the loss weighted per token (model::LlamaGraphOptions).
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
-                                            bool fused_projections, const graph::StepRecipe& recipe, DType dtype);
+                                            bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
+                                            bool weighted_loss = false);
 
 struct StepPlanRequest {
   model::LlamaConfig config;
@@ -46,6 +48,7 @@ struct StepPlanRequest {
   // Unset: the policy with the fastest predicted step.
   std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
   bool bf16_moments = false;
+  bool weighted_loss = false;  // the step takes per-token loss weights (instruction data)
   plan::OffloadMode offload = plan::OffloadMode::automatic;
   // Ranks that sum their gradient sums every step (on the device), and how
   // many shares of the optimizer's state each keeps one of.

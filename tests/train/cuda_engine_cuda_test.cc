@@ -208,5 +208,41 @@ TEST(CudaEngine, ReplayedStepsEqualEagerOnesBitForBit) {
   }
 }
 
+// The weighted loss of instruction data on the GPU: micro-batches counting
+// 60 and 2 targets update as the one batch holding them all (the plain mean
+// over its counted targets), and as the CPU engine's weighted step does.
+TEST(CudaEngine, WeightedLossOfUnevenMicroBatchesEqualsOneBatch) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  EngineOptions weighted;
+  weighted.batch = 2;
+  weighted.seq = 32;
+  weighted.grad_clip = 0;
+  weighted.weighted_loss = true;
+  EngineOptions plain = weighted;
+  plain.batch = 4;
+  plain.weighted_loss = false;
+  auto w_halves = model::LlamaWeights::random(config, 6, 0.05);
+  auto w_plain = w_halves, w_cpu = w_halves;
+  AdamW o_halves(config), o_plain(config), o_cpu(config);
+  auto halves = make_cuda_engine(w_halves, o_halves, weighted);
+  auto whole = make_cuda_engine(w_plain, o_plain, plain);
+  auto cpu = make_cpu_engine(w_cpu, o_cpu, weighted);
+  for (int step = 0; step < 3; ++step) {
+    auto tokens = testing::random_tokens(256, 30 + step, 1000);
+    std::vector<int32_t> inputs(tokens.begin(), tokens.begin() + 128), targets(tokens.begin() + 128, tokens.end());
+    for (size_t i = 64; i < 128; ++i) {
+      if (i != 70 && i != 127) targets[i] = -100;  // the second micro-batch counts two targets
+    }
+    const StepStats a = halves->train_step(inputs, targets, 2, 1e-3);
+    const StepStats b = whole->train_step(inputs, targets, 1, 1e-3);
+    const StepStats c = cpu->train_step(inputs, targets, 2, 1e-3);
+    EXPECT_NEAR(a.loss, b.loss, 2e-3 * b.loss) << "step " << step;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 2e-2 * b.grad_norm) << "step " << step;
+    EXPECT_NEAR(a.loss, c.loss, 1e-2 * c.loss) << "step " << step;
+    EXPECT_NEAR(a.grad_norm, c.grad_norm, 3e-2 * c.grad_norm) << "step " << step;
+  }
+}
+
 }  // namespace
 }  // namespace spillway::train

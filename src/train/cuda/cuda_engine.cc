@@ -33,6 +33,7 @@
 #include "train/cuda/grad_norm.h"
 #include "train/cuda/training_state.h"
 #include "train/engine.h"
+#include "train/loss_weights.h"
 #include "train/step_plan.h"
 
 namespace spillway::train {
@@ -83,9 +84,15 @@ class CudaEngine final : public Engine {
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
     io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     io_.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    pinned_io_ = std::make_unique<PinnedBuffer>(2 * tokens * 4 + sizeof(float));
+    // Tokens, targets, loss weights, the loss.
+    pinned_io_ = std::make_unique<PinnedBuffer>(3 * tokens * 4 + sizeof(float));
     io_.pinned_ids = pinned_io_->as<int32_t>();
-    io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
+    io_.pinned_loss_weights = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
+    io_.pinned_loss = io_.pinned_loss_weights + tokens;
+    if (o.weighted_loss) {
+      io_.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
+      loss_weights_.resize(tokens);
+    }
 
     if (o.data_parallel) scalars_ = mem.allocate(kScalarBytes, "data-parallel sums");
     plan_sharding();
@@ -147,17 +154,25 @@ class CudaEngine final : public Engine {
     const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     norm_->start_step();
+    const int ranks = data_parallel_size(options_);
+    double token_weight = 0;
+    if (options_.weighted_loss) {
+      double counted = static_cast<double>(counted_targets(targets));
+      sum_over_ranks(std::span<double>(&counted, 1));
+      token_weight = loss_token_weight(micro_batches, ranks, counted);
+    }
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);
       check_token_ids(x, y, weights_.config().vocab_size, n);
+      if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       if (exec::PlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
         // The last micro-batch leaves each sum final on the device just
         // before it goes home: its squares are taken there.
         planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
       }
-      stats.loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches) / static_cast<double>(micro_batches);
+      stats.loss +=
+          train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_) / static_cast<double>(micro_batches);
     }
-    const int ranks = data_parallel_size(options_);
     // Overlapped, the last micro-batch summed them over the ranks already.
     if (ranks > 1 && !overlapped_) sum_gradients_over_ranks();
     const auto optimizer_start = std::chrono::steady_clock::now();
@@ -254,6 +269,7 @@ class CudaEngine final : public Engine {
     if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;
     r.recompute = recompute_policy(options_.memory.recompute);
     r.bf16_moments = options_.memory.bf16_moments;
+    r.weighted_loss = options_.weighted_loss;
     r.offload = options_.memory.offload;
     r.device_budget = mem.budget();
     const uint64_t host = options_.memory.host_mem
@@ -293,7 +309,9 @@ class CudaEngine final : public Engine {
     io_.tokens = step.model.tokens;
     io_.targets = step.model.targets;
     io_.loss = step.model.loss;
+    io_.loss_weights = step.model.loss_weights;
     StepIo eval_io = io_;
+    eval_io.loss_weights = {};  // evaluation keeps the plain mean
     eval_io.tokens = eval_graph_->model.tokens;
     eval_io.targets = eval_graph_->model.targets;
     eval_io.loss = eval_graph_->model.loss;
@@ -469,6 +487,7 @@ class CudaEngine final : public Engine {
   // NCCL's own buffers, outside the engine's pool.
   static constexpr uint64_t kCommunicatorReserve = 512ull << 20;
   bool sharded_ = false;
+  std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   // The gradient sums' buckets, by the node whose issue starts them.
   struct GradBucket {
     uint64_t first, count;  // elements of the layout

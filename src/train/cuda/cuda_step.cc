@@ -35,6 +35,7 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
   }
   program_->bind(io_.tokens, io_.device_tokens);
   program_->bind(io_.targets, io_.device_targets);
+  if (io_.loss_weights.valid()) program_->bind(io_.loss_weights, io_.device_loss_weights);
 }
 
 CudaStep::~CudaStep() {
@@ -48,7 +49,8 @@ CudaStep::~CudaStep() {
   runner_.reset();
 }
 
-double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last) {
+double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last,
+                     std::span<const float> loss_weights) {
   Stream& compute = device_.stream(StreamKind::compute);
   // The previous micro-batch has finished with the pinned buffer: run()
   // returns synchronized.
@@ -56,6 +58,12 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
   std::copy(targets.begin(), targets.end(), io_.pinned_ids + tokens.size());
   device_.copy_async(io_.device_tokens, io_.pinned_ids, tokens.size_bytes(), compute);
   device_.copy_async(io_.device_targets, io_.pinned_ids + tokens.size(), targets.size_bytes(), compute);
+  SPW_CHECK(loss_weights.size() == (io_.loss_weights.valid() ? tokens.size() : 0), "GPU step", "got ",
+            loss_weights.size(), " loss weights for ", tokens.size(), " tokens");
+  if (!loss_weights.empty()) {
+    std::copy(loss_weights.begin(), loss_weights.end(), io_.pinned_loss_weights);
+    device_.copy_async(io_.device_loss_weights, io_.pinned_loss_weights, loss_weights.size_bytes(), compute);
+  }
   enqueue(first, last && plain_ && hooks_.after_node);
   device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
   if (wait_) {

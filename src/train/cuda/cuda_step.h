@@ -29,9 +29,12 @@ namespace spillway::train {
 // which CUDA refuses to copy from).
 struct StepIo {
   graph::Value tokens, targets, loss;
+  graph::Value loss_weights;  // a weighted loss's per-token weights (f32), else invalid
   int32_t* device_tokens = nullptr;
   int32_t* device_targets = nullptr;
+  float* device_loss_weights = nullptr;
   int32_t* pinned_ids = nullptr;  // room for a micro-batch's tokens, then its targets
+  float* pinned_loss_weights = nullptr;  // room for a micro-batch's weights
   float* pinned_loss = nullptr;
 };
 
@@ -76,8 +79,10 @@ class CudaStep {
   // One micro-batch; returns its loss once it has run. `first`: the first
   // of an optimizer step, whose nodes write the gradient sums instead of
   // adding to them (no zeroing pass); `last`: the last, which issues the
-  // hooks. The ids must be checked already.
-  double run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last = false);
+  // hooks. The ids must be checked already. `loss_weights`: one per token
+  // where the step's loss is weighted, else empty.
+  double run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last = false,
+             std::span<const float> loss_weights = {});
   // Whether the step is replayed from a captured CUDA graph (no capture has
   // failed).
   bool replays() const { return options_.cuda_graph && !planned_; }

@@ -15,4 +15,20 @@ uint64_t available_host_bytes() {
   return 16ull << 30;
 }
 
+namespace {
+
+uint64_t own_status_bytes(const std::string& field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(field.size())) * 1024;  // "VmRSS:  1234 kB"
+  }
+  return 0;
+}
+
+}  // namespace
+
+uint64_t resident_host_bytes() { return own_status_bytes("VmRSS:"); }
+uint64_t peak_resident_host_bytes() { return own_status_bytes("VmHWM:"); }
+
 }  // namespace spillway

@@ -9,4 +9,9 @@ namespace spillway {
 // 16 GiB where the system does not say.
 uint64_t available_host_bytes();
 
+// This process's resident memory now, and its peak so far (VmRSS and VmHWM
+// in /proc/self/status); 0 where the system does not say.
+uint64_t resident_host_bytes();
+uint64_t peak_resident_host_bytes();
+
 }  // namespace spillway

@@ -12,6 +12,7 @@
 
 #include "base/atomic_file.h"
 #include "base/bytes.h"
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "cli/bench_collectives.h"
 #include "cli/commands.h"
@@ -125,7 +126,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
-  std::printf(" | peak device memory %s\n", format_bytes(engine->peak_device_bytes()).c_str());
+  std::printf(" | peak device memory %s | peak resident host memory %s\n",
+              format_bytes(engine->peak_device_bytes()).c_str(), format_bytes(peak_resident_host_bytes()).c_str());
   if (power) std::printf("power over the timed steps: %s\n", format_power(power_summary).c_str());
   else if (gpu) std::printf("power: not sampled (%s)\n", no_power.c_str());
   const double predicted = engine->predicted_step_seconds();
@@ -152,6 +154,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                         {"tflops", flops / 1e12},
                         {"mfu", gpu ? nlohmann::json(mfu) : nlohmann::json(nullptr)},
                         {"peak_device_bytes", engine->peak_device_bytes()},
+                        {"peak_host_rss_bytes", peak_resident_host_bytes()},
                         {"deterministic", c.kernels.deterministic},
                         {"bf16_moments", c.memory.bf16_moments},
                         {"recompute", train::enum_name(c.memory.recompute)},

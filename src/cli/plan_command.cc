@@ -66,6 +66,12 @@ int64_t largest_layer_count(train::StepPlanRequest req, train::StateSharding sha
 // --link-rate gives what `bench --collectives` measured.
 constexpr double kNetworkRate = 50e9;
 
+// What a GPU training process holds on the host beside its masters,
+// moments, state and offloaded values: CUDA's context, the libraries, the
+// data's pages. The GPU engine measures its own (resident memory less its
+// arrays); a plan made without one assumes this.
+constexpr uint64_t kHostRuntimeBytes = 4ull << 30;
+
 int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   const train::ScheduleConfig& s = run.schedule;
   const train::MemoryConfig& m = run.memory;
@@ -90,6 +96,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   // a few gigabytes at most.
   const uint64_t reserved = 2ull << 30;
   req.device_reserved = [reserved](const train::LlamaStep&) { return reserved; };
+  req.host_reserved = kHostRuntimeBytes;
   req.rates = plan::rates_for_gpu(a.gpu);
   std::string rate_source = "the " + req.rates.name + "'s NVLink, measured";
   if (a.link_rate > 0) {
@@ -180,15 +187,20 @@ int run_plan(const train::RunConfig& run, const PlanArgs& a) {
   std::printf("device%s: %s resident + %s planned peak + %s workspaces of %s\n", per_gpu.c_str(),
               format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
               format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
+  // The process's own: the fp32 masters (and fp32 moments) the trainer
+  // keeps for checkpoints, and the runtime.
+  const std::string own = format_bytes(p.host_process_bytes) + " the process's own (fp32 masters" +
+                          (m.bf16_moments || !p.optimizer_resident ? "" : " and moments") + ", runtime " +
+                          format_bytes(req.host_reserved) + ")";
   if (p.optimizer_resident) {
     std::printf("host%s: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values "
-                "of %s\n",
+                "+ %s of %s\n",
                 per_gpu.c_str(), m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
-                format_bytes(req.host_budget).c_str());
+                own.c_str(), format_bytes(req.host_budget).c_str());
   } else {
-    std::printf("host%s: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values of %s\n",
+    std::printf("host%s: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values + %s of %s\n",
                 per_gpu.c_str(), format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
-                p.weights_resident ? "" : ", bf16 weights", format_bytes(p.placement.host_peak).c_str(),
+                p.weights_resident ? "" : ", bf16 weights", format_bytes(p.placement.host_peak).c_str(), own.c_str(),
                 format_bytes(req.host_budget).c_str());
   }
   std::printf("moved per micro-batch: %s host->device, %s device->host\n",

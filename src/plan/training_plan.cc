@@ -80,6 +80,12 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
     p.resident_bytes += s.staging_bytes;
     p.host_state_bytes = rest + (layout.weights ? 0 : total.weights) + out.grad_bytes_at_home;
   }
+  // The caller's arrays cover every element on every rank (checkpoints
+  // gather the shares into them).
+  const bool moments_are_home_state =
+      !layout.optimizer && s.caller_optimizer_bytes > 0 && s.caller_optimizer_bytes == s.optimizer_bytes;
+  p.host_process_bytes = total.elements * (s.caller_master_bytes + s.caller_optimizer_bytes) -
+                         (moments_are_home_state ? total.optimizer : 0);
   out.resident = std::move(resident);
   return out;
 }
@@ -90,8 +96,9 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   const uint64_t taken = r.device_reserved + p.resident_bytes;
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
             " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
-  p.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - p.host_state_bytes,
-                                   std::move(out.resident), r.rates, p.host_state_bytes);
+  const uint64_t host_taken = p.host_state_bytes + p.host_process_bytes;
+  p.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - host_taken, std::move(out.resident),
+                                   r.rates, host_taken);
   SPW_CHECK(!out.layout.optimizer || r.offload != OffloadMode::off || p.placement.values_offloaded == 0,
             "--device-mem", "a budget of ", format_bytes(r.device_budget), " holds the training state but not the ",
             "step's activations with nothing offloaded (--offload off)");
@@ -166,8 +173,10 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
     if (r.gradient_sums_on_device && layout.grads != Grads::all) continue;
     if (layout.grads == Grads::kept_first && !any_kept_first) continue;
     Planned candidate = state_of(g, s, total, layout);
-    if (candidate.plan.host_state_bytes >= r.host_budget) {
-      least_host = std::min(least_host, candidate.plan.host_state_bytes);
+    candidate.plan.host_process_bytes += r.host_reserved;
+    const uint64_t host_taken = candidate.plan.host_state_bytes + candidate.plan.host_process_bytes;
+    if (host_taken >= r.host_budget) {
+      least_host = std::min(least_host, host_taken);
       continue;
     }
     try {
@@ -180,7 +189,9 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
     }
   }
   if (!best) {
-    const std::string host_need = "at least " + format_bytes(least_host) + " of host memory, more than the budget of " +
+    const std::string host_need = "at least " + format_bytes(least_host) +
+                                  " of host memory (the state at home, the fp32 masters and moments the process keeps, "
+                                  "its runtime), more than the budget of " +
                                   format_bytes(r.host_budget);
     if (!frugal_error) throw Error("--host-mem", "the training state needs " + host_need + " in any layout");
     if (least_host == UINT64_MAX) throw *frugal_error;

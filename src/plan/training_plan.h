@@ -49,6 +49,10 @@ struct TrainingPlanRequest {
   uint64_t device_budget = 0;    // what the plan may use on the device
   uint64_t host_budget = 0;      // pinned host memory: state at home and offloaded values
   uint64_t device_reserved = 0;  // of device_budget, already taken by workspaces outside the graph
+  // Of host_budget, what the process holds beside its training state and
+  // offloaded values: CUDA's context, libraries, data. host_budget is the
+  // whole process's.
+  uint64_t host_reserved = 0;
   int64_t micro_batches = 1;     // per optimizer step
   OffloadMode offload = OffloadMode::automatic;
   // Ranks whose gradient sums are summed every optimizer step.
@@ -81,6 +85,9 @@ struct TrainingPlan {
   Placement placement;
   uint64_t resident_bytes = 0;    // state (and inputs, and the optimizer's staging) kept on the device
   uint64_t host_state_bytes = 0;  // state at home
+  // The rest of the process's host memory: the caller's masters and
+  // moments (TrainingStateSpec) and the request's host_reserved.
+  uint64_t host_process_bytes = 0;
   StepPrediction micro;           // one micro-batch
   double optimizer_seconds = 0;   // the update, in place or streaming the state through the GPU
   // Data parallelism: what each rank sends its peers per optimizer step (the

@@ -37,6 +37,10 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
   spec.master_bytes = kMasterRestBytes;
   spec.optimizer_bytes = adamw_moment_bytes(bf16_moments);
   spec.staging_bytes = OptimizerStaging(largest_tensor(config)).device_bytes();
+  // The trainer's fp32 masters, and its fp32 moments (with bf16 moments the
+  // engine keeps its own and the trainer none).
+  spec.caller_master_bytes = sizeof(float);
+  spec.caller_optimizer_bytes = bf16_moments ? 0 : adamw_moment_bytes(false);
   return spec;
 }
 
@@ -57,6 +61,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   plan::TrainingPlanRequest req;
   req.device_budget = r.device_budget;
   req.host_budget = r.host_budget;
+  req.host_reserved = r.host_reserved;
   req.micro_batches = r.micro_batches;
   req.offload = r.offload;
   req.data_parallel = r.data_parallel;

@@ -55,6 +55,9 @@ struct StepPlanRequest {
   int data_parallel = 1;
   uint64_t state_shards = 1;
   uint64_t device_budget = 0, host_budget = 0;
+  // Of host_budget (the process's), what the process holds beside the
+  // state and the step's values (plan::TrainingPlanRequest::host_reserved).
+  uint64_t host_reserved = 0;
   // The device bytes a step of this graph takes outside the graph and the
   // state (kernel workspaces): the GPU engine makes its runners for the
   // candidate and says what they took.

@@ -41,14 +41,14 @@ TEST(PlanE2E, BatchAutoKeepsTheTokensAndPredictsNoSlowerStep) {
 // micro-batches of all GPUs, the host's memory is shared evenly, the state is
 // sharded where each GPU then keeps its share, and what each GPU sends is said.
 TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
-  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 200GiB --recompute auto";
+  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 400GiB --recompute auto";
   const CommandResult two = run_spillway("plan --gpus 2 --gpu H200 --device-mem 139GiB" + common);
   ASSERT_EQ(two.exit_code, 0) << two.out;
   EXPECT_NE(two.out.find("x 4 micro-batches = 32768 tokens per optimizer step per GPU"), std::string::npos) << two.out;
   EXPECT_NE(two.out.find("data parallel over 2 GPUs: the masters' rest and AdamW's moments sharded"),
             std::string::npos)
       << two.out;
-  EXPECT_NE(two.out.find("of 100.00 GiB"), std::string::npos) << two.out;  // the host's 200 GiB over 2
+  EXPECT_NE(two.out.find("of 200.00 GiB"), std::string::npos) << two.out;  // the host's 400 GiB over 2
   // Sharding that cannot keep the state on 80 GB cards: each keeps it whole.
   const CommandResult whole = run_spillway("plan --gpus 2 --device-mem 79GiB --shard none" + common);
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
@@ -63,7 +63,7 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
 // ring at the network's rate unless --link-rate gives the measured one, and
 // a slower link a longer wait.
 TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
-  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 200GiB --recompute auto";
+  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 400GiB --recompute auto";
   const CommandResult one_host = run_spillway("plan --gpus 4" + common);
   ASSERT_EQ(one_host.exit_code, 0) << one_host.out;
   EXPECT_NE(one_host.out.find("at 150 GB/s (the NVIDIA H100 80GB HBM3's NVLink, measured)"), std::string::npos)
@@ -71,7 +71,7 @@ TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
   const CommandResult two_hosts = run_spillway("plan --gpus 4 --hosts 2" + common);
   ASSERT_EQ(two_hosts.exit_code, 0) << two_hosts.out;
   EXPECT_NE(two_hosts.out.find("data parallel over 4 GPUs on 2 hosts"), std::string::npos) << two_hosts.out;
-  EXPECT_NE(two_hosts.out.find("of 100.00 GiB"), std::string::npos) << two_hosts.out;  // 200 GiB over 2 GPUs a host
+  EXPECT_NE(two_hosts.out.find("of 200.00 GiB"), std::string::npos) << two_hosts.out;  // 400 GiB over 2 GPUs a host
   EXPECT_NE(two_hosts.out.find("at 50 GB/s (a 400 Gb/s network link per GPU, assumed"), std::string::npos)
       << two_hosts.out;
   auto waited = [](const std::string& out) {

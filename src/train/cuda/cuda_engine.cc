@@ -32,6 +32,7 @@
 #include "train/cuda/cuda_step.h"
 #include "train/cuda/grad_norm.h"
 #include "train/cuda/training_state.h"
+#include "train/adamw_state.h"
 #include "train/engine.h"
 #include "train/loss_weights.h"
 #include "train/step_plan.h"
@@ -272,10 +273,20 @@ class CudaEngine final : public Engine {
     r.weighted_loss = options_.weighted_loss;
     r.offload = options_.memory.offload;
     r.device_budget = mem.budget();
-    const uint64_t host = options_.memory.host_mem
-                              ? options_.memory.host_mem
-                              : static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes()));
-    r.host_budget = host / static_cast<uint64_t>(std::max(1, options_.ranks_on_host));
+    // --host-mem is the host's, shared evenly by its ranks, and a rank's
+    // share is its whole process's: what it holds already (the caller's
+    // masters and moments, CUDA's context, libraries, data) counts against
+    // it. Without one: what it holds and 90% of what is still available.
+    const auto ranks = static_cast<uint64_t>(std::max(1, options_.ranks_on_host));
+    const uint64_t held = resident_host_bytes();
+    r.host_budget = options_.memory.host_mem
+                        ? options_.memory.host_mem / ranks
+                        : held + static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes())) / ranks;
+    // The caller's arrays the plan counts itself (adamw_state_spec); the
+    // rest of what is held is the runtime's.
+    const uint64_t arrays = static_cast<uint64_t>(model::parameter_count(weights_.config())) *
+                            (sizeof(float) + (options_.memory.bf16_moments ? 0 : adamw_moment_bytes(false)));
+    r.host_reserved = held > arrays ? held - arrays : 0;
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = data_parallel_size(options_);
     // What a candidate's runners take (their workspaces), measured by making

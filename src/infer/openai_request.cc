@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 
 #include "base/json_text.h"
 
@@ -26,17 +27,18 @@ namespace {
 double number(const json& v, const std::string& name, double lo, double hi) {
   if (!v.is_number()) bad(name, "must be a number, got " + v.dump());
   const double x = v.get<double>();
-  if (!(x >= lo && x <= hi)) bad(name, "must be between " + json(lo).dump() + " and " + json(hi).dump() + ", got " + v.dump());
+  std::ostringstream range;
+  range << "must be between " << lo << " and " << hi << ", got " << v.dump();
+  if (!(x >= lo && x <= hi)) bad(name, range.str());
   return x;
 }
 
 int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) bad(name, "must be an integer, got " + v.dump());
-  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    bad(name, "must be at most " + std::to_string(hi) + ", got " + v.dump());
-  }
+  const std::string range = "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump();
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) bad(name, range);
   const auto x = v.get<int64_t>();
-  if (x < lo || x > hi) bad(name, "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump());
+  if (x < lo || x > hi) bad(name, range);
   return x;
 }
 

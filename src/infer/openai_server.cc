@@ -143,7 +143,7 @@ struct OpenAiServer::Impl {
           const std::vector<RunningChoices::Event> events = running->poll(kPollInterval);
           for (const RunningChoices::Event& e : events) {
             if (!ok) break;
-            if (!e.text.empty() || !chat) ok = send(dump(chunk_json(chat, id, created, e.index, e.text, {}, false)));
+            if (!e.text.empty()) ok = send(dump(chunk_json(chat, id, created, e.index, e.text, {}, false)));
             if (ok && e.finish_reason) ok = send(dump(chunk_json(chat, id, created, e.index, "", e.finish_reason, false)));
           }
           if (ok && events.empty() && client >= 0 && peer_closed(client)) ok = false;

@@ -69,7 +69,7 @@ TEST_F(Serve, AnswersTheOpenAiClient) {
   EXPECT_NE(read_file(log).find("spillway serve: stopped"), std::string::npos) << read_file(log);
 }
 
-TEST_F(Serve, RefusesAPortInUseAndAnUnbuiltDevice) {
+TEST_F(Serve, RefusesAnUnbuiltDeviceAndACacheWithoutRoom) {
   const CommandResult cuda = run_spillway("serve -m " + (*dir_ / "run") + " --device cuda --port 0");
   EXPECT_EQ(cuda.exit_code, 1);
   EXPECT_NE(cuda.out.find("--device"), std::string::npos) << cuda.out;

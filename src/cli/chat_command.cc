@@ -42,7 +42,8 @@ int run_chat(const ChatArgs& a) {
   const int64_t context = weights.config().max_position_embeddings;
   std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, context, a.run.device);
   const bool terminal = isatty(STDIN_FILENO);
-  if (terminal) std::fprintf(stderr, "[%s] an empty line or end of input ends the chat\n", decoder->description().c_str());
+  if (terminal)
+    std::fprintf(stderr, "[%s] an empty line or end of input ends the chat\n", decoder->description().c_str());
 
   std::vector<ChatMessage> messages;
   if (!a.system.empty()) messages.push_back({"system", a.system});

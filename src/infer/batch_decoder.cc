@@ -16,8 +16,9 @@ int64_t kv_blocks_in_budget(const model::LlamaConfig& c, const KvCacheOptions& o
   SPW_CHECK(options.block_tokens > 0, "--kv-block", "must be positive, got ", options.block_tokens);
   const uint64_t block = kv_bytes_per_token(c, value_bytes) * static_cast<uint64_t>(options.block_tokens);
   const auto blocks = static_cast<int64_t>(options.budget_bytes / block);
-  SPW_CHECK(blocks > 0, "--kv-cache-mem", format_bytes(options.budget_bytes), " holds no block of the KV cache: one block of ",
-            options.block_tokens, " tokens takes ", format_bytes(block), " for this model");
+  SPW_CHECK(blocks > 0, "--kv-cache-mem", format_bytes(options.budget_bytes),
+            " holds no block of the KV cache: one block of ", options.block_tokens, " tokens takes ",
+            format_bytes(block), " for this model");
   return blocks;
 }
 
@@ -55,7 +56,8 @@ std::vector<float> BatchDecoder::step(std::span<const SequenceChunk> chunks) {
     blocks_.reserve(chunks[i].sequence, positions[i] + static_cast<int64_t>(chunks[i].tokens.size()));
   }
   std::vector<float> logits = run(chunks, positions);
-  for (size_t i = 0; i < chunks.size(); ++i) positions_[chunks[i].sequence] += static_cast<int64_t>(chunks[i].tokens.size());
+  for (size_t i = 0; i < chunks.size(); ++i)
+    positions_[chunks[i].sequence] += static_cast<int64_t>(chunks[i].tokens.size());
   return logits;
 }
 

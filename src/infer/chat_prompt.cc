@@ -11,8 +11,9 @@ ChatPrompt chat_prompt(const Tokenizer& tok, std::span<const ChatMessage> messag
   const std::string& jinja = tok.roles().chat_template;
   SPW_CHECK(!jinja.empty(), "chat", "the model has no chat template (tokenizer_config.json's chat_template)");
   const std::optional<ChatFormat> format = chat_format_of(jinja);
-  SPW_CHECK(format.has_value(), "chat",
-            "the model's chat template is none that spillway renders (LLaMA-3, LLaMA-2, ChatML, or spillway's plain one)");
+  SPW_CHECK(
+      format.has_value(), "chat",
+      "the model's chat template is none that spillway renders (LLaMA-3, LLaMA-2, ChatML, or spillway's plain one)");
   ChatPrompt p;
   p.stops = tok.roles().stops;
   auto stop_at = [&](const char* marker) {

@@ -27,8 +27,10 @@ PreparedRequest prepare_request(ApiRequest api, const ServedModel& model, const 
     for (const std::vector<int32_t>& ids : api.id_prompts) {
       for (int32_t id : ids) {
         if (id >= tok.vocab_size()) {
-          throw ApiError(400, "'prompt': token " + std::to_string(id) + " is outside the vocabulary of " +
-                                  std::to_string(tok.vocab_size()), "prompt");
+          throw ApiError(400,
+                         "'prompt': token " + std::to_string(id) + " is outside the vocabulary of " +
+                             std::to_string(tok.vocab_size()),
+                         "prompt");
         }
       }
       p.prompts.push_back(ids);
@@ -49,22 +51,26 @@ PreparedRequest prepare_request(ApiRequest api, const ServedModel& model, const 
     return ApiError(400, message, api.max_tokens ? "max_tokens" : what, "context_length_exceeded");
   };
   if (longest >= room) {
-    throw ApiError(400, "the " + what + " is " + std::to_string(longest) + " tokens; this server takes at most " +
-                            std::to_string(room - 1) + " (the model's context is " + std::to_string(model.context) +
-                            " tokens, the KV cache holds " + std::to_string(engine.max_request_tokens()) +
-                            " for one request)", what, "context_length_exceeded");
+    throw ApiError(400,
+                   "the " + what + " is " + std::to_string(longest) + " tokens; this server takes at most " +
+                       std::to_string(room - 1) + " (the model's context is " + std::to_string(model.context) +
+                       " tokens, the KV cache holds " + std::to_string(engine.max_request_tokens()) +
+                       " for one request)",
+                   what, "context_length_exceeded");
   }
   // Completions default to 16 new tokens as OpenAI's do; chat to the rest of the room.
   p.max_tokens = api.max_tokens.value_or(api.chat ? room - longest : std::min<int64_t>(16, room - longest));
   if (longest + p.max_tokens > model.context) {
     throw too_long("max_tokens " + std::to_string(p.max_tokens) + " and the " + what + "'s " + std::to_string(longest) +
                    " tokens make " + std::to_string(longest + p.max_tokens) + ", more than the model's context of " +
-                   std::to_string(model.context) + " tokens; ask for at most " + std::to_string(model.context - longest));
+                   std::to_string(model.context) + " tokens; ask for at most " +
+                   std::to_string(model.context - longest));
   }
   if (longest + p.max_tokens > room) {
     throw too_long("max_tokens " + std::to_string(p.max_tokens) + " and the " + what + "'s " + std::to_string(longest) +
                    " tokens make " + std::to_string(longest + p.max_tokens) + ", more than the " +
-                   std::to_string(room) + " tokens the KV cache holds for one request (--kv-cache-mem); ask for at most " +
+                   std::to_string(room) +
+                   " tokens the KV cache holds for one request (--kv-cache-mem); ask for at most " +
                    std::to_string(room - longest));
   }
   p.api = std::move(api);
@@ -119,8 +125,9 @@ std::vector<RunningChoices::Event> RunningChoices::poll(std::chrono::millisecond
   size_t open = 0;
   for (const Choice& c : choices_) open += c.finished ? 0 : 1;
   // One choice waits the whole time; several share it, each a slice.
-  const auto slice = open > 1 ? std::chrono::milliseconds(std::max<int64_t>(1, timeout.count() / static_cast<int64_t>(open)))
-                              : timeout;
+  const auto slice = open > 1
+                         ? std::chrono::milliseconds(std::max<int64_t>(1, timeout.count() / static_cast<int64_t>(open)))
+                         : timeout;
   std::vector<Event> events;
   for (size_t i = 0; i < choices_.size(); ++i) {
     Choice& c = choices_[i];

@@ -35,7 +35,8 @@ double number(const json& v, const std::string& name, double lo, double hi) {
 
 int64_t integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
   if (!v.is_number_integer()) bad(name, "must be an integer, got " + v.dump());
-  const std::string range = "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump();
+  const std::string range =
+      "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + ", got " + v.dump();
   if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) bad(name, range);
   const auto x = v.get<int64_t>();
   if (x < lo || x > hi) bad(name, range);
@@ -89,7 +90,8 @@ void read_prompt(const json& v, ApiRequest& r) {
   } else if (v.is_array() && !v.empty() && v[0].is_number_integer()) {
     r.id_prompts.push_back(ids(v, "prompt"));
   } else if (v.is_array() && !v.empty()) {
-    if (static_cast<int64_t>(v.size()) > kMaxPrompts) bad("prompt", "holds more than " + std::to_string(kMaxPrompts) + " prompts");
+    if (static_cast<int64_t>(v.size()) > kMaxPrompts)
+      bad("prompt", "holds more than " + std::to_string(kMaxPrompts) + " prompts");
     for (const json& p : v) {
       if (p.is_string()) {
         r.text_prompts.push_back(p.get<std::string>());
@@ -108,9 +110,11 @@ void read_prompt(const json& v, ApiRequest& r) {
 // Fields OpenAI defines that spillway does not implement, taken only at the
 // values that mean "off".
 bool neutral(const std::string& key, const json& v) {
-  if (key == "frequency_penalty" || key == "presence_penalty") return v.is_null() || (v.is_number() && v.get<double>() == 0);
+  if (key == "frequency_penalty" || key == "presence_penalty")
+    return v.is_null() || (v.is_number() && v.get<double>() == 0);
   if (key == "logprobs" || key == "echo") return v.is_null() || v == false;
-  if (key == "logit_bias" || key == "top_logprobs" || key == "suffix") return v.is_null() || (v.is_object() && v.empty());
+  if (key == "logit_bias" || key == "top_logprobs" || key == "suffix")
+    return v.is_null() || (v.is_object() && v.empty());
   if (key == "best_of") return v.is_null() || v == 1;
   if (key == "response_format") return v.is_null() || v == json{{"type", "text"}};
   if (key == "user") return v.is_null() || v.is_string();
@@ -129,9 +133,9 @@ ApiRequest parse_api_request(const std::string& body, bool chat) {
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   ApiRequest r;
   r.chat = chat;
-  static const std::set<std::string> known_neutral = {"frequency_penalty", "presence_penalty", "logprobs", "echo",
-                                                      "logit_bias", "top_logprobs", "suffix", "best_of",
-                                                      "response_format", "user"};
+  static const std::set<std::string> known_neutral = {
+      "frequency_penalty", "presence_penalty", "logprobs", "echo", "logit_bias", "top_logprobs", "suffix",
+      "best_of",           "response_format",  "user"};
   for (const auto& [key, v] : j.items()) {
     if (key == "model") {
       if (!v.is_string()) bad(key, "must be a string");

@@ -82,8 +82,11 @@ struct OpenAiServer::Impl {
     } else {
       c["text"] = text;
     }
-    return json{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
-                {"model", options.model_name}, {"choices", json::array({c})}};
+    return json{{"id", id},
+                {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                {"created", created},
+                {"model", options.model_name},
+                {"choices", json::array({c})}};
   }
 
   void generate(const httplib::Request& req, httplib::Response& res, bool chat) {
@@ -121,22 +124,23 @@ struct OpenAiServer::Impl {
       metrics.record_request(p->prompt_tokens, running->completion_tokens(), running->first_token_seconds());
       json choices = json::array();
       for (size_t i = 0; i < texts.size(); ++i) choices.push_back(choice_json(chat, i, texts[i], finishes[i]));
-      const json body{{"id", id}, {"object", chat ? "chat.completion" : "text_completion"}, {"created", created},
-                      {"model", options.model_name}, {"choices", choices},
-                      {"usage", usage_of(p->prompt_tokens, running->completion_tokens())}};
+      const json body{{"id", id},           {"object", chat ? "chat.completion" : "text_completion"},
+                      {"created", created}, {"model", options.model_name},
+                      {"choices", choices}, {"usage", usage_of(p->prompt_tokens, running->completion_tokens())}};
       res.set_content(dump(body), "application/json");
       return;
     }
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider("text/event-stream", [this, running, p, id, created, chat, client](
-                                                               size_t, httplib::DataSink& sink) {
+                                                              size_t, httplib::DataSink& sink) {
       auto send = [&](const std::string& data) {
         const std::string event = "data: " + data + "\n\n";
         return sink.write(event.data(), event.size());
       };
       bool ok = true;
       if (chat) {  // each choice opens with the assistant's role
-        for (size_t i = 0; i < running->size() && ok; ++i) ok = send(dump(chunk_json(true, id, created, i, "", {}, true)));
+        for (size_t i = 0; i < running->size() && ok; ++i)
+          ok = send(dump(chunk_json(true, id, created, i, "", {}, true)));
       }
       try {
         while (ok && !running->done()) {
@@ -144,12 +148,18 @@ struct OpenAiServer::Impl {
           for (const RunningChoices::Event& e : events) {
             if (!ok) break;
             if (!e.text.empty()) ok = send(dump(chunk_json(chat, id, created, e.index, e.text, {}, false)));
-            if (ok && e.finish_reason) ok = send(dump(chunk_json(chat, id, created, e.index, "", e.finish_reason, false)));
+            if (ok && e.finish_reason)
+              ok = send(dump(chunk_json(chat, id, created, e.index, "", e.finish_reason, false)));
           }
           if (ok && events.empty() && client >= 0 && peer_closed(client)) ok = false;
         }
       } catch (const ApiError& e) {
         ok = ok && send(dump(error_body(e)));
+      } catch (const std::exception& e) {
+        // This runs after the handler, outside cpp-httplib's exception
+        // handler: nothing may escape into its worker thread.
+        ok = ok &&
+             send(dump(error_body(ApiError(500, std::string("internal error: ") + e.what(), "", "", "server_error"))));
       }
       if (!ok) {
         running->cancel();
@@ -158,8 +168,11 @@ struct OpenAiServer::Impl {
       }
       metrics.record_request(p->prompt_tokens, running->completion_tokens(), running->first_token_seconds());
       if (p->api.include_usage) {
-        const json last{{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
-                        {"created", created}, {"model", options.model_name}, {"choices", json::array()},
+        const json last{{"id", id},
+                        {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                        {"created", created},
+                        {"model", options.model_name},
+                        {"choices", json::array()},
                         {"usage", usage_of(p->prompt_tokens, running->completion_tokens())}};
         send(dump(last));
       }
@@ -178,13 +191,18 @@ struct OpenAiServer::Impl {
       if (req.get_header_value("Authorization") == "Bearer " + options.api_key) {
         return httplib::Server::HandlerResponse::Unhandled;
       }
-      send_error(res, ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", "", "invalid_api_key"));
+      send_error(res,
+                 ApiError(401, "missing or wrong API key: send 'Authorization: Bearer KEY'", "", "invalid_api_key"));
       return httplib::Server::HandlerResponse::Handled;
     });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
+    http.Post("/v1/chat/completions",
+              [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, true); });
     http.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { generate(q, r, false); });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-      const json m{{"id", options.model_name}, {"object", "model"}, {"created", started}, {"owned_by", "spillway"},
+      const json m{{"id", options.model_name},
+                   {"object", "model"},
+                   {"created", started},
+                   {"owned_by", "spillway"},
                    {"max_model_len", options.context}};
       res.set_content(dump(json{{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
@@ -201,7 +219,8 @@ struct OpenAiServer::Impl {
       } else if (res.status == 413) {
         send_error(res, ApiError(413, "the request body is larger than this server takes", "", "payload_too_large"));
       } else {
-        send_error(res, ApiError(res.status, "the request could not be served (HTTP " + std::to_string(res.status) + ")"));
+        send_error(res,
+                   ApiError(res.status, "the request could not be served (HTTP " + std::to_string(res.status) + ")"));
       }
     });
     http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {

@@ -26,10 +26,11 @@ class Serve : public ::testing::Test {
     dir_ = new ScratchDir("serve");
     write_file(*dir_ / "corpus.txt", make_corpus(200, 5));
     write_file(*dir_ / "micro.json", micro_config_json());
-    const CommandResult r = run_spillway("train --config " + (*dir_ / "micro.json") + " --data " +
-                                         (*dir_ / "corpus.txt") +
-                                         " --separator % --vocab 300 --steps 4 --batch 2 --seq 16 --eval-batches 1 "
-                                         "--sample-tokens 0 --quiet -o " + (*dir_ / "run"));
+    const CommandResult r =
+        run_spillway("train --config " + (*dir_ / "micro.json") + " --data " + (*dir_ / "corpus.txt") +
+                     " --separator % --vocab 300 --steps 4 --batch 2 --seq 16 --eval-batches 1 "
+                     "--sample-tokens 0 --quiet -o " +
+                     (*dir_ / "run"));
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
   static void TearDownTestSuite() { delete dir_; }
@@ -59,9 +60,9 @@ TEST_F(Serve, AnswersTheOpenAiClient) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_GT(port, 0) << read_file(log);
-  const CommandResult r = run_command(python + " " + (testing::repo_root() / "tests/e2e/openai_client_check.py").string() +
-                                      " http://127.0.0.1:" + std::to_string(port) + " sk-test " +
-                                      std::to_string(kContext));
+  const CommandResult r =
+      run_command(python + " " + (testing::repo_root() / "tests/e2e/openai_client_check.py").string() +
+                  " http://127.0.0.1:" + std::to_string(port) + " sk-test " + std::to_string(kContext));
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("14 passed, 0 failed"), std::string::npos) << r.out;
   ::kill(server, SIGTERM);
@@ -81,8 +82,8 @@ TEST_F(Serve, RefusesAnUnbuiltDeviceAndACacheWithoutRoom) {
 TEST_F(Serve, GenerateChatAndChatAnswerInTheChatFormat) {
   // The tiny model's template is spillway's plain one: greedy replies from
   // `chat` and `generate --chat` to the same message are the same text.
-  const CommandResult once = run_spillway("generate -m " + (*dir_ / "run") +
-                                          " --chat -p 'the cat sees' -n 12 --temperature 0 --device cpu");
+  const CommandResult once =
+      run_spillway("generate -m " + (*dir_ / "run") + " --chat -p 'the cat sees' -n 12 --temperature 0 --device cpu");
   ASSERT_EQ(once.exit_code, 0) << once.out;
   const CommandResult talk = run_command("printf 'the cat sees\\na dog\\n' | " + std::string(SPILLWAY_BIN) +
                                          " chat -m " + (*dir_ / "run") + " -n 12 --temperature 0 --device cpu");

@@ -120,7 +120,8 @@ TEST(BatchEngine, CancelledRequestsLeaveTheBatchAndFreeTheCache) {
   EXPECT_EQ(next.finish, FinishReason::length);
   EXPECT_EQ(next.tokens.size(), 5u);
   const auto deadline = std::chrono::steady_clock::now() + 10s;
-  while (engine->stats().blocks_used != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  while (engine->stats().blocks_used != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
   EXPECT_EQ(engine->stats().blocks_used, 0);
   EXPECT_EQ(engine->stats().cancelled, 1);
 }

@@ -127,7 +127,8 @@ TEST(ChatMl, MessagesAndGenerationPrompt) {
   const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", " Hi\n"}};
   EXPECT_EQ(format_chatml(messages),
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n<|im_start|>assistant\n");
-  EXPECT_EQ(format_chatml(messages, false), "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n");
+  EXPECT_EQ(format_chatml(messages, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n");
   expect_chat_error("no messages", [] { format_chatml({}); });
   expect_chat_error("message 0 has role 'a\nb'", [] {
     const std::vector<ChatMessage> messages = {{"a\nb", "x"}};

@@ -12,6 +12,7 @@ packages=(
   libsentencepiece-dev libpcre2-dev
   libgloo-dev                   # the CPU backend's collectives (ranks as processes)
   libicu-dev                    # Unicode normalization of tokenizer.json normalizers
+  libcpp-httplib-dev            # the HTTP server of `spillway serve`
   fortunes                      # the default English training corpus
   python3 python3-venv
 )
@@ -51,4 +52,8 @@ fi
 # AutoTokenizer), with what they need.
 if ! .venv/bin/python3 -c 'import tokenizers, gguf, transformers, jinja2' >/dev/null 2>&1; then
   .venv/bin/pip install -q --disable-pip-version-check tokenizers gguf transformers jinja2
+fi
+# OpenAI's Python client, which tests/e2e/serve_test.cc points at `spillway serve`.
+if ! .venv/bin/python3 -c 'import openai' >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check openai
 fi

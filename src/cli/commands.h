@@ -21,5 +21,7 @@ Runner add_bench(CLI::App& app);
 Runner add_plan(CLI::App& app);
 Runner add_convert(CLI::App& app);
 Runner add_eval(CLI::App& app);
+Runner add_serve(CLI::App& app);
+Runner add_chat(CLI::App& app);
 
 }  // namespace spillway::cli

@@ -9,7 +9,9 @@
 #include "base/status.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "infer/chat_prompt.h"
 #include "infer/generate.h"
+#include "infer/text_stream.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_vocab.h"
@@ -29,23 +31,6 @@ std::string prompt_text_continued(const Tokenizer& tok, const std::vector<int32_
   all.insert(all.end(), generated.begin(), generated.end());
   const std::string whole = tok.decode(all), before = tok.decode(prompt);
   return whole.starts_with(before) ? whole.substr(before.size()) : tok.decode(generated);
-}
-
-// Length of the longest prefix of `s` that ends on a UTF-8 character
-// boundary and before a replacement character that more bytes may still
-// complete, so that streamed text never prints half a character.
-size_t complete_utf8_prefix(const std::string& s) {
-  size_t n = s.size();
-  for (size_t back = 1; back <= 3 && back <= n; ++back) {
-    auto c = static_cast<unsigned char>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for the lead
-    size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    if (need > back) return n - back;
-    // A decoder's U+FFFD for bytes it has only part of (byte fallback).
-    if (n >= 3 && s.compare(n - 3, 3, "\xEF\xBF\xBD") == 0) return n - 3;
-    return n;
-  }
-  return n;
 }
 
 // Refuses, before any work, a prompt and continuation longer than the
@@ -71,6 +56,7 @@ struct GenerateArgs {
   ModelRunFlags run;
   bool stats = false;
   bool ids = false;
+  bool chat = false;
 };
 
 int run_generate(const GenerateArgs& a) {
@@ -80,16 +66,27 @@ int run_generate(const GenerateArgs& a) {
   std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
   const Tokenizer& tok = *tokenizer;
   model::check_tokenizer_fits(tok, weights.config(), source);
-  std::vector<int32_t> prompt = infer::prompt_ids(tok, a.prompt);
+  // With --chat the prompt is a user's message in the model's chat format,
+  // and only the reply is printed.
+  std::vector<int32_t> stops = tok.roles().stops;
+  std::vector<int32_t> prompt;
+  if (a.chat) {
+    const std::vector<ChatMessage> messages{{"user", a.prompt}};
+    infer::ChatPrompt chat = infer::chat_prompt(tok, messages);
+    prompt = std::move(chat.ids);
+    stops = std::move(chat.stops);
+  } else {
+    prompt = infer::prompt_ids(tok, a.prompt);
+  }
   check_context(weights.config(), static_cast<int64_t>(prompt.size()), a.max_tokens);
   std::unique_ptr<infer::Decoder> decoder =
       infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
   infer::GenerateOptions g;
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
-  g.stop_tokens = tok.roles().stops;
+  g.stop_tokens = stops;
   g.vocab_limit = tok.vocab_size();
-  std::fputs(a.prompt.c_str(), stdout);
+  if (!a.chat) std::fputs(a.prompt.c_str(), stdout);
   // The text is the decoding of every new token so far, printed as it
   // grows: decoders that drop a word's leading space or join byte tokens
   // (SentencePiece-style) cannot be run one token at a time.
@@ -99,7 +96,7 @@ int run_generate(const GenerateArgs& a) {
   auto tokens = infer::generate(*decoder, prompt, g, [&](int32_t id) {
     generated.push_back(id);
     const std::string text = prompt_text_continued(tok, prompt, generated);
-    const size_t ready = complete_utf8_prefix(text);
+    const size_t ready = infer::complete_utf8_prefix(text);
     if (ready > printed) std::fwrite(text.data() + printed, 1, ready - printed, stdout);
     printed = std::max(printed, ready);
     std::fflush(stdout);
@@ -136,6 +133,7 @@ Runner add_generate(CLI::App& app) {
   cmd->add_option("--top-p", a->sampling.top_p, "nucleus sampling mass")->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "sampling seed")->capture_default_str();
   a->run.add_to(cmd);
+  cmd->add_flag("--chat", a->chat, "the prompt is a user's message: answer it in the model's chat format");
   cmd->add_flag("--ids", a->ids, "print the generated token ids to stderr");
   cmd->add_flag("--stats", a->stats,
                 "print the device and the speed at the end, to stderr (default: when stderr is a terminal)");

@@ -31,6 +31,8 @@ int run(int argc, char** argv) {
   add(spillway::cli::add_bench);
   add(spillway::cli::add_plan);
   add(spillway::cli::add_convert);
+  add(spillway::cli::add_serve);
+  add(spillway::cli::add_chat);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

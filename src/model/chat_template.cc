@@ -3,6 +3,7 @@
 #include <string_view>
 
 #include "base/status.h"
+#include "model/tokenizer_files.h"
 
 namespace spillway {
 
@@ -66,6 +67,37 @@ std::string format_llama2_chat(std::span<const ChatMessage> messages) {
     }
   }
   return out;
+}
+
+std::string format_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt) {
+  SPW_CHECK(!messages.empty(), "chat", "no messages to format");
+  std::string out;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const std::string& role = messages[i].role;
+    SPW_CHECK(!role.empty() && role.find_first_of("<\n") == std::string::npos, "chat", "message ", i,
+              " has role '", role, "', which is empty or holds '<' or a newline");
+    out += "<|im_start|>" + role + "\n" + messages[i].content + "<|im_end|>\n";
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+std::string format_plain_chat(std::span<const ChatMessage> messages, std::string_view eos_text) {
+  SPW_CHECK(!messages.empty(), "chat", "no messages to format");
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    out += m.content;
+    out += eos_text;
+  }
+  return out;
+}
+
+std::optional<ChatFormat> chat_format_of(std::string_view jinja) {
+  if (jinja == kPlainChatTemplate) return ChatFormat::plain;
+  if (jinja.find("<|start_header_id|>") != std::string_view::npos) return ChatFormat::llama3;
+  if (jinja.find("<|im_start|>") != std::string_view::npos) return ChatFormat::chatml;
+  if (jinja.find("[INST]") != std::string_view::npos) return ChatFormat::llama2;
+  return std::nullopt;
 }
 
 }  // namespace spillway

@@ -7,8 +7,10 @@
 // allow_special it becomes a special token, as it does in Hugging Face.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 
 namespace spillway {
 
@@ -34,5 +36,24 @@ std::string format_llama3_chat(std::span<const ChatMessage> messages, bool add_g
 // (trimmed as a whole). Ending on a user turn leaves the model to reply.
 // Error("chat", ...) naming the message when the roles break the pattern.
 std::string format_llama2_chat(std::span<const ChatMessage> messages);
+
+// ChatML (SmolLM2, Qwen): per message
+//   <|im_start|>{role}\n{content}<|im_end|>\n
+// and, with add_generation_prompt, "<|im_start|>assistant\n". Content is not
+// trimmed. SmolLM2's template also puts in a default system message when
+// there is none; this does not. Error("chat", ...) as format_llama3_chat.
+std::string format_chatml(std::span<const ChatMessage> messages, bool add_generation_prompt = true);
+
+// The template spillway writes for tokenizers that have none
+// (kPlainChatTemplate in tokenizer_files.h): each message's content followed
+// by the end-of-text token's text.
+std::string format_plain_chat(std::span<const ChatMessage> messages, std::string_view eos_text);
+
+enum class ChatFormat { llama3, llama2, chatml, plain };
+
+// Which of the formats above a tokenizer_config.json chat_template (Jinja)
+// writes, told by the markers it emits; nullopt for any other template.
+// spillway renders these formats itself, without a Jinja interpreter.
+std::optional<ChatFormat> chat_format_of(std::string_view jinja);
 
 }  // namespace spillway

@@ -13,7 +13,7 @@ void expect_only(const std::string& args, const std::string& line) {
   EXPECT_EQ(r.out, line) << args;
 }
 
-constexpr const char* kCommands = "train, finetune, generate, eval, tokenize, bench, plan, convert";
+constexpr const char* kCommands = "train, finetune, generate, eval, tokenize, bench, plan, convert, serve, chat";
 
 TEST(CommandLine, MissingOrUnknownCommand) {
   expect_only("", std::string("spillway: no command given; the commands are ") + kCommands + " (--help says more)\n");

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "model/bpe_train.h"
+#include "model/tokenizer_files.h"
 
 namespace spillway {
 namespace {
@@ -120,6 +121,33 @@ TEST(Llama2Chat, RefusesRolesOutOfOrder) {
     const std::vector<ChatMessage> messages = {{"user", "a"}, {"system", "b"}};
     format_llama2_chat(messages);
   });
+}
+
+TEST(ChatMl, MessagesAndGenerationPrompt) {
+  const std::vector<ChatMessage> messages = {{"system", "Be brief."}, {"user", " Hi\n"}};
+  EXPECT_EQ(format_chatml(messages),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(format_chatml(messages, false),
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi\n<|im_end|>\n");
+  expect_chat_error("no messages", [] { format_chatml({}); });
+  expect_chat_error("message 0 has role 'a\nb'", [] {
+    const std::vector<ChatMessage> messages = {{"a\nb", "x"}};
+    format_chatml(messages);
+  });
+}
+
+TEST(PlainChat, EachContentThenTheEndOfText) {
+  const std::vector<ChatMessage> messages = {{"user", "Hi"}, {"assistant", "there"}};
+  EXPECT_EQ(format_plain_chat(messages, "</s>"), "Hi</s>there</s>");
+}
+
+TEST(ChatFormatOf, TellsTheFormatByItsMarkers) {
+  EXPECT_EQ(chat_format_of(kPlainChatTemplate), ChatFormat::plain);
+  EXPECT_EQ(chat_format_of("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"), ChatFormat::llama3);
+  EXPECT_EQ(chat_format_of("{{'<|im_start|>' + message['role'] + '\n'}}"), ChatFormat::chatml);
+  EXPECT_EQ(chat_format_of("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"), ChatFormat::llama2);
+  EXPECT_EQ(chat_format_of("{% for m in messages %}<start_of_turn>{{ m.role }}{% endfor %}"), std::nullopt);
+  EXPECT_EQ(chat_format_of(""), std::nullopt);
 }
 
 }  // namespace

@@ -1,0 +1,91 @@
+// What serving needs from a model: many sequences decoded together over one
+// paged key/value cache (paged_kv_blocks.h). Each step feeds a chunk of new
+// tokens for any number of sequences (one token for those generating, a
+// piece of the prompt for those still reading it) and runs them as one batch:
+// every weight matrix is read once for all the chunks' rows.
+//
+// Every row's result depends on its own token and its sequence's cache
+// alone, never on which other rows share the step or on how a prompt was cut
+// into chunks: a request gets the same logits, bit for bit, alone or in a
+// full batch. That is what makes serving deterministic at temperature 0.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "infer/paged_kv_blocks.h"
+#include "model/llama_config.h"
+#include "model/llama_weights.h"
+
+namespace spillway::infer {
+
+struct SequenceChunk {
+  int64_t sequence = -1;            // from BatchDecoder::open()
+  std::span<const int32_t> tokens;  // fed at the sequence's next positions
+};
+
+// How the cache is cut: blocks of `block_tokens` rows, as many as fit in
+// `budget_bytes`.
+struct KvCacheOptions {
+  uint64_t budget_bytes = 0;
+  int64_t block_tokens = 16;
+};
+
+// Bytes one token's keys and values take in every layer, at `value_bytes`
+// per number (4 for float32, 2 for bf16).
+uint64_t kv_bytes_per_token(const model::LlamaConfig& config, int64_t value_bytes);
+// Blocks of the options' size that fit the budget. Throws Error naming the
+// budget and the size of one block when not even one fits.
+int64_t kv_blocks_in_budget(const model::LlamaConfig& config, const KvCacheOptions& options, int64_t value_bytes);
+
+class BatchDecoder {
+ public:
+  BatchDecoder(int64_t num_blocks, int64_t block_tokens) : blocks_(num_blocks, block_tokens) {}
+  virtual ~BatchDecoder() = default;
+
+  // A new empty sequence, and its end (its blocks go back to the pool).
+  int64_t open();
+  void close(int64_t sequence);
+  int64_t position(int64_t sequence) const;  // tokens fed so far
+
+  // Feeds every chunk (each sequence at most once, no chunk empty) and
+  // returns the logits of each chunk's last token, [chunks.size(), vocab]
+  // float32 row-major. Grows the sequences' block tables as needed. Throws
+  // Error, with the positions unchanged, when the cache has too few free
+  // blocks or a token is outside the vocabulary.
+  std::vector<float> step(std::span<const SequenceChunk> chunks);
+
+  // Reserves blocks for `tokens` rows of the sequence ahead of use, so that
+  // later steps cannot run out (what admission control does).
+  void reserve(int64_t sequence, int64_t tokens) { blocks_.reserve(sequence, tokens); }
+  const PagedKvBlocks& blocks() const { return blocks_; }
+  virtual int64_t vocab() const = 0;
+  virtual uint64_t cache_bytes() const = 0;
+  // Where it runs, for people: "cpu, 2 threads, float32, paged".
+  virtual std::string description() const = 0;
+
+ protected:
+  // The model's pass over the chunks; `positions[i]` is chunk i's first
+  // position, and the blocks for every row are already in the tables.
+  virtual std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) = 0;
+
+ private:
+  PagedKvBlocks blocks_;
+  std::map<int64_t, int64_t> positions_;
+};
+
+// Decoder names --device accepts for batched decoding.
+inline constexpr const char* kBatchDecoderDevices = "auto or cpu";
+
+// A batched decoder for `weights` whose cache fills `cache.budget_bytes` on
+// `device`. The CPU decoder reads the weights in place: they must outlive
+// it. Throws Error naming --device for a device without a batched decoder
+// (the GPU's is not written yet; "auto" takes the CPU).
+std::unique_ptr<BatchDecoder> make_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,
+                                                 const std::string& device);
+
+}  // namespace spillway::infer

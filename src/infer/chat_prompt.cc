@@ -4,16 +4,22 @@
 #include <optional>
 
 #include "base/status.h"
+#include "model/chat_pieces.h"
 
 namespace spillway::infer {
 
 ChatPrompt chat_prompt(const Tokenizer& tok, std::span<const ChatMessage> messages) {
   const std::string& jinja = tok.roles().chat_template;
   SPW_CHECK(!jinja.empty(), "chat", "the model has no chat template (tokenizer_config.json's chat_template)");
-  const std::optional<ChatFormat> format = chat_format_of(jinja);
-  SPW_CHECK(
-      format.has_value(), "chat",
-      "the model's chat template is none that spillway renders (LLaMA-3, LLaMA-2, ChatML, or spillway's plain one)");
+  const ChatRendering rendering = chat_rendering_of(tok);
+  // A ChatML template's default system message (SmolLM2's), as fine-tuning
+  // renders it (model/chat_pieces.h).
+  std::vector<ChatMessage> with_system;
+  if (!rendering.default_system.empty() && (messages.empty() || messages.front().role != "system")) {
+    with_system.push_back({"system", rendering.default_system});
+    with_system.insert(with_system.end(), messages.begin(), messages.end());
+    messages = with_system;
+  }
   ChatPrompt p;
   p.stops = tok.roles().stops;
   auto stop_at = [&](const char* marker) {
@@ -21,7 +27,7 @@ ChatPrompt chat_prompt(const Tokenizer& tok, std::span<const ChatMessage> messag
       p.stops.push_back(*id);
     }
   };
-  switch (*format) {
+  switch (rendering.format) {
     case ChatFormat::llama3:
       p.ids = tok.encode(format_llama3_chat(messages), true);
       stop_at("<|eot_id|>");

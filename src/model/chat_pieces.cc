@@ -1,5 +1,6 @@
 #include "model/chat_pieces.h"
 
+#include <optional>
 #include <string_view>
 
 #include "base/status.h"
@@ -91,7 +92,7 @@ std::vector<ChatPiece> llama2_pieces(std::span<const ChatMessage> messages) {
   return out;
 }
 
-std::vector<ChatPiece> chatml_pieces(const ChatFormat& f, std::span<const ChatMessage> messages) {
+std::vector<ChatPiece> chatml_pieces(const ChatRendering& f, std::span<const ChatMessage> messages) {
   std::vector<ChatPiece> out;
   if (!f.default_system.empty() && messages[0].role != "system") {
     add(out, "<|im_start|>system\n" + f.default_system + "<|im_end|>\n", false);
@@ -106,7 +107,7 @@ std::vector<ChatPiece> chatml_pieces(const ChatFormat& f, std::span<const ChatMe
   return out;
 }
 
-std::vector<ChatPiece> plain_pieces(const ChatFormat& f, std::span<const ChatMessage> messages) {
+std::vector<ChatPiece> plain_pieces(const ChatRendering& f, std::span<const ChatMessage> messages) {
   std::vector<ChatPiece> out;
   for (size_t i = 0; i < messages.size(); ++i) {
     check_role(messages[i], i);
@@ -117,19 +118,14 @@ std::vector<ChatPiece> plain_pieces(const ChatFormat& f, std::span<const ChatMes
 
 }  // namespace
 
-ChatFormat chat_format_of(const Tokenizer& tokenizer) {
+ChatRendering chat_rendering_of(const Tokenizer& tokenizer) {
   const std::string& jinja = tokenizer.roles().chat_template;
-  ChatFormat f;
-  if (contains(jinja, "<|start_header_id|>")) {
-    f.family = ChatFamily::llama3;
-  } else if (contains(jinja, "<|im_start|>")) {
-    f.family = ChatFamily::chatml;
-    f.default_system = chatml_default_system(jinja);
-  } else if (contains(jinja, "[INST]")) {
-    f.family = ChatFamily::llama2;
-  } else if (jinja.empty() || jinja == kPlainChatTemplate) {
-    f.family = ChatFamily::plain;
-    f.end_of_text = tokenizer.token_text(tokenizer.eos_id());
+  const std::optional<ChatFormat> format = jinja.empty() ? ChatFormat::plain : chat_format_of(jinja);
+  ChatRendering f;
+  if (format) {
+    f.format = *format;
+    if (f.format == ChatFormat::chatml) f.default_system = chatml_default_system(jinja);
+    if (f.format == ChatFormat::plain) f.end_of_text = tokenizer.token_text(tokenizer.eos_id());
   } else {
     throw Error("chat template", "'" + jinja.substr(0, 60) + (jinja.size() > 60 ? "...'" : "'") +
                                      " is none spillway renders (LLaMA-3, LLaMA-2, ChatML, or the plain one "
@@ -138,13 +134,13 @@ ChatFormat chat_format_of(const Tokenizer& tokenizer) {
   return f;
 }
 
-std::vector<ChatPiece> render_chat_pieces(const ChatFormat& format, std::span<const ChatMessage> messages) {
+std::vector<ChatPiece> render_chat_pieces(const ChatRendering& rendering, std::span<const ChatMessage> messages) {
   SPW_CHECK(!messages.empty(), "chat", "no messages to format");
-  switch (format.family) {
-    case ChatFamily::llama3: return llama3_pieces(messages);
-    case ChatFamily::llama2: return llama2_pieces(messages);
-    case ChatFamily::chatml: return chatml_pieces(format, messages);
-    case ChatFamily::plain: return plain_pieces(format, messages);
+  switch (rendering.format) {
+    case ChatFormat::llama3: return llama3_pieces(messages);
+    case ChatFormat::llama2: return llama2_pieces(messages);
+    case ChatFormat::chatml: return chatml_pieces(rendering, messages);
+    case ChatFormat::plain: return plain_pieces(rendering, messages);
   }
   throw Error("chat", "unknown chat family");
 }

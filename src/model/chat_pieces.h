@@ -20,25 +20,20 @@
 
 namespace spillway {
 
-enum class ChatFamily {
-  llama3,  // <|start_header_id|>role<|end_header_id|>\n\n ... <|eot_id|>
-  llama2,  // <s>[INST] ... [/INST] reply </s>
-  chatml,  // <|im_start|>role\n ... <|im_end|>\n (SmolLM2, Qwen)
-  plain,   // each message's content then the end-of-text token: spillway's template for tokenizers with none
-};
-
-struct ChatFormat {
-  ChatFamily family = ChatFamily::plain;
+// A tokenizer's chat format (chat_template.h's chat_format_of) and what
+// rendering it takes besides the messages.
+struct ChatRendering {
+  ChatFormat format = ChatFormat::plain;
   // ChatML templates that open with a system message when the conversation
   // has none (SmolLM2's): its text; empty: none is added.
   std::string default_system;
   std::string end_of_text;  // plain: the EOS token's text
 };
 
-// The family of `tokenizer`'s chat template (an empty one is plain);
+// The rendering of `tokenizer`'s chat template (an empty one is plain);
 // Error("chat template", ...) quoting its start when spillway renders no
 // such template.
-ChatFormat chat_format_of(const Tokenizer& tokenizer);
+ChatRendering chat_rendering_of(const Tokenizer& tokenizer);
 
 struct ChatPiece {
   std::string text;
@@ -47,7 +42,7 @@ struct ChatPiece {
 
 // The pieces of `messages` with no generation prompt; Error("chat", ...)
 // naming the message for a role the family cannot write.
-std::vector<ChatPiece> render_chat_pieces(const ChatFormat& format, std::span<const ChatMessage> messages);
+std::vector<ChatPiece> render_chat_pieces(const ChatRendering& rendering, std::span<const ChatMessage> messages);
 
 // The pieces encoded one by one (special-token text becoming its id) and
 // laid end to end, with each token marked as its piece is. Pieces meet at

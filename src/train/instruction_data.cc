@@ -96,7 +96,7 @@ std::vector<ChatMessage> instruction_messages(const std::string& line, const std
 
 std::vector<InstructionExample> read_instruction_files(const std::vector<std::string>& paths,
                                                        const Tokenizer& tokenizer) {
-  const ChatFormat format = chat_format_of(tokenizer);
+  const ChatRendering format = chat_rendering_of(tokenizer);
   std::vector<InstructionExample> out;
   for (const std::string& path : paths) {
     std::ifstream in(path);

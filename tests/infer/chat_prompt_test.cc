@@ -63,7 +63,7 @@ TEST(ChatPrompt, RefusesAMissingOrUnknownTemplate) {
     chat_prompt(tokenizer_with("{{ '<start_of_turn>' }}"), messages);
     FAIL() << "formatted an unknown template";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("none that spillway renders"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is none spillway renders"), std::string::npos) << e.what();
   }
 }
 

@@ -45,17 +45,17 @@ const std::vector<ChatMessage> kConversation = {
     {"assistant", "the dog"}};
 
 TEST(ChatPieces, RecognizesTheFamilyOfTheTemplate) {
-  EXPECT_EQ(chat_format_of(tokenizer_with_template("{{ '<|start_header_id|>' }}")).family, ChatFamily::llama3);
-  EXPECT_EQ(chat_format_of(tokenizer_with_template("{{ '[INST] ' }}")).family, ChatFamily::llama2);
-  const ChatFormat smol = chat_format_of(tokenizer_with_template(kSmolLm2Template));
-  EXPECT_EQ(smol.family, ChatFamily::chatml);
+  EXPECT_EQ(chat_rendering_of(tokenizer_with_template("{{ '<|start_header_id|>' }}")).format, ChatFormat::llama3);
+  EXPECT_EQ(chat_rendering_of(tokenizer_with_template("{{ '[INST] ' }}")).format, ChatFormat::llama2);
+  const ChatRendering smol = chat_rendering_of(tokenizer_with_template(kSmolLm2Template));
+  EXPECT_EQ(smol.format, ChatFormat::chatml);
   EXPECT_EQ(smol.default_system, "You are a helpful AI assistant named SmolLM, trained by Hugging Face");
-  const ChatFormat plain = chat_format_of(tokenizer_with_template(kPlainChatTemplate));
-  EXPECT_EQ(plain.family, ChatFamily::plain);
+  const ChatRendering plain = chat_rendering_of(tokenizer_with_template(kPlainChatTemplate));
+  EXPECT_EQ(plain.format, ChatFormat::plain);
   EXPECT_EQ(plain.end_of_text, "<|end_of_text|>");
-  EXPECT_EQ(chat_format_of(tokenizer_with_template("")).family, ChatFamily::plain);
+  EXPECT_EQ(chat_rendering_of(tokenizer_with_template("")).format, ChatFormat::plain);
   try {
-    chat_format_of(tokenizer_with_template("{{ bos_token }}{% for m in messages %}<turn>{% endfor %}"));
+    chat_rendering_of(tokenizer_with_template("{{ bos_token }}{% for m in messages %}<turn>{% endfor %}"));
     ADD_FAILURE() << "an unknown template was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.thing(), "chat template");
@@ -66,21 +66,21 @@ TEST(ChatPieces, RecognizesTheFamilyOfTheTemplate) {
 // Concatenated, the pieces are the text chat_template.h formats; the trained
 // ones are the replies with the marker that ends each.
 TEST(ChatPieces, Llama3PiecesAreTheTemplatesText) {
-  const auto pieces = render_chat_pieces({ChatFamily::llama3, "", ""}, kConversation);
+  const auto pieces = render_chat_pieces({ChatFormat::llama3, "", ""}, kConversation);
   EXPECT_EQ(joined(pieces), format_llama3_chat(kConversation, /*add_generation_prompt=*/false));
   EXPECT_EQ(joined(pieces, true), "jumps.<|eot_id|>the dog<|eot_id|>");
 }
 
 TEST(ChatPieces, Llama2PiecesAreTheTemplatesText) {
-  const auto pieces = render_chat_pieces({ChatFamily::llama2, "", ""}, kConversation);
+  const auto pieces = render_chat_pieces({ChatFormat::llama2, "", ""}, kConversation);
   EXPECT_EQ(joined(pieces), format_llama2_chat(kConversation));
   EXPECT_EQ(joined(pieces, true), " jumps. </s> the dog </s>");
   const std::vector<ChatMessage> out_of_turn = {{"user", "a"}, {"user", "b"}};
-  EXPECT_THROW(render_chat_pieces({ChatFamily::llama2, "", ""}, out_of_turn), Error);
+  EXPECT_THROW(render_chat_pieces({ChatFormat::llama2, "", ""}, out_of_turn), Error);
 }
 
 TEST(ChatPieces, ChatMlAddsTheTemplatesSystemMessageWhenThereIsNone) {
-  const ChatFormat smol = chat_format_of(tokenizer_with_template(kSmolLm2Template));
+  const ChatRendering smol = chat_rendering_of(tokenizer_with_template(kSmolLm2Template));
   const std::vector<ChatMessage> chat = {{"user", "hi"}, {"assistant", "hello"}};
   const auto pieces = render_chat_pieces(smol, chat);
   EXPECT_EQ(joined(pieces),
@@ -95,7 +95,7 @@ TEST(ChatPieces, ChatMlAddsTheTemplatesSystemMessageWhenThereIsNone) {
 }
 
 TEST(ChatPieces, PlainIsEachContentThenEndOfText) {
-  const auto pieces = render_chat_pieces({ChatFamily::plain, "", "<|end_of_text|>"}, kConversation);
+  const auto pieces = render_chat_pieces({ChatFormat::plain, "", "<|end_of_text|>"}, kConversation);
   EXPECT_EQ(joined(pieces, true), "\tjumps.\n<|end_of_text|>the dog<|end_of_text|>");
   EXPECT_EQ(joined(pieces), "Be brief.<|end_of_text|> the fox? <|end_of_text|>\tjumps.\n<|end_of_text|>"
                             "again<|end_of_text|>the dog<|end_of_text|>");
@@ -106,7 +106,7 @@ TEST(ChatPieces, PlainIsEachContentThenEndOfText) {
 TEST(ChatPieces, EncodedPiecesEqualTheWholeTextEncoded) {
   for (const std::string& jinja : {std::string("<|start_header_id|>"), kSmolLm2Template}) {
     const BpeTokenizer t = tokenizer_with_template(jinja);
-    const auto pieces = render_chat_pieces(chat_format_of(t), kConversation);
+    const auto pieces = render_chat_pieces(chat_rendering_of(t), kConversation);
     const TrainedTokens tokens = encode_chat_pieces(t, pieces);
     EXPECT_EQ(tokens.ids, t.encode(joined(pieces), /*allow_special=*/true)) << jinja;
     ASSERT_EQ(tokens.trained.size(), tokens.ids.size());

@@ -12,6 +12,8 @@
 #   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
 #          shared-memory transports off (its network transport, as between
 #          hosts), against the same run over NVLink
+#   links: `spillway bench --collectives` over NPROC GPUs: the link rate
+#          each collective reaches, and the one the planner takes
 #   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
 set -uo pipefail
@@ -137,6 +139,12 @@ phase_tests() {
   ctest --test-dir build/gpu -L gpu --output-on-failure --timeout 300 > "$OUT/gpu_tests.log" 2>&1
   grep -E "tests passed|tests failed|\(Failed\)|\*\*\*" "$OUT/gpu_tests.log"
   grep -E "data_parallel_cuda" "$OUT/gpu_tests.log" | head -3
+}
+
+phase_links() {
+  $B bench --collectives --nproc-per-node $NPROC --json "$OUT/results.jsonl" > "$OUT/links.log" 2>&1 ||
+    { tail -5 "$OUT/links.log"; return 1; }
+  cat "$OUT/links.log"
 }
 
 phase_torch() {

@@ -27,6 +27,7 @@
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/cuda_pool.h"
 #include "device/cuda/pinned_host.h"
+#include "model/llama_config_json.h"
 #include "plan/timeline_svg.h"
 #include "train/cuda/cuda_adamw.h"
 #include "train/cuda/cuda_step.h"

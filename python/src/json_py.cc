@@ -16,7 +16,8 @@ nb::object json_to_python(const Json& value) {
     case nlohmann::json::value_t::null: return nb::none();
     case nlohmann::json::value_t::boolean: return nb::bool_(value.template get<bool>());
     case nlohmann::json::value_t::number_integer: return nb::int_(value.template get<int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return nb::steal(PyLong_FromUnsignedLongLong(value.template get<uint64_t>()));
+    case nlohmann::json::value_t::number_unsigned:
+      return nb::steal(PyLong_FromUnsignedLongLong(value.template get<uint64_t>()));
     case nlohmann::json::value_t::number_float: return nb::float_(value.template get<double>());
     case nlohmann::json::value_t::string: return nb::str(value.template get_ref<const std::string&>().c_str());
     case nlohmann::json::value_t::array: {

@@ -166,7 +166,9 @@ void bind_model(nb::module_& m) {
           "A model folder, a run folder (its latest checkpoint) or a GGUF file; device: auto (the GPU when "
           "there is one), cpu or cuda.")
       .def_prop_ro("source", [](const Model& self) { return self.loaded.source; }, "The folder or file read.")
-      .def_prop_ro("config", [](const Model& self) { return to_python(model::config_to_json(self.loaded.weights.config())); },
+      .def_prop_ro("config", [](const Model& self) {
+            return to_python(model::config_to_json(self.loaded.weights.config()));
+          },
                    "The model's config.json, as a dict.")
       .def_prop_ro("tokenizer", [](const Model& self) -> const Tokenizer& { return *self.loaded.tokenizer; },
                    nb::rv_policy::reference_internal)

@@ -97,11 +97,14 @@ void bind_run_config(nb::module_& m) {
   nb::class_<RunConfigObject>(m, "RunConfig",
                               "The typed configuration of a run: what `spillway train run.toml --flag ...` "
                               "resolves (docs/run_config.md).")
-      .def("__init__", &init, nb::arg("file") = nb::none(), nb::kw_only(), nb::arg("command") = "train", nb::arg("settings"),
+      .def("__init__", &init, nb::arg("file") = nb::none(), nb::kw_only(), nb::arg("command") = "train",
+           nb::arg("settings"),
            "Defaults of `command` (train, finetune, bench or plan), then the run file (.toml or .json), then "
            "the environment variables the command line reads, then the settings given here: a section as a "
            "dict (schedule={'steps': 10}) or a setting by its name where that is unique (steps=10).")
-      .def_prop_ro("command", [](const RunConfigObject& self) { return std::string(train::command_name(self.command)); },
+      .def_prop_ro("command", [](const RunConfigObject& self) {
+             return std::string(train::command_name(self.command));
+           },
                    "The command whose defaults and settings this has.")
       .def("get", [](const RunConfigObject& self, const std::string& key) {
              return to_python(train::field_json(field_named(key, self.command), self.config));

@@ -50,13 +50,7 @@ train::TrainResult train(const RunConfigObject& run, nb::object on_step) {
   train::TrainResult result;
   {
     nb::gil_scoped_release no_gil;
-    result = train::train_model(
-        run.config,
-        [](const model::LlamaWeights& weights, const Tokenizer& tokenizer, const train::SampleConfig& s,
-           uint64_t seed) {
-          return infer::sample_text(weights, tokenizer, s.prompt, s.tokens, s.temperature, s.top_k, seed);
-        },
-        {}, hook);
+    result = train::train_model(run.config, infer::run_sample_text, {}, hook);
   }
   if (raised) std::rethrow_exception(raised);
   if (result.stop_signal != 0) {

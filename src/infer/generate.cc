@@ -96,4 +96,9 @@ std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tok
   return prompt + tokenizer.decode(generate(decoder, ids, g));
 }
 
+std::string run_sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer,
+                            const train::SampleConfig& sample, uint64_t seed) {
+  return sample_text(weights, tokenizer, sample.prompt, sample.tokens, sample.temperature, sample.top_k, seed);
+}
+
 }  // namespace spillway::infer

@@ -14,6 +14,7 @@
 #include "infer/sampler.h"
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
+#include "train/run_config.h"
 
 namespace spillway::infer {
 
@@ -86,5 +87,10 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& p
 // ending at a stop token. What a training run shows at its end.
 std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer, const std::string& prompt,
                         int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed);
+
+// sample_text with a run's sample settings: the train::SampleText that the
+// command line and the Python module give the trainer.
+std::string run_sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer,
+                            const train::SampleConfig& sample, uint64_t seed);
 
 }  // namespace spillway::infer

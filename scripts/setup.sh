@@ -57,3 +57,9 @@ fi
 if ! .venv/bin/python3 -c 'import openai' >/dev/null 2>&1; then
   .venv/bin/pip install -q --disable-pip-version-check openai
 fi
+# The Python module (python/, built by CMake where nanobind is importable,
+# or by `pip install .` through scikit-build-core) and its tests (pytest,
+# NumPy; PyTorch is used where present, never installed here).
+if ! .venv/bin/python3 -c 'import nanobind, scikit_build_core, pytest, numpy' >/dev/null 2>&1; then
+  .venv/bin/pip install -q --disable-pip-version-check nanobind scikit-build-core pytest numpy
+fi

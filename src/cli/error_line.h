@@ -8,13 +8,9 @@
 #include <string>
 #include <string_view>
 
-namespace spillway::cli {
+#include "base/error_text.h"  // escaped_error_text: the line for any exception
 
-// The line (without "spillway: " and the newline) for the exception `e`,
-// which escaped while `doing` ("train", "reading the command line"): a
-// spillway::Error names its own thing; std::bad_alloc says "out of memory"
-// in plain words; anything else is named by what it says, or as unknown.
-std::string escaped_error_text(std::exception_ptr e, std::string_view doing);
+namespace spillway::cli {
 
 // The line for a CLI11 parse error: its message on one line, the flag
 // first where CLI11 put it elsewhere, without "Run with --help ...".

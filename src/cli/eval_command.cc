@@ -13,9 +13,7 @@
 #include "cli/commands.h"
 #include "cli/model_flags.h"
 #include "infer/evaluate.h"
-#include "model/llama_weights_io.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_vocab.h"
+#include "infer/loaded_model.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
 #include "train/text_to_tokens.h"
@@ -41,13 +39,10 @@ int run_eval(const EvalArgs& a) {
   // The data first: a bad path fails before the model is read.
   const bool prepared = a.data.size() == 1 && train::is_prepared_folder(a.data[0]);
   const std::vector<std::string> files = prepared ? std::vector<std::string>{} : train::expand_text_paths(a.data);
-  model::LlamaWeights weights = model::load_llama(source);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
-  model::check_tokenizer_fits(*tokenizer, weights.config(), source);
-  const int64_t context = weights.config().max_position_embeddings;
-  const int64_t window = a.seq > 0 ? a.seq : std::min<int64_t>(context, 2048);
-  SPW_CHECK(window <= context, "--seq", window, " is longer than the model's context of ", context, " tokens");
-  std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, window + 1, a.run.device);
+  const infer::LoadedModel m = infer::load_model(source);
+  const std::unique_ptr<Tokenizer>& tokenizer = m.tokenizer;
+  const int64_t window = infer::eval_window(m.weights.config(), a.seq);
+  std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(m.weights, window + 1, a.run.device);
 
   infer::LossSum sum;
   if (prepared) {

@@ -11,42 +11,12 @@
 #include "cli/model_flags.h"
 #include "infer/chat_prompt.h"
 #include "infer/generate.h"
-#include "infer/text_stream.h"
-#include "model/llama_weights_io.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_vocab.h"
-#include "train/checkpoint.h"
+#include "infer/generated_text.h"
+#include "infer/loaded_model.h"
 
 namespace spillway::cli {
 
 namespace {
-
-// The text `generated` adds after the prompt: the decoding of prompt and
-// continuation together, less the prompt's own, so that a decoder that
-// treats the first token apart (SentencePiece's leading space) sees the
-// continuation where it stands.
-std::string prompt_text_continued(const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                                  const std::vector<int32_t>& generated) {
-  std::vector<int32_t> all = prompt;
-  all.insert(all.end(), generated.begin(), generated.end());
-  const std::string whole = tok.decode(all), before = tok.decode(prompt);
-  return whole.starts_with(before) ? whole.substr(before.size()) : tok.decode(generated);
-}
-
-// Refuses, before any work, a prompt and continuation longer than the
-// model's context: positions past max_position_embeddings are ones the
-// model never saw, so what it would write there is not its output. There
-// is no flag to go past it; a model with a longer context says so in its
-// config (RoPE scaling).
-void check_context(const model::LlamaConfig& c, int64_t prompt_tokens, int64_t max_tokens) {
-  const int64_t context = c.max_position_embeddings;
-  SPW_CHECK(max_tokens >= 0, "--max-tokens", max_tokens, " is negative");
-  SPW_CHECK(prompt_tokens <= context, "--prompt", "its ", prompt_tokens,
-            " tokens are more than the model's context of ", context, " tokens (max_position_embeddings)");
-  SPW_CHECK(max_tokens <= context - prompt_tokens, "--max-tokens", "the prompt's ", prompt_tokens, " tokens and ",
-            max_tokens, " new ones are more than the model's context of ", context,
-            " tokens (max_position_embeddings); ask for at most ", context - prompt_tokens);
-}
 
 struct GenerateArgs {
   std::string model;
@@ -61,11 +31,8 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& a) {
   a.run.apply();
-  const std::string source = train::resolve_checkpoint(a.model);  // a folder, a run or a .gguf file
-  model::LlamaWeights weights = model::load_llama(source);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
-  const Tokenizer& tok = *tokenizer;
-  model::check_tokenizer_fits(tok, weights.config(), source);
+  const infer::LoadedModel m = infer::load_model(a.model);  // a folder, a run or a .gguf file
+  const Tokenizer& tok = *m.tokenizer;
   // With --chat the prompt is a user's message in the model's chat format,
   // and only the reply is printed.
   std::vector<int32_t> stops = tok.roles().stops;
@@ -78,31 +45,24 @@ int run_generate(const GenerateArgs& a) {
   } else {
     prompt = infer::prompt_ids(tok, a.prompt);
   }
-  check_context(weights.config(), static_cast<int64_t>(prompt.size()), a.max_tokens);
+  infer::check_context(m.weights.config(), static_cast<int64_t>(prompt.size()), a.max_tokens);
   std::unique_ptr<infer::Decoder> decoder =
-      infer::make_decoder(weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
+      infer::make_decoder(m.weights, static_cast<int64_t>(prompt.size()) + a.max_tokens, a.run.device);
   infer::GenerateOptions g;
   g.max_new_tokens = a.max_tokens;
   g.sampling = a.sampling;
   g.stop_tokens = stops;
   g.vocab_limit = tok.vocab_size();
   if (!a.chat) std::fputs(a.prompt.c_str(), stdout);
-  // The text is the decoding of every new token so far, printed as it
-  // grows: decoders that drop a word's leading space or join byte tokens
-  // (SentencePiece-style) cannot be run one token at a time.
-  std::vector<int32_t> generated;
-  size_t printed = 0;
+  infer::GeneratedText text(tok, prompt);
   infer::GenerateStats stats;
   auto tokens = infer::generate(*decoder, prompt, g, [&](int32_t id) {
-    generated.push_back(id);
-    const std::string text = prompt_text_continued(tok, prompt, generated);
-    const size_t ready = infer::complete_utf8_prefix(text);
-    if (ready > printed) std::fwrite(text.data() + printed, 1, ready - printed, stdout);
-    printed = std::max(printed, ready);
+    const std::string piece = text.add(id);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   }, &stats);
-  const std::string text = prompt_text_continued(tok, prompt, generated);
-  if (text.size() > printed) std::fwrite(text.data() + printed, 1, text.size() - printed, stdout);
+  const std::string rest = text.finish();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
   if (a.ids) {
     std::string line = "ids:";

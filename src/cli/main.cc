@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   try {
     return run(argc, argv);
   } catch (...) {
-    spillway::cli::print_error_line(spillway::cli::escaped_error_text(std::current_exception(), g_doing));
+    spillway::cli::print_error_line(spillway::escaped_error_text(std::current_exception(), g_doing));
     return 1;
   }
 }

@@ -18,13 +18,7 @@ int run_training(const train::RunConfig& config, train::Command command) {
   train::check_run_folder(config);  // once here, rather than once from every rank
   if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
   const TrainingRanks ranks = meet_ranks(config, command);
-  train::TrainResult r = train::train_model(
-      config,
-      [](const model::LlamaWeights& weights, const Tokenizer& tokenizer, const train::SampleConfig& s,
-         uint64_t seed) {
-        return infer::sample_text(weights, tokenizer, s.prompt, s.tokens, s.temperature, s.top_k, seed);
-      },
-      ranks.data_parallel);
+  train::TrainResult r = train::train_model(config, infer::run_sample_text, ranks.data_parallel);
   if (ranks.data_parallel.rank() != 0) return r.stop_signal != 0 ? 128 + r.stop_signal : 0;
   if (r.stop_signal != 0) {
     std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume\n",

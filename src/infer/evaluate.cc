@@ -31,4 +31,11 @@ void add_loss(Decoder& decoder, std::span<const int32_t> ids, int64_t window, Lo
   }
 }
 
+int64_t eval_window(const model::LlamaConfig& config, int64_t seq) {
+  const int64_t context = config.max_position_embeddings;
+  const int64_t window = seq > 0 ? seq : std::min<int64_t>(context, 2048);
+  SPW_CHECK(window <= context, "--seq", window, " is longer than the model's context of ", context, " tokens");
+  return window;
+}
+
 }  // namespace spillway::infer

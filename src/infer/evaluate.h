@@ -8,6 +8,7 @@
 #include <span>
 
 #include "infer/decoder.h"
+#include "model/llama_config.h"
 
 namespace spillway::infer {
 
@@ -24,5 +25,9 @@ struct LossSum {
 // it (all of them when the ids fit one window). The decoder must hold
 // `window` + 1 tokens. Log-softmax in double precision.
 void add_loss(Decoder& decoder, std::span<const int32_t> ids, int64_t window, LossSum& sum);
+
+// The window `seq` asks for, or with 0 the model's context up to 2048
+// tokens; Error naming --seq when it is longer than the context.
+int64_t eval_window(const model::LlamaConfig& config, int64_t seq);
 
 }  // namespace spillway::infer

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "infer/sampler.h"
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
+#include "train/run_config.h"
 
 namespace spillway::infer {
 
@@ -36,6 +38,30 @@ struct GenerateStats {
   double decode_tokens_per_second() const { return decode_seconds > 0 ? decode_steps / decode_seconds : 0; }
 };
 
+// Generation pulled one token at a time: what generate() runs, and what a
+// caller that hands tokens out as they come (an iterator) steps through.
+class TokenStream {
+ public:
+  // The decoder and nothing fed yet; Error when the prompt is empty.
+  TokenStream(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options);
+  // The next new token; nullopt once a stop token is drawn, max_new_tokens
+  // are out, or the decoder's context is full.
+  std::optional<int32_t> next();
+  // So far; the time between calls is not counted.
+  const GenerateStats& stats() const { return stats_; }
+
+ private:
+  Decoder& decoder_;
+  std::vector<int32_t> prompt_;
+  GenerateOptions options_;
+  TokenSampler sampler_;
+  GenerateStats stats_;
+  std::vector<float> logits_;
+  int64_t drawn_ = 0;
+  int32_t last_ = -1;
+  bool started_ = false, done_ = false;
+};
+
 // Calls `on_token` with each new token as soon as it is chosen (the stop
 // token is not passed on). Returns the new tokens. Generation also stops
 // when the decoder's context is full. The decoder reads only the last row of
@@ -43,6 +69,12 @@ struct GenerateStats {
 std::vector<int32_t> generate(Decoder& decoder, std::span<const int32_t> prompt, const GenerateOptions& options,
                               const std::function<void(int32_t)>& on_token = nullptr,
                               GenerateStats* stats = nullptr);
+
+// Refuses, before any work, a prompt and continuation longer than the
+// model's context: positions past max_position_embeddings are ones the
+// model never saw, so what it would write there is not its output. Errors
+// name --prompt or --max-tokens.
+void check_context(const model::LlamaConfig& config, int64_t prompt_tokens, int64_t max_tokens);
 
 // The ids a prompt starts generation with: the text as the model's
 // tokenizer encodes it (a BOS first where the model's texts start with
@@ -55,5 +87,10 @@ std::vector<int32_t> prompt_ids(const Tokenizer& tokenizer, const std::string& p
 // ending at a stop token. What a training run shows at its end.
 std::string sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer, const std::string& prompt,
                         int64_t max_new_tokens, double temperature, int64_t top_k, uint64_t seed);
+
+// sample_text with a run's sample settings: the train::SampleText that the
+// command line and the Python module give the trainer.
+std::string run_sample_text(const model::LlamaWeights& weights, const Tokenizer& tokenizer,
+                            const train::SampleConfig& sample, uint64_t seed);
 
 }  // namespace spillway::infer

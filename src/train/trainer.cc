@@ -215,7 +215,8 @@ void check_run_folder(const RunConfig& o) {
             "checkpoints)");
 }
 
-TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks) {
+TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks,
+                        const StepHook& on_step) {
   // The lead rank prints, logs and checkpoints; every rank trains.
   const bool lead = ranks.rank() == 0;
   if (!lead) o.run.quiet = true;
@@ -398,11 +399,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     progress.step(step, loss, lr, tokens_per_step);
     // A non-finite loss or norm (nlohmann writes them as null) left the
     // weights and moments as they were; the data moves on.
-    log.write({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-               {"tokens", (step + 1) * tokens_per_step}, {"epoch", sampler.epochs()},
-               {"tok_per_s", progress.tokens_per_second()},
-               {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
-               {"updated", stats.updated}});
+    const json record = {{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
+                         {"tokens", (step + 1) * tokens_per_step}, {"epoch", sampler.epochs()},
+                         {"tok_per_s", progress.tokens_per_second()},
+                         {"elapsed_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()},
+                         {"updated", stats.updated}};
+    log.write(record);
+    const bool caller_stops = lead && on_step && !on_step(record);
     steps_done = step + 1;
     if (stats.updated) {
       skipped_in_a_row = 0;
@@ -442,15 +445,20 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     // Every rank stops at the same step, whichever of them got the signal
     // (a terminal's Ctrl-C reaches them all, a kill may reach one).
     const int own = signals.received();
-    std::array<double, 2> stop = {own == SIGINT ? 1.0 : 0.0, own == SIGTERM ? 1.0 : 0.0};
+    std::array<double, 3> stop = {own == SIGINT ? 1.0 : 0.0, own == SIGTERM ? 1.0 : 0.0, caller_stops ? 1.0 : 0.0};
     if (ranks.size() > 1) engine->sum_over_ranks(stop);
-    const bool stopping = stop[0] > 0 || stop[1] > 0;
+    const bool stopping = stop[0] > 0 || stop[1] > 0 || stop[2] > 0;
     if ((s.checkpoint_every > 0 && (step + 1) % s.checkpoint_every == 0) || last || stopping) {
       result.checkpoint = save(step + 1);
     }
     if (stopping && !last) {
-      result.stop_signal = own != 0 ? own : stop[0] > 0 ? SIGINT : SIGTERM;
-      log.write({{"event", "stopped"}, {"step", step + 1}, {"signal", result.stop_signal}});
+      if (stop[0] > 0 || stop[1] > 0) {
+        result.stop_signal = own != 0 ? own : stop[0] > 0 ? SIGINT : SIGTERM;
+        log.write({{"event", "stopped"}, {"step", step + 1}, {"signal", result.stop_signal}});
+      } else {
+        result.stopped_by_caller = true;
+        log.write({{"event", "stopped"}, {"step", step + 1}, {"by", "caller"}});
+      }
       // The ranks end together, once the lead's checkpoint is complete.
       if (ranks.size() > 1) ranks.barrier(std::chrono::seconds(o.parallel.timeout_s));
       break;

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "device/communicator.h"
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
@@ -27,6 +29,7 @@ struct TrainResult {
   std::string sample;      // generated text
   bool validation = true;  // false: validation was off (validation_loss is NaN)
   int stop_signal = 0;     // SIGINT or SIGTERM when one stopped the run early, after a checkpoint
+  bool stopped_by_caller = false;  // the StepHook asked the run to stop early, after a checkpoint
 };
 
 // The text a finished run shows, from its final weights (the layer that
@@ -46,6 +49,12 @@ struct DataParallelRun {
   int size() const { return comm ? comm->size() : 1; }
 };
 
+// Hears each step's record as the JSON-lines log writes it (step, loss, lr,
+// grad_norm, tokens, epoch, tok_per_s, elapsed_s) on the lead rank; returns
+// false to stop the run at this step boundary with a checkpoint, as a
+// signal would. An exception it throws ends the run there, unsaved.
+using StepHook = std::function<bool(const nlohmann::json& record)>;
+
 // Trains as `config` says: from scratch, from config.model.init_from
 // (finetune), or on from the latest checkpoint of config.run.out (resume),
 // writing the resolved configuration to RUN/run_config.toml first. With
@@ -60,8 +69,10 @@ struct DataParallelRun {
 // only with run.resume, started over only with run.overwrite, and refused
 // otherwise; a finished run's resume is an Error saying so; SIGINT or
 // SIGTERM during the run ends it at the next step boundary with a
-// checkpoint (a second signal ends it at once).
-TrainResult train_model(RunConfig config, const SampleText& sample_text = {}, const DataParallelRun& ranks = {});
+// checkpoint (a second signal ends it at once); so does `on_step` returning
+// false.
+TrainResult train_model(RunConfig config, const SampleText& sample_text = {}, const DataParallelRun& ranks = {},
+                        const StepHook& on_step = {});
 
 // The out folder's check that train_model makes first: one that holds a run
 // is taken up only with run.resume, started over only with run.overwrite

@@ -57,6 +57,29 @@ TEST_F(TrainE2E, LossFallsBelowTheUnigramEntropy) {
   EXPECT_EQ(steps, 80);
 }
 
+TEST_F(TrainE2E, TheStepHookHearsEachStepsRecordAndCanStopTheRun) {
+  std::vector<nlohmann::json> records;
+  train::TrainResult r = train::train_model(options("hooked", 10), {}, {}, [&](const nlohmann::json& record) {
+    records.push_back(record);
+    return record["step"] < 4;
+  });
+  EXPECT_TRUE(r.stopped_by_caller);
+  EXPECT_EQ(r.stop_signal, 0);
+  EXPECT_EQ(r.steps_done, 4);
+  EXPECT_TRUE(fs::exists(dir_ / "hooked/step-0000004/model.safetensors"));
+  ASSERT_EQ(records.size(), 4u);
+  // What the hook heard is what the log kept.
+  std::istringstream log(read_file(dir_ / "hooked/train_log.jsonl"));
+  std::string line;
+  size_t i = 0;
+  while (std::getline(log, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("event")) EXPECT_EQ(j, records.at(i++));
+    else if (j["event"] == "stopped") EXPECT_EQ(j["by"], "caller");
+  }
+  EXPECT_EQ(i, 4u);
+}
+
 TEST_F(TrainE2E, ResumeIsBitIdentical) {
   train::RunConfig straight = options("straight", 10);
   straight.schedule.checkpoint_every = 3;

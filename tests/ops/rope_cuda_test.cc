@@ -161,8 +161,9 @@ TEST(RopeCuda, InPlaceWithCarriedHeadsLeavesThemAlone) {
     DeviceArray<bf16> src(x), out(static_cast<size_t>(n)), in_place(x);
     out.poison();
     auto run = backward ? rope_backward_cuda : rope_forward_cuda;
-    run(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
-    run(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
+    run(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated, nullptr);
+    run(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated,
+        nullptr);
     EXPECT_EQ(bits_of(in_place.download()), bits_of(out.download())) << (backward ? "backward" : "forward");
   }
 }

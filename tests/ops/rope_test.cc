@@ -252,14 +252,14 @@ TEST(RopeForward, RotatesOnlyTheLeadingHeadsOfAPackedRow) {
   for (bool forward : {true, false}) {
     std::vector<double> got(x.size());
     (forward ? rope_forward<double> : rope_backward<double>)(x.data(), got.data(), batch, seq, heads, head_dim,
-                                                             inv_freq.data(), pos0, rotated);
+                                                             inv_freq.data(), pos0, rotated, nullptr);
     // The rotated heads alone, through the plain rope.
     std::vector<double> lead, want_lead(static_cast<size_t>(rows * rotated * head_dim));
     for (int64_t r = 0; r < rows; ++r) {
       lead.insert(lead.end(), x.begin() + r * heads * head_dim, x.begin() + (r * heads + rotated) * head_dim);
     }
     (forward ? rope_forward<double> : rope_backward<double>)(lead.data(), want_lead.data(), batch, seq, rotated,
-                                                             head_dim, inv_freq.data(), pos0, -1);
+                                                             head_dim, inv_freq.data(), pos0, -1, nullptr);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < heads * head_dim; ++j) {
         const size_t at = static_cast<size_t>(r * heads * head_dim + j);

@@ -6,9 +6,11 @@ namespace spillway::graph {
 
 namespace {
 
-// A rope (not its backward) that overwrites its output.
+// A rope (not its backward) that overwrites its output. A rope with per-token
+// positions (packed rows) is left alone: the epilogue's angle table is
+// indexed by row mod seq.
 bool plain_rope(const Graph& g, const Node& n) {
-  return n.kind == OpKind::rope && !n.attrs.accumulate && !g.value(n.outputs[0]).accumulated;
+  return n.kind == OpKind::rope && n.inputs.size() == 1 && !n.attrs.accumulate && !g.value(n.outputs[0]).accumulated;
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
 
   m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
   m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
+  if (options.documents) {
+    m.positions = b.input("positions", Shape{batch, seq}, DType::i32);
+    m.doc_starts = b.input("doc_starts", Shape{batch, seq}, DType::i32);
+  }
   graph::Value embed = param("model.embed_tokens.weight", Shape{c.vocab_size, d});
   graph::Value h = ops::embedding(b, embed, m.tokens, "model.embed_tokens");
 
@@ -57,18 +61,19 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
       graph::Value wqkv = stacked("self_attn.qkv_proj.weight", {heads * hd, kv_heads * hd, kv_heads * hd});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
       graph::Value qkv = ops::rope(b, ops::linear(b, x, wqkv, "self_attn.qkv_proj"), heads + 2 * kv_heads, inv_freq, 0,
-                                "self_attn.qk_rope", heads + kv_heads);
-      a = ops::attention_packed(b, qkv, heads, kv_heads, scale, "self_attn.attention");
+                                "self_attn.qk_rope", heads + kv_heads, m.positions);
+      a = ops::attention_packed(b, qkv, heads, kv_heads, scale, "self_attn.attention", m.doc_starts);
     } else {
       graph::Value wq = param("self_attn.q_proj.weight", Shape{heads * hd, d});
       graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value q = ops::rope(b, ops::linear(b, x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope");
-      graph::Value k =
-          ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0, "self_attn.k_rope");
+      graph::Value q = ops::rope(b, ops::linear(b, x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope",
+                                 0, m.positions);
+      graph::Value k = ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0,
+                                 "self_attn.k_rope", 0, m.positions);
       graph::Value v = ops::linear(b, x, wv, "self_attn.v_proj");
-      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention");
+      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts);
     }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
     h = ops::add(b, h, ops::linear(b, a, wo, "self_attn.o_proj"), "attn_residual");

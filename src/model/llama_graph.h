@@ -19,12 +19,19 @@ struct LlamaGraphOptions {
   // `loss_weights`, instead of the mean over counted targets
   // (train/loss_weights.h says what training puts there).
   bool weighted_loss = false;
+  // Packed rows (several examples a row, train/instruction_packing.h): the
+  // inputs `positions` (each token's position within its example, for
+  // RoPE) and `doc_starts` (where its example starts in the row, so that
+  // attention stays inside it). Off: the graph has neither.
+  bool documents = false;
 };
 
 struct LlamaGraph {
   graph::Value tokens;   // [batch, seq] i32
   graph::Value targets;  // [batch, seq] i32, negative = not counted
   graph::Value loss_weights;  // [batch, seq] in the accumulation dtype, with weighted_loss; else invalid
+  graph::Value positions;     // [batch, seq] i32, with documents; else invalid
+  graph::Value doc_starts;    // [batch, seq] i32, with documents; else invalid
   graph::Value logits;   // [batch, seq, vocab]
   graph::Value loss;     // mean cross-entropy (weighted: the weighted sum), one element
   std::vector<graph::Value> parameters;  // in checkpoint order

@@ -17,6 +17,14 @@
 //   dq[t] = scale * sum_u dS[t,u] k[u]
 //   dk[u] = scale * sum_t dS[t,u] q[t]    (summed over the query heads of the group)
 // dq, dk, dv are overwritten; every sum runs in a fixed order.
+//
+// Documents (packed training rows): `doc_starts` null is the plain causal
+// mask above. Otherwise it is [batch, seq] int32, the position in its row
+// where token t's document starts, and query t sees only keys u with
+// doc_starts[t] <= u <= t: attention never crosses from one packed example
+// into another. Documents are contiguous runs, so each entry is either its
+// own position (a document starts there) or the entry before it
+// (check_doc_starts says so for the CPU; the GPU kernels rely on it).
 #pragma once
 
 #include <cstdint>
@@ -44,12 +52,17 @@ struct AttentionShape {
 
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
-                       const AttentionShape& shape, double scale);
+                       const AttentionShape& shape, double scale,
+                       const int32_t* doc_starts = nullptr);
 
 template <typename T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, T* dq, T* dk, T* dv, const AttentionShape& shape,
-                        double scale);
+                        double scale, const int32_t* doc_starts = nullptr);
+
+// Error naming `thing`, the row and the position where doc_starts [batch,
+// seq] is not a run of contiguous documents (see above).
+void check_doc_starts(const int32_t* doc_starts, int64_t batch, int64_t seq, const char* thing);
 
 }  // namespace spillway::ops
 
@@ -66,8 +79,10 @@ namespace spillway::ops {
 // kAttentionCudaMaxHeadDim; every result is bitwise repeatable.
 inline constexpr int64_t kAttentionCudaMaxHeadDim = 128;
 
+// doc_starts: as above, device memory, or null.
 void attention_forward_cuda(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
-                            const AttentionShape& shape, double scale, cudaStream_t stream);
+                            const AttentionShape& shape, double scale, cudaStream_t stream,
+                            const int32_t* doc_starts = nullptr);
 
 // Device bytes attention_backward_cuda needs as `workspace`: the row terms D,
 // fp32 [batch, q_heads, seq].
@@ -76,7 +91,7 @@ uint64_t attention_backward_cuda_workspace_bytes(const AttentionShape& shape);
 void attention_backward_cuda(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                              const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
                              const AttentionShape& shape, double scale, void* workspace,
-                             cudaStream_t stream);
+                             cudaStream_t stream, const int32_t* doc_starts = nullptr);
 
 }  // namespace spillway::ops
 #endif

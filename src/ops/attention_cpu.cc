@@ -166,6 +166,13 @@ T sum_of(const T* p, int64_t n) {
   return result;
 }
 
+// How many of the `visible` keys from j0 on lie before query t's document
+// (none without documents).
+inline int64_t hidden_keys(const int32_t* starts, int64_t t, int64_t j0, int64_t visible) {
+  if (!starts) return 0;
+  return std::clamp<int64_t>(starts[t] - j0, 0, visible);
+}
+
 // Strides and base offsets of the [batch, seq, heads * head_dim] layouts.
 struct Layout {
   int64_t seq, q_heads, kv_heads, dim, group, q_stride, kv_stride;
@@ -188,10 +195,23 @@ struct Layout {
 
 }  // namespace
 
+void check_doc_starts(const int32_t* doc_starts, int64_t batch, int64_t seq, const char* thing) {
+  for (int64_t b = 0; b < batch; ++b) {
+    const int32_t* row = doc_starts + b * seq;
+    for (int64_t t = 0; t < seq; ++t) {
+      const bool starts_here = row[t] == t;
+      const bool continues = t > 0 && row[t] == row[t - 1];
+      SPW_CHECK(starts_here || continues, thing, "document start ", row[t], " at row ", b, " position ", t,
+                " is neither the position itself nor the start before it");
+    }
+  }
+}
+
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
-                       const AttentionShape& shape, double scale) {
+                       const AttentionShape& shape, double scale, const int32_t* doc_starts) {
   check_shape(shape);
+  if (doc_starts) check_doc_starts(doc_starts, shape.batch, shape.seq, "attention");
   const Layout at(shape);
   const int64_t dim = at.dim;
   const int64_t blocks = block_count(shape.seq);
@@ -216,11 +236,13 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
           const int64_t i0 = qb * kBlock;
           const int64_t rows = std::min(kBlock, shape.seq - i0);
           const T* q_tile = q + at.q_at(b, i0, h);
+          const int32_t* starts = doc_starts ? doc_starts + b * shape.seq : nullptr;
           std::fill(acc.begin(), acc.end(), T(0));
           std::fill(row_max.begin(), row_max.end(), neg_inf);
           std::fill(row_sum.begin(), row_sum.end(), T(0));
 
-          for (int64_t kb = 0; kb <= qb; ++kb) {
+          // Key tiles before the tile's first document are hidden from all its rows.
+          for (int64_t kb = starts ? starts[i0] / kBlock : 0; kb <= qb; ++kb) {
             const int64_t j0 = kb * kBlock;
             const int64_t cols = std::min(kBlock, shape.seq - j0);
             transpose_rows(k + at.kv_at(b, j0, g), at.kv_stride, cols, dim, k_cols.data());
@@ -229,13 +251,22 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
 
             // Online softmax: rescale what earlier tiles summed to the new max.
             for (int64_t i = 0; i < rows; ++i) {
-              T* p = probs.data() + i * kBlock;
+              T* row = probs.data() + i * kBlock;
               const int64_t visible = kb == qb ? i + 1 : cols;
-              for (int64_t j = 0; j < visible; ++j) p[j] *= scale_t;
-              const T new_max = max_of(p, visible, row_max[i]);
-              exp_row(p, visible, T(1), &new_max, true);
-              for (int64_t j = visible; j < cols; ++j) p[j] = 0;
-              const T sum = sum_of(p, visible);
+              // Keys [j0, j0 + hidden) lie in earlier documents than row i's.
+              const int64_t hidden = hidden_keys(starts, i0 + i, j0, visible);
+              if (hidden == visible) {  // none of this tile: the row's max and sum stay
+                std::fill(row, row + cols, T(0));
+                continue;
+              }
+              std::fill(row, row + hidden, T(0));
+              T* p = row + hidden;
+              const int64_t seen = visible - hidden;
+              for (int64_t j = 0; j < seen; ++j) p[j] *= scale_t;
+              const T new_max = max_of(p, seen, row_max[i]);
+              exp_row(p, seen, T(1), &new_max, true);
+              for (int64_t j = visible; j < cols; ++j) row[j] = 0;
+              const T sum = sum_of(p, seen);
               const T shrink = softmax_exp(row_max[i] - new_max);
               row_sum[i] = row_sum[i] * shrink + sum;
               row_max[i] = new_max;
@@ -264,8 +295,9 @@ void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
 template <typename T>
 void attention_backward(const T* dout, const T* q, const T* k, const T* v, const T* out,
                         const T* lse, T* dq, T* dk, T* dv, const AttentionShape& shape,
-                        double scale) {
+                        double scale, const int32_t* doc_starts) {
   check_shape(shape);
+  if (doc_starts) check_doc_starts(doc_starts, shape.batch, shape.seq, "attention");
   const Layout at(shape);
   const int64_t dim = at.dim;
   const int64_t blocks = block_count(shape.seq);
@@ -308,12 +340,16 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
           const int64_t cols = std::min(kBlock, shape.seq - j0);
           const T* k_tile = k + at.kv_at(b, j0, g);
           const T* v_tile = v + at.kv_at(b, j0, g);
+          const int32_t* starts = doc_starts ? doc_starts + b * shape.seq : nullptr;
           std::fill(dk_acc.begin(), dk_acc.end(), T(0));
           std::fill(dv_acc.begin(), dv_acc.end(), T(0));
 
           for (int64_t h = g * at.group; h < (g + 1) * at.group; ++h) {
             for (int64_t qb = kb; qb < blocks; ++qb) {
               const int64_t i0 = qb * kBlock;
+              // Starts never decrease: once a query tile begins past this key
+              // tile's last key, it and every later one see none of it.
+              if (starts && starts[i0] >= j0 + cols) break;
               const int64_t rows = std::min(kBlock, shape.seq - i0);
               const T* q_tile = q + at.q_at(b, i0, h);
               const T* dout_tile = dout + at.q_at(b, i0, h);
@@ -334,6 +370,13 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
                 for (int64_t i = 0; i < first; ++i) p[i] = ds[i] = 0;
                 exp_row(p + first, rows - first, scale_t, lse_row + first, false);
                 for (int64_t i = first; i < rows; ++i) ds[i] = p[i] * (ds[i] - dot_row[i]);
+                if (starts) {
+                  // Queries of later documents than key j's (their entries
+                  // were computed above and are dropped here).
+                  for (int64_t i = first; i < rows; ++i) {
+                    if (starts[i0 + i] > j0 + j) p[i] = ds[i] = 0;
+                  }
+                }
               }
               tile_product(cols, dim, rows, probs_t.data(), kBlock, dout_tile, at.q_stride,
                            dv_acc.data(), dim, true);
@@ -379,9 +422,10 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
           const T* dout_tile = dout + at.q_at(b, i0, h);
           const T* lse_row = lse + at.stat_at(b, h, i0);
           const T* dot_row = row_dot.data() + at.stat_at(b, h, i0);
+          const int32_t* starts = doc_starts ? doc_starts + b * shape.seq : nullptr;
           std::fill(dq_acc.begin(), dq_acc.end(), T(0));
 
-          for (int64_t kb = 0; kb <= qb; ++kb) {
+          for (int64_t kb = starts ? starts[i0] / kBlock : 0; kb <= qb; ++kb) {
             const int64_t j0 = kb * kBlock;
             const int64_t cols = std::min(kBlock, shape.seq - j0);
             const T* k_tile = k + at.kv_at(b, j0, g);
@@ -396,8 +440,10 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
               T* p = probs.data() + i * kBlock;
               T* ds = dscores.data() + i * kBlock;
               const int64_t visible = kb == qb ? i + 1 : cols;
-              exp_row(p, visible, scale_t, lse_row + i, true);
-              for (int64_t j = 0; j < visible; ++j) ds[j] = p[j] * (ds[j] - dot_row[i]);
+              const int64_t hidden = hidden_keys(starts, i0 + i, j0, visible);
+              exp_row(p + hidden, visible - hidden, scale_t, lse_row + i, true);
+              for (int64_t j = 0; j < hidden; ++j) ds[j] = 0;
+              for (int64_t j = hidden; j < visible; ++j) ds[j] = p[j] * (ds[j] - dot_row[i]);
               for (int64_t j = visible; j < cols; ++j) ds[j] = 0;
             }
             tile_product(rows, dim, cols, dscores.data(), kBlock, k_tile, at.kv_stride,
@@ -416,14 +462,18 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
 }
 
 template void attention_forward<float>(const float*, const float*, const float*, float*, float*,
-                                       const AttentionShape&, double);
+                                       const AttentionShape&, double,
+                                       const int32_t*);
 template void attention_forward<double>(const double*, const double*, const double*, double*,
-                                        double*, const AttentionShape&, double);
+                                        double*, const AttentionShape&, double,
+                                       const int32_t*);
 template void attention_backward<float>(const float*, const float*, const float*, const float*,
                                         const float*, const float*, float*, float*, float*,
-                                        const AttentionShape&, double);
+                                        const AttentionShape&, double,
+                                       const int32_t*);
 template void attention_backward<double>(const double*, const double*, const double*,
                                          const double*, const double*, const double*, double*,
-                                         double*, double*, const AttentionShape&, double);
+                                         double*, double*, const AttentionShape&, double,
+                                       const int32_t*);
 
 }  // namespace spillway::ops

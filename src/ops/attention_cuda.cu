@@ -13,6 +13,11 @@
 // Backward runs in two passes with no atomics, as on the CPU: one block per
 // key tile of a kv head sums dk and dv over every query row (of every query
 // head of the group) that sees it; one block per query tile sums dq.
+//
+// With document starts (packed rows, ops/attention.h) a query also hides
+// the keys before its document's start, and whole tiles that lie before
+// (or, in pass 1, after) every row's document are skipped; without them
+// (null) each kernel does what it did before, bit for bit.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -208,11 +213,18 @@ __device__ void store_rows(bf16_t* dst, int64_t row_elems, int row_lo, const Dim
   }
 }
 
+// The first key that query `pos` of a row may see: its document's start
+// (0 without documents, and for the padding rows past seq).
+__device__ __forceinline__ int first_key(const int32_t* starts, int pos, int seq) {
+  return starts && pos < seq ? starts[pos] : 0;
+}
+
 template <int D>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
                    const bf16_t* __restrict__ v, bf16_t* __restrict__ out,
-                   float* __restrict__ lse, Dims dims, float scale_log2, bool vectors) {
+                   float* __restrict__ lse, Dims dims, float scale_log2, bool vectors,
+                   const int32_t* __restrict__ doc_starts) {
   extern __shared__ __align__(16) unsigned char shared[];
   bf16_t* q_rows = reinterpret_cast<bf16_t*>(shared);
   bf16_t* k_rows = q_rows + Tiles<D>::kRowElems;
@@ -241,8 +253,11 @@ __global__ void __launch_bounds__(kThreads)
   float acc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+  const int32_t* starts = doc_starts ? doc_starts + static_cast<int64_t>(b) * dims.seq : nullptr;
+  const int row_start[2] = {first_key(starts, row_lo, dims.seq), first_key(starts, row_lo + 8, dims.seq)};
 
-  for (int kb = 0; kb <= qb; ++kb) {
+  // Starts never decrease, so the tile's first row has the earliest document.
+  for (int kb = starts ? starts[i0] / kTile : 0; kb <= qb; ++kb) {
     __syncthreads();  // every warp is done with the previous k and v tiles
     load_tile<D>(k_head, dims.kv_row, kb * kTile, dims, vectors, k_rows, nullptr);
     load_tile<D>(v_head, dims.kv_row, kb * kTile, dims, vectors, nullptr, v_cols);
@@ -258,26 +273,30 @@ __global__ void __launch_bounds__(kThreads)
       for (int e = 0; e < 4; ++e) {
         const int row = row_lo + 8 * (e / 2);
         const int col = kb * kTile + n * 8 + 2 * t + (e % 2);
-        const float x = (col <= row && col < dims.seq) ? s[n][e] * scale_log2 : -INFINITY;
+        const bool seen = col <= row && col < dims.seq && col >= row_start[e / 2];
+        const float x = seen ? s[n][e] * scale_log2 : -INFINITY;
         s[n][e] = x;
         new_max[e / 2] = fmaxf(new_max[e / 2], x);
       }
     }
-    // Key 0 is visible to every row, so after the first tile each max is finite.
-    float shrink[2];
+    // Without documents key 0 is visible to every row, so after the first
+    // tile each max is finite. With them a row may have seen no key yet: its
+    // max stays -inf, and it shifts by 0 instead (every exponent is -inf).
+    float shrink[2], shift[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 1));
       new_max[r] = fmaxf(new_max[r], __shfl_xor_sync(0xffffffffu, new_max[r], 2));
-      shrink[r] = exp2f(row_max[r] - new_max[r]);
+      shrink[r] = new_max[r] == -INFINITY ? 1.0f : exp2f(row_max[r] - new_max[r]);
       row_max[r] = new_max[r];
+      shift[r] = new_max[r] == -INFINITY ? 0.0f : new_max[r];
       row_sum[r] *= shrink[r];
     }
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        s[n][e] = exp2f(s[n][e] - row_max[e / 2]);
+        s[n][e] = exp2f(s[n][e] - shift[e / 2]);
         row_sum[e / 2] += s[n][e];
       }
     }
@@ -345,7 +364,7 @@ __global__ void __launch_bounds__(kThreads)
                        const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                        const float* __restrict__ lse, const float* __restrict__ row_dot,
                        bf16_t* __restrict__ dk, bf16_t* __restrict__ dv, Dims dims, float scale,
-                       float scale_log2, bool vectors) {
+                       float scale_log2, bool vectors, const int32_t* __restrict__ doc_starts) {
   extern __shared__ __align__(16) unsigned char shared[];
   bf16_t* k_rows = reinterpret_cast<bf16_t*>(shared);
   bf16_t* v_rows = k_rows + Tiles<D>::kRowElems;
@@ -355,6 +374,7 @@ __global__ void __launch_bounds__(kThreads)
   bf16_t* dout_cols = q_cols + Tiles<D>::kColElems;
   float* lse_tile = reinterpret_cast<float*>(dout_cols + Tiles<D>::kColElems);  // log2 units
   float* dot_tile = lse_tile + kTile;
+  int* start_tile = reinterpret_cast<int*>(dot_tile + kTile);  // each query's document start
 
   const int kb = blockIdx.x;  // earlier key tiles have more work and start first
   const int kv = blockIdx.y;
@@ -376,11 +396,15 @@ __global__ void __launch_bounds__(kThreads)
     for (int e = 0; e < 4; ++e) dk_acc[n][e] = dv_acc[n][e] = 0.0f;
   }
 
+  const int32_t* starts = doc_starts ? doc_starts + static_cast<int64_t>(b) * dims.seq : nullptr;
   for (int h = kv * dims.group; h < (kv + 1) * dims.group; ++h) {
     const int64_t q_head = batch_q + static_cast<int64_t>(h) * dims.head_dim;
     const int64_t stat_head = (static_cast<int64_t>(b) * dims.q_heads + h) * dims.seq;
     for (int qb = kb; qb < blocks; ++qb) {
       const int i0 = qb * kTile;
+      // Starts never decrease: once a query tile begins past this key tile's
+      // last key, it and every later one see none of it.
+      if (starts && starts[i0] >= (kb + 1) * kTile) break;
       __syncthreads();  // every warp is done with the previous query tiles
       load_tile<D>(q + q_head, dims.q_row, i0, dims, vectors, q_rows, q_cols);
       load_tile<D>(dout + q_head, dims.q_row, i0, dims, vectors, dout_rows, dout_cols);
@@ -388,6 +412,7 @@ __global__ void __launch_bounds__(kThreads)
         const int pos = i0 + threadIdx.x;
         lse_tile[threadIdx.x] = pos < dims.seq ? lse[stat_head + pos] * kLog2e : 0.0f;
         dot_tile[threadIdx.x] = pos < dims.seq ? row_dot[stat_head + pos] : 0.0f;
+        start_tile[threadIdx.x] = first_key(starts, pos, dims.seq);
       }
       __syncthreads();
 
@@ -401,7 +426,7 @@ __global__ void __launch_bounds__(kThreads)
           const int key = key_lo + 8 * (e / 2);
           const int col = n * 8 + 2 * t + (e % 2);
           const int pos = i0 + col;
-          const float prob = (pos >= key && pos < dims.seq)
+          const float prob = (pos >= key && pos < dims.seq && key >= start_tile[col])
                                  ? exp2f(p[n][e] * scale_log2 - lse_tile[col])
                                  : 0.0f;
           p[n][e] = prob;
@@ -427,7 +452,7 @@ __global__ void __launch_bounds__(kThreads)
                       const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                       const float* __restrict__ lse, const float* __restrict__ row_dot,
                       bf16_t* __restrict__ dq, Dims dims, float scale, float scale_log2,
-                      bool vectors) {
+                      bool vectors, const int32_t* __restrict__ doc_starts) {
   extern __shared__ __align__(16) unsigned char shared[];
   bf16_t* q_rows = reinterpret_cast<bf16_t*>(shared);
   bf16_t* dout_rows = q_rows + Tiles<D>::kRowElems;
@@ -460,8 +485,10 @@ __global__ void __launch_bounds__(kThreads)
   float dq_acc[D / 8][4];
 #pragma unroll
   for (int n = 0; n < D / 8; ++n) dq_acc[n][0] = dq_acc[n][1] = dq_acc[n][2] = dq_acc[n][3] = 0.0f;
+  const int32_t* starts = doc_starts ? doc_starts + static_cast<int64_t>(b) * dims.seq : nullptr;
+  const int row_start[2] = {first_key(starts, row_lo, dims.seq), first_key(starts, row_lo + 8, dims.seq)};
 
-  for (int kb = 0; kb <= qb; ++kb) {
+  for (int kb = starts ? starts[i0] / kTile : 0; kb <= qb; ++kb) {
     __syncthreads();
     load_tile<D>(k + kv_head, dims.kv_row, kb * kTile, dims, vectors, k_rows, k_cols);
     load_tile<D>(v + kv_head, dims.kv_row, kb * kTile, dims, vectors, v_rows, nullptr);
@@ -477,8 +504,9 @@ __global__ void __launch_bounds__(kThreads)
         const int r = e / 2;
         const int row = row_lo + 8 * r;
         const int col = kb * kTile + n * 8 + 2 * t + (e % 2);
-        const float prob =
-            (col <= row && row < dims.seq) ? exp2f(p[n][e] * scale_log2 - row_lse[r]) : 0.0f;
+        const float prob = (col <= row && row < dims.seq && col >= row_start[r])
+                               ? exp2f(p[n][e] * scale_log2 - row_lse[r])
+                               : 0.0f;
         ds[n][e] = prob * (ds[n][e] - row_term[r]);
       }
     }
@@ -529,13 +557,14 @@ void allow_shared(Kernel kernel, size_t bytes) {
 
 template <int D>
 void launch_forward(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
-                    const AttentionShape& s, float scale_log2, bool vectors, cudaStream_t stream) {
+                    const AttentionShape& s, float scale_log2, bool vectors, const int32_t* docs,
+                    cudaStream_t stream) {
   const size_t shared = (2 * Tiles<D>::kRowElems + Tiles<D>::kColElems) * sizeof(bf16_t);
   allow_shared(forward_kernel<D>, shared);
   const dim3 grid(tile_count(s.seq), static_cast<unsigned>(s.q_heads),
                   static_cast<unsigned>(s.batch));
   forward_kernel<D><<<grid, kThreads, shared, stream>>>(q, k, v, out, lse, make_dims(s),
-                                                        scale_log2, vectors);
+                                                        scale_log2, vectors, docs);
   SPW_CUDA(cudaGetLastError());
 }
 
@@ -543,15 +572,15 @@ template <int D>
 void launch_backward(const bf16_t* dout, const bf16_t* q, const bf16_t* k, const bf16_t* v,
                      const float* lse, const float* row_dot, bf16_t* dq, bf16_t* dk, bf16_t* dv,
                      const AttentionShape& s, float scale, float scale_log2, bool vectors,
-                     cudaStream_t stream) {
+                     const int32_t* docs, cudaStream_t stream) {
   const Dims dims = make_dims(s);
   const size_t kv_shared = (4 * Tiles<D>::kRowElems + 2 * Tiles<D>::kColElems) * sizeof(bf16_t) +
-                           2 * kTile * sizeof(float);
+                           2 * kTile * sizeof(float) + kTile * sizeof(int);
   allow_shared(backward_kv_kernel<D>, kv_shared);
   const dim3 kv_grid(tile_count(s.seq), static_cast<unsigned>(s.kv_heads),
                      static_cast<unsigned>(s.batch));
   backward_kv_kernel<D><<<kv_grid, kThreads, kv_shared, stream>>>(
-      dout, q, k, v, lse, row_dot, dk, dv, dims, scale, scale_log2, vectors);
+      dout, q, k, v, lse, row_dot, dk, dv, dims, scale, scale_log2, vectors, docs);
   SPW_CUDA(cudaGetLastError());
 
   const size_t q_shared = (4 * Tiles<D>::kRowElems + Tiles<D>::kColElems) * sizeof(bf16_t);
@@ -559,7 +588,7 @@ void launch_backward(const bf16_t* dout, const bf16_t* q, const bf16_t* k, const
   const dim3 q_grid(tile_count(s.seq), static_cast<unsigned>(s.q_heads),
                     static_cast<unsigned>(s.batch));
   backward_q_kernel<D><<<q_grid, kThreads, q_shared, stream>>>(dout, q, k, v, lse, row_dot, dq,
-                                                               dims, scale, scale_log2, vectors);
+                                                               dims, scale, scale_log2, vectors, docs);
   SPW_CUDA(cudaGetLastError());
 }
 
@@ -570,7 +599,8 @@ int padded_head_dim(int64_t head_dim) { return head_dim <= 32 ? 32 : head_dim <=
 }  // namespace
 
 void attention_forward_cuda(const bf16* q, const bf16* k, const bf16* v, bf16* out, float* lse,
-                            const AttentionShape& shape, double scale, cudaStream_t stream) {
+                            const AttentionShape& shape, double scale, cudaStream_t stream,
+                            const int32_t* doc_starts) {
   check_shape(shape, "attention_forward_cuda");
   if (shape.batch == 0 || shape.seq == 0) return;
   const auto* q_ = reinterpret_cast<const bf16_t*>(q);
@@ -581,13 +611,13 @@ void attention_forward_cuda(const bf16* q, const bf16* k, const bf16* v, bf16* o
   const bool vectors = vectors_safe(shape, q, k, v);
   switch (padded_head_dim(shape.head_dim)) {
     case 32:
-      launch_forward<32>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, stream);
+      launch_forward<32>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, doc_starts, stream);
       break;
     case 64:
-      launch_forward<64>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, stream);
+      launch_forward<64>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, doc_starts, stream);
       break;
     default:
-      launch_forward<128>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, stream);
+      launch_forward<128>(q_, k_, v_, out_, lse, shape, scale_log2, vectors, doc_starts, stream);
       break;
   }
 }
@@ -599,7 +629,7 @@ uint64_t attention_backward_cuda_workspace_bytes(const AttentionShape& shape) {
 void attention_backward_cuda(const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                              const bf16* out, const float* lse, bf16* dq, bf16* dk, bf16* dv,
                              const AttentionShape& shape, double scale, void* workspace,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const int32_t* doc_starts) {
   check_shape(shape, "attention_backward_cuda");
   if (shape.batch == 0 || shape.seq == 0) return;
   SPW_CHECK(workspace != nullptr && reinterpret_cast<uintptr_t>(workspace) % alignof(float) == 0,
@@ -629,15 +659,15 @@ void attention_backward_cuda(const bf16* dout, const bf16* q, const bf16* k, con
   switch (padded_head_dim(shape.head_dim)) {
     case 32:
       launch_backward<32>(dout_, q_, k_, v_, lse, row_dot, dq_, dk_, dv_, shape, scale_f,
-                          scale_log2, vectors, stream);
+                          scale_log2, vectors, doc_starts, stream);
       break;
     case 64:
       launch_backward<64>(dout_, q_, k_, v_, lse, row_dot, dq_, dk_, dv_, shape, scale_f,
-                          scale_log2, vectors, stream);
+                          scale_log2, vectors, doc_starts, stream);
       break;
     default:
       launch_backward<128>(dout_, q_, k_, v_, lse, row_dot, dq_, dk_, dv_, shape, scale_f,
-                           scale_log2, vectors, stream);
+                           scale_log2, vectors, doc_starts, stream);
       break;
   }
 }

@@ -14,14 +14,30 @@ namespace spillway::ops {
 
 namespace {
 
+// The document starts input of an attention or attention_backward node
+// (ops/attention.h), or an invalid value where it has none: it comes after
+// the tensors the plain op reads.
+graph::Value doc_starts_of(const Node& n) {
+  const size_t tensors = n.kind == OpKind::attention ? (n.attrs.packed ? 1 : 3) : (n.attrs.packed ? 4 : 6);
+  return n.inputs.size() > tensors ? n.inputs[tensors] : graph::Value{};
+}
+
+// Its data in `x`, or null.
+const int32_t* doc_starts_data(const Operands& x) {
+  return doc_starts_of(x.node()).valid() ? x.in<int32_t>(x.node().inputs.size() - 1) : nullptr;
+}
+
 void attention_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
   const auto& in = n.inputs;
   const std::string name = graph::backward_name(n);
+  const graph::Value docs = doc_starts_of(n);
   if (n.attrs.packed) {
-    vjp.add(in[0], attention_packed_backward(vjp.b, dout, in[0], n.outputs[0], n.outputs[1], n.attrs, name));
+    vjp.add(in[0],
+            attention_packed_backward(vjp.b, dout, in[0], n.outputs[0], n.outputs[1], n.attrs, name, docs));
     return;
   }
-  const auto d = attention_backward(vjp.b, dout, in[0], in[1], in[2], n.outputs[0], n.outputs[1], n.attrs, name);
+  const auto d =
+      attention_backward(vjp.b, dout, in[0], in[1], in[2], n.outputs[0], n.outputs[1], n.attrs, name, docs);
   for (size_t j = 0; j < 3; ++j) vjp.add(in[j], d[j]);
 }
 
@@ -80,28 +96,30 @@ template <typename T>
 void cpu_attention(const Operands& x) {
   const AttentionShape shape = dense(attention_shape(x.graph(), x.node()));
   const double scale = x.attrs().scale;
+  const int32_t* docs = doc_starts_data(x);
   if (!x.attrs().packed) {
-    attention_forward(x.in<T>(0), x.in<T>(1), x.in<T>(2), x.out<T>(0), x.out<T>(1), shape, scale);
+    attention_forward(x.in<T>(0), x.in<T>(1), x.in<T>(2), x.out<T>(0), x.out<T>(1), shape, scale, docs);
     return;
   }
   UnpackedQkv<T> qkv(shape);
   qkv.split(x.in<T>(0));
-  attention_forward(qkv.q.data(), qkv.k.data(), qkv.v.data(), x.out<T>(0), x.out<T>(1), shape, scale);
+  attention_forward(qkv.q.data(), qkv.k.data(), qkv.v.data(), x.out<T>(0), x.out<T>(1), shape, scale, docs);
 }
 
 template <typename T>
 void cpu_attention_backward(const Operands& x) {
   const AttentionShape shape = dense(attention_shape(x.graph(), x.node()));
   const double scale = x.attrs().scale;
+  const int32_t* docs = doc_starts_data(x);
   if (!x.attrs().packed) {
     attention_backward(x.in<T>(0), x.in<T>(1), x.in<T>(2), x.in<T>(3), x.in<T>(4), x.in<T>(5), x.out<T>(0),
-                       x.out<T>(1), x.out<T>(2), shape, scale);
+                       x.out<T>(1), x.out<T>(2), shape, scale, docs);
     return;
   }
   UnpackedQkv<T> qkv(shape), grads(shape);
   qkv.split(x.in<T>(1));
   attention_backward(x.in<T>(0), qkv.q.data(), qkv.k.data(), qkv.v.data(), x.in<T>(2), x.in<T>(3), grads.q.data(),
-                     grads.k.data(), grads.v.data(), shape, scale);
+                     grads.k.data(), grads.v.data(), shape, scale, docs);
   grads.join(x.out<T>(0));
 }
 
@@ -146,12 +164,16 @@ uint64_t prepare_attention(const Graph& g, const Node& n, CudaOpContext& cuda) {
   CudnnAttention& cudnn = cuda.cudnn();
   const AttentionShape shape = attention_shape(g, n);
   bool cudnn_ok = false;
-  try {
-    cudnn_ok = cudnn.supports(shape, n.attrs.scale, pass_of(n));
-    if (!cudnn_ok) cudnn.workspace_bytes(shape, n.attrs.scale, pass_of(n));  // throws the reason
-  } catch (const Error& e) {
-    cudnn_ok = false;
-    log_warn(graph::node_label(n) + " runs on the own kernel: " + e.what());
+  // The cuDNN graphs here are built without a document mask: packed rows
+  // take the own kernel, which masks by document.
+  if (!doc_starts_of(n).valid()) {
+    try {
+      cudnn_ok = cudnn.supports(shape, n.attrs.scale, pass_of(n));
+      if (!cudnn_ok) cudnn.workspace_bytes(shape, n.attrs.scale, pass_of(n));  // throws the reason
+    } catch (const Error& e) {
+      cudnn_ok = false;
+      log_warn(graph::node_label(n) + " runs on the own kernel: " + e.what());
+    }
   }
   cuda.preferred[&n] = cudnn_ok;
   if (cudnn_ok) return cudnn.workspace_bytes(shape, n.attrs.scale, pass_of(n));
@@ -166,7 +188,7 @@ uint64_t prepare_attention(const Graph& g, const Node& n, CudaOpContext& cuda) {
 // the own kernels get dense copies made in the workspace. Forward passes
 // out and lse; backward passes dout, out_in, lse_in and dqkv.
 void run_packed_attention(const Node& n, const AttentionShape& shape, CudaOpContext& cuda, void* qkv, void* dout,
-                          void* out_in, void* lse_in, void* out, void* lse, void* dqkv) {
+                          void* out_in, void* lse_in, void* out, void* lse, void* dqkv, const int32_t* docs) {
   const QkvBlocks b(shape);
   const double scale = n.attrs.scale;
   const bool forward = n.kind == OpKind::attention;
@@ -187,14 +209,14 @@ void run_packed_attention(const Node& n, const AttentionShape& shape, CudaOpCont
   copy_blocks(b, static_cast<const bf16*>(qkv), true, packed_apart, cuda.stream);
   if (forward) {
     attention_forward_cuda(packed_apart, packed_apart + q_elems, packed_apart + q_elems + kv_elems,
-                           static_cast<bf16*>(out), static_cast<float*>(lse), dense_shape, scale, cuda.stream);
+                           static_cast<bf16*>(out), static_cast<float*>(lse), dense_shape, scale, cuda.stream, docs);
     return;
   }
   bf16* grads = packed_apart + b.rows * b.width();
   attention_backward_cuda(static_cast<bf16*>(dout), packed_apart, packed_apart + q_elems,
                           packed_apart + q_elems + kv_elems, static_cast<bf16*>(out_in), static_cast<float*>(lse_in),
                           grads, grads + q_elems, grads + q_elems + kv_elems, dense_shape, scale,
-                          grads + b.rows * b.width(), cuda.stream);
+                          grads + b.rows * b.width(), cuda.stream, docs);
   copy_blocks(b, grads, false, static_cast<bf16*>(dqkv), cuda.stream);
 }
 
@@ -202,14 +224,15 @@ void cuda_attention(const Graph& g, const Node& n, const std::vector<void*>& dat
   const Operands x(g, n, data);
   const AttentionShape shape = attention_shape(g, n);
   const double scale = n.attrs.scale;
+  const int32_t* docs = doc_starts_data(x);
   if (n.attrs.packed) {
-    run_packed_attention(n, shape, cuda, x.in(0), nullptr, nullptr, nullptr, x.out(0), x.out(1), nullptr);
+    run_packed_attention(n, shape, cuda, x.in(0), nullptr, nullptr, nullptr, x.out(0), x.out(1), nullptr, docs);
   } else if (cuda.preferred.at(&n)) {
     cuda.cudnn().forward(x.in<bf16>(0), x.in<bf16>(1), x.in<bf16>(2), x.out<bf16>(0), x.out<float>(1), shape, scale,
                          cuda.workspace, cuda.stream);
   } else {
     attention_forward_cuda(x.in<bf16>(0), x.in<bf16>(1), x.in<bf16>(2), x.out<bf16>(0), x.out<float>(1), shape, scale,
-                           cuda.stream);
+                           cuda.stream, docs);
   }
 }
 
@@ -217,23 +240,41 @@ void cuda_attention_backward(const Graph& g, const Node& n, const std::vector<vo
   const Operands x(g, n, data);
   const AttentionShape shape = attention_shape(g, n);
   const double scale = n.attrs.scale;
+  const int32_t* docs = doc_starts_data(x);
   if (n.attrs.packed) {
-    run_packed_attention(n, shape, cuda, x.in(1), x.in(0), x.in(2), x.in(3), nullptr, nullptr, x.out(0));
+    run_packed_attention(n, shape, cuda, x.in(1), x.in(0), x.in(2), x.in(3), nullptr, nullptr, x.out(0), docs);
   } else if (cuda.preferred.at(&n)) {
     cuda.cudnn().backward(x.in<bf16>(0), x.in<bf16>(1), x.in<bf16>(2), x.in<bf16>(3), x.in<bf16>(4), x.in<float>(5),
                           x.out<bf16>(0), x.out<bf16>(1), x.out<bf16>(2), shape, scale, cuda.workspace, cuda.stream);
   } else {
     attention_backward_cuda(x.in<bf16>(0), x.in<bf16>(1), x.in<bf16>(2), x.in<bf16>(3), x.in<bf16>(4),
                             x.in<float>(5), x.out<bf16>(0), x.out<bf16>(1), x.out<bf16>(2), shape, scale,
-                            cuda.workspace, cuda.stream);
+                            cuda.workspace, cuda.stream, docs);
   }
 }
 #endif
 
 }  // namespace
 
+namespace {
+
+// The inputs of an attention node: `tensors`, then the document starts if
+// given, checked to be [batch, seq] i32.
+std::vector<graph::Value> with_doc_starts(graph::Builder& b, std::vector<graph::Value> tensors, graph::Value docs,
+                                          const Shape& q_shape, const std::string& label) {
+  if (!docs.valid()) return tensors;
+  const graph::ValueInfo& di = b.info(docs);
+  const Shape want{q_shape[0], q_shape[1]};
+  SPW_CHECK(di.dtype == DType::i32 && di.shape == want, label, "document starts must be i32 ", want.str(), ", got ",
+            dtype_name(di.dtype), " ", di.shape.str());
+  tensors.push_back(docs);
+  return tensors;
+}
+
+}  // namespace
+
 graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph::Value v, int64_t q_heads,
-                       int64_t kv_heads, double scale, std::string_view name) {
+                       int64_t kv_heads, double scale, std::string_view name, graph::Value doc_starts) {
   const graph::ValueInfo& qi = b.info(q);
   const graph::ValueInfo& ki = b.info(k);
   const graph::ValueInfo& vi = b.info(v);
@@ -252,12 +293,12 @@ graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph:
   attrs.kv_heads = kv_heads;
   attrs.scale = scale;
   const Shape lse{qi.shape[0], q_heads, qi.shape[1]};
-  return b.emit(OpKind::attention, name, {q, k, v},
+  return b.emit(OpKind::attention, name, with_doc_starts(b, {q, k, v}, doc_starts, qi.shape, label),
                 {{qi.shape, qi.dtype, ""}, {lse, graph::accumulation_dtype(qi.dtype), "lse"}}, attrs)[0];
 }
 
 graph::Value attention_packed(graph::Builder& b, graph::Value qkv, int64_t q_heads, int64_t kv_heads, double scale,
-                              std::string_view name) {
+                              std::string_view name, graph::Value doc_starts) {
   const graph::ValueInfo& xi = b.info(qkv);
   const std::string label = b.label(OpKind::attention, name);
   SPW_CHECK(xi.shape.rank() == 3, label, "qkv must be [batch, seq, (q_heads + 2 kv_heads) * head_dim], got ",
@@ -275,14 +316,17 @@ graph::Value attention_packed(graph::Builder& b, graph::Value qkv, int64_t q_hea
   attrs.packed = true;
   const Shape out{xi.shape[0], xi.shape[1], q_heads * head_dim};
   const Shape lse{xi.shape[0], q_heads, xi.shape[1]};
-  return b.emit(OpKind::attention, name, {qkv},
+  return b.emit(OpKind::attention, name, with_doc_starts(b, {qkv}, doc_starts, xi.shape, label),
                 {{out, xi.dtype, ""}, {lse, graph::accumulation_dtype(xi.dtype), "lse"}}, attrs)[0];
 }
 
 std::vector<graph::Value> attention_backward(graph::Builder& b, graph::Value dout, graph::Value q, graph::Value k,
                                              graph::Value v, graph::Value out, graph::Value lse,
-                                             const graph::NodeAttrs& forward_attrs, std::string_view name) {
-  return b.emit(OpKind::attention_backward, name, {dout, q, k, v, out, lse},
+                                             const graph::NodeAttrs& forward_attrs, std::string_view name,
+                                             graph::Value doc_starts) {
+  std::vector<graph::Value> inputs{dout, q, k, v, out, lse};
+  if (doc_starts.valid()) inputs.push_back(doc_starts);
+  return b.emit(OpKind::attention_backward, name, inputs,
                 {{b.info(q).shape, b.info(q).dtype, "dq"},
                  {b.info(k).shape, b.info(k).dtype, "dk"},
                  {b.info(v).shape, b.info(v).dtype, "dv"}},
@@ -291,8 +335,10 @@ std::vector<graph::Value> attention_backward(graph::Builder& b, graph::Value dou
 
 graph::Value attention_packed_backward(graph::Builder& b, graph::Value dout, graph::Value qkv, graph::Value out,
                                        graph::Value lse, const graph::NodeAttrs& forward_attrs,
-                                       std::string_view name) {
-  return b.emit(OpKind::attention_backward, name, {dout, qkv, out, lse},
+                                       std::string_view name, graph::Value doc_starts) {
+  std::vector<graph::Value> inputs{dout, qkv, out, lse};
+  if (doc_starts.valid()) inputs.push_back(doc_starts);
+  return b.emit(OpKind::attention_backward, name, inputs,
                 {{b.info(qkv).shape, b.info(qkv).dtype, "dqkv"}}, forward_attrs)[0];
 }
 

@@ -13,20 +13,25 @@ namespace spillway::ops {
 
 // q [batch, seq, q_heads * head_dim], k and v [batch, seq, kv_heads *
 // head_dim]: out like q, and each row's log-sum-exp (".lse", [batch,
-// q_heads, seq]) for the backward.
+// q_heads, seq]) for the backward. With `doc_starts` (i32 [batch, seq], see
+// ops/attention.h) each token attends within its own document only; without
+// it the node is the plain causal one.
 graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph::Value v, int64_t q_heads,
-                       int64_t kv_heads, double scale, std::string_view name = "attention");
+                       int64_t kv_heads, double scale, std::string_view name = "attention",
+                       graph::Value doc_starts = {});
 // Over one packed qkv [batch, seq, (q_heads + 2 kv_heads) * head_dim]: q, k
 // and v are its column blocks, in that order.
 graph::Value attention_packed(graph::Builder& b, graph::Value qkv, int64_t q_heads, int64_t kv_heads, double scale,
-                              std::string_view name = "attention");
+                              std::string_view name = "attention", graph::Value doc_starts = {});
 // {dq, dk, dv}.
 std::vector<graph::Value> attention_backward(graph::Builder& b, graph::Value dout, graph::Value q, graph::Value k,
                                              graph::Value v, graph::Value out, graph::Value lse,
-                                             const graph::NodeAttrs& forward_attrs, std::string_view name);
+                                             const graph::NodeAttrs& forward_attrs, std::string_view name,
+                                             graph::Value doc_starts = {});
 // dqkv, in qkv's layout.
 graph::Value attention_packed_backward(graph::Builder& b, graph::Value dout, graph::Value qkv, graph::Value out,
-                                       graph::Value lse, const graph::NodeAttrs& forward_attrs, std::string_view name);
+                                       graph::Value lse, const graph::NodeAttrs& forward_attrs, std::string_view name,
+                                       graph::Value doc_starts = {});
 
 // The shape an attention or attention_backward node works on, packed_qkv
 // set when its q, k and v come packed.

@@ -2,7 +2,9 @@
 // within each head, element i pairs with element i + head_dim/2.
 //
 // Contract: x, out [batch, seq, heads * head_dim] (out may alias x);
-// inv_freq [head_dim / 2] from rope_inv_freq(); position of token t is pos0 + t.
+// inv_freq [head_dim / 2] from rope_inv_freq(); position of token t is pos0 + t,
+// or, with `positions` ([batch, seq] int32, for packed rows whose examples
+// each start again at 0), pos0 + positions[b, t].
 //   angle    = float(pos) * inv_freq[i]   (computed in T)
 //   out[i]      = x[i] * cos(angle) - x[i + h] * sin(angle)
 //   out[i + h]  = x[i + h] * cos(angle) + x[i] * sin(angle),   h = head_dim / 2
@@ -40,11 +42,13 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta, const RopeScali
 
 template <typename T>
 void rope_forward(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                  const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1);
+                  const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1,
+                  const int32_t* positions = nullptr);
 
 template <typename T>
 void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1);
+                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads = -1,
+                   const int32_t* positions = nullptr);
 
 }  // namespace spillway::ops
 
@@ -60,13 +64,16 @@ namespace spillway::ops {
 // them (float(pos) * inv_freq[i]) and go through the accurate cosf / sinf, so
 // both backends rotate by the same angle; the rotation itself runs in fp32.
 // out may alias x (dx may alias dout); in place, the heads it carries are
-// neither read nor written. head_dim up to 8192.
+// neither read nor written. head_dim up to 8192. positions: device memory,
+// or null.
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
                        int64_t head_dim, const float* inv_freq, int64_t pos0,
-                       cudaStream_t stream, int64_t rotated_heads = -1);
+                       cudaStream_t stream, int64_t rotated_heads = -1,
+                       const int32_t* positions = nullptr);
 void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
                         int64_t head_dim, const float* inv_freq, int64_t pos0,
-                        cudaStream_t stream, int64_t rotated_heads = -1);
+                        cudaStream_t stream, int64_t rotated_heads = -1,
+                        const int32_t* positions = nullptr);
 
 // The cosines and sines rope_forward_cuda rotates by at positions pos0 ..
 // pos0 + seq - 1, bit for bit: cos_sin [2][seq][head_dim / 2], the cosines

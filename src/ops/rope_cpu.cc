@@ -28,7 +28,7 @@ int64_t check_rope_shape(int64_t batch, int64_t seq, int64_t heads, int64_t head
 // is written, which is what lets out alias x.
 template <typename T>
 void rotate(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, T sign, int64_t rotated) {
+            const float* inv_freq, int64_t pos0, T sign, int64_t rotated, const int32_t* positions) {
   const int64_t half = head_dim / 2;
   const int64_t row = heads * head_dim;
 #pragma omp parallel if (batch * seq * row > (1 << 14))
@@ -38,7 +38,7 @@ void rotate(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64
 #pragma omp for collapse(2) schedule(static)
     for (int64_t b = 0; b < batch; ++b) {
       for (int64_t t = 0; t < seq; ++t) {
-        const T pos = static_cast<T>(pos0 + t);
+        const T pos = static_cast<T>(pos0 + (positions ? positions[b * seq + t] : t));
         for (int64_t i = 0; i < half; ++i) {
           const T angle = pos * static_cast<T>(inv_freq[i]);
           cos_t[i] = std::cos(angle);
@@ -112,25 +112,26 @@ std::vector<float> rope_inv_freq(int64_t head_dim, double theta, const RopeScali
 
 template <typename T>
 void rope_forward(const T* x, T* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-                  const float* inv_freq, int64_t pos0, int64_t rotated_heads) {
+                  const float* inv_freq, int64_t pos0, int64_t rotated_heads, const int32_t* positions) {
   const int64_t rotated = check_rope_shape(batch, seq, heads, head_dim, rotated_heads);
-  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, T(1), rotated);
+  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, T(1), rotated, positions);
 }
 
 template <typename T>
 void rope_backward(const T* dout, T* dx, int64_t batch, int64_t seq, int64_t heads,
-                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads) {
+                   int64_t head_dim, const float* inv_freq, int64_t pos0, int64_t rotated_heads,
+                   const int32_t* positions) {
   const int64_t rotated = check_rope_shape(batch, seq, heads, head_dim, rotated_heads);
-  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, T(-1), rotated);
+  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, T(-1), rotated, positions);
 }
 
 template void rope_forward<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                                  const float*, int64_t, int64_t);
+                                  const float*, int64_t, int64_t, const int32_t*);
 template void rope_forward<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                   const float*, int64_t, int64_t);
+                                   const float*, int64_t, int64_t, const int32_t*);
 template void rope_backward<float>(const float*, float*, int64_t, int64_t, int64_t, int64_t,
-                                   const float*, int64_t, int64_t);
+                                   const float*, int64_t, int64_t, const int32_t*);
 template void rope_backward<double>(const double*, double*, int64_t, int64_t, int64_t, int64_t,
-                                    const float*, int64_t, int64_t);
+                                    const float*, int64_t, int64_t, const int32_t*);
 
 }  // namespace spillway::ops

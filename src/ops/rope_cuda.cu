@@ -55,7 +55,7 @@ template <int V>
 __global__ void __launch_bounds__(kThreads)
     rope_kernel(const __nv_bfloat16* x, __nv_bfloat16* out, int64_t tokens, int64_t seq, int heads,
                 int visit_heads, int head_dim, const float* __restrict__ inv_freq, int64_t pos0, float sign,
-                int tokens_per_block, int rotated_heads) {
+                int tokens_per_block, int rotated_heads, const int32_t* __restrict__ positions) {
   extern __shared__ float table[];  // cos [tokens_per_block][half], then sin
   const int half = head_dim / 2;
   const int64_t token0 = int64_t(blockIdx.x) * tokens_per_block;
@@ -115,7 +115,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = threadIdx.x; q < block_tokens * half; q += kThreads) {
     const int t = q / half;
     const int i = q - t * half;
-    const float angle = rope_math::angle(pos0 + (token0 + t) % seq, inv_freq[i]);
+    const int64_t token = token0 + t;
+    const float angle = rope_math::angle(pos0 + (positions ? positions[token] : token % seq), inv_freq[i]);
     cos_t[q] = cosf(angle);
     sin_t[q] = sign * sinf(angle);
   }
@@ -130,7 +131,8 @@ __global__ void __launch_bounds__(kThreads)
 
 template <int V>
 void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, cudaStream_t stream) {
+            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, const int32_t* positions,
+            cudaStream_t stream) {
   if (tokens == 0 || heads == 0) return;
   const int64_t half = head_dim / 2;
   const int64_t visit_heads = x == out ? rotated_heads : heads;
@@ -144,12 +146,13 @@ void launch(const bf16* x, bf16* out, int64_t tokens, int64_t seq, int64_t heads
   rope_kernel<V><<<static_cast<unsigned>(blocks), kThreads, shared, stream>>>(
       reinterpret_cast<const __nv_bfloat16*>(x), reinterpret_cast<__nv_bfloat16*>(out), tokens, seq,
       static_cast<int>(heads), static_cast<int>(visit_heads), static_cast<int>(head_dim), inv_freq, pos0, sign,
-      static_cast<int>(tokens_per_block), static_cast<int>(rotated_heads));
+      static_cast<int>(tokens_per_block), static_cast<int>(rotated_heads), positions);
   SPW_CUDA(cudaGetLastError());
 }
 
 void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads, int64_t head_dim,
-            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, cudaStream_t stream) {
+            const float* inv_freq, int64_t pos0, float sign, int64_t rotated_heads, const int32_t* positions,
+            cudaStream_t stream) {
   SPW_CHECK(batch >= 0 && seq >= 0 && heads >= 0, "rope", "negative size: batch ", batch, ", seq ",
             seq, ", heads ", heads);
   SPW_CHECK(head_dim > 0 && head_dim % 2 == 0, "rope", "head_dim must be positive and even, got ",
@@ -163,9 +166,9 @@ void rotate(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
   const bool aligned =
       (reinterpret_cast<uintptr_t>(x) | reinterpret_cast<uintptr_t>(out)) % 16 == 0;
   if ((head_dim / 2) % 8 == 0 && aligned) {
-    launch<8>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, stream);
+    launch<8>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, positions, stream);
   } else {
-    launch<1>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, stream);
+    launch<1>(x, out, tokens, seq, heads, head_dim, inv_freq, pos0, sign, rotated_heads, positions, stream);
   }
 }
 
@@ -192,14 +195,14 @@ void rope_table_cuda(const float* inv_freq, int64_t seq, int64_t head_dim, int64
 
 void rope_forward_cuda(const bf16* x, bf16* out, int64_t batch, int64_t seq, int64_t heads,
                        int64_t head_dim, const float* inv_freq, int64_t pos0, cudaStream_t stream,
-                       int64_t rotated_heads) {
-  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, 1.0f, rotated_heads, stream);
+                       int64_t rotated_heads, const int32_t* positions) {
+  rotate(x, out, batch, seq, heads, head_dim, inv_freq, pos0, 1.0f, rotated_heads, positions, stream);
 }
 
 void rope_backward_cuda(const bf16* dout, bf16* dx, int64_t batch, int64_t seq, int64_t heads,
                         int64_t head_dim, const float* inv_freq, int64_t pos0,
-                        cudaStream_t stream, int64_t rotated_heads) {
-  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, -1.0f, rotated_heads, stream);
+                        cudaStream_t stream, int64_t rotated_heads, const int32_t* positions) {
+  rotate(dout, dx, batch, seq, heads, head_dim, inv_freq, pos0, -1.0f, rotated_heads, positions, stream);
 }
 
 }  // namespace spillway::ops

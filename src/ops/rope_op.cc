@@ -9,8 +9,16 @@ namespace spillway::ops {
 
 namespace {
 
+// A rope's per-token positions input (ops/rope.h), or an invalid value
+// where it rotates token t at pos0 + t.
+graph::Value positions_of(const Node& n) { return n.inputs.size() > 1 ? n.inputs[1] : graph::Value{}; }
+
+const int32_t* positions_data(const Operands& x) {
+  return positions_of(x.node()).valid() ? x.in<int32_t>(1) : nullptr;
+}
+
 void rope_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
-  vjp.add(n.inputs[0], rope_backward(vjp.b, dout, n.attrs, graph::backward_name(n)));
+  vjp.add(n.inputs[0], rope_backward(vjp.b, dout, n.attrs, graph::backward_name(n), positions_of(n)));
 }
 
 // Every backend reads a pair of elements before writing it, in one thread,
@@ -18,28 +26,29 @@ void rope_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
 int rotated_over_input(const Node&, size_t output) { return output == 0 ? 0 : -1; }
 
 // The two directions share a signature: Kernel is rope_forward or rope_backward.
-template <typename T, void (*Kernel)(const T*, T*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t)>
+template <typename T, void (*Kernel)(const T*, T*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, int64_t,
+                                     const int32_t*)>
 void cpu_rotate(const Operands& x) {
   const RopeDims r = rope_dims(x.graph(), x.node());
   Kernel(x.in<T>(0), x.out<T>(0), r.batch, r.seq, r.heads, r.head_dim, x.attrs().inv_freq->data(), x.attrs().pos0,
-         r.rotated_heads);
+         r.rotated_heads, positions_data(x));
 }
 
 #ifdef SPILLWAY_HAS_CUDA
 template <void (*Kernel)(const bf16*, bf16*, int64_t, int64_t, int64_t, int64_t, const float*, int64_t, cudaStream_t,
-                         int64_t)>
+                         int64_t, const int32_t*)>
 void cuda_rotate(const Graph& g, const Node& n, const std::vector<void*>& data, CudaOpContext& cuda) {
   const Operands x(g, n, data);
   const RopeDims r = rope_dims(g, n);
   Kernel(x.in<bf16>(0), x.out<bf16>(0), r.batch, r.seq, r.heads, r.head_dim, cuda.inv_freq_on_device(*n.attrs.inv_freq),
-         n.attrs.pos0, cuda.stream, r.rotated_heads);
+         n.attrs.pos0, cuda.stream, r.rotated_heads, positions_data(x));
 }
 #endif
 
 }  // namespace
 
 graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
-                  int64_t pos0, std::string_view name, int64_t rotated_heads) {
+                  int64_t pos0, std::string_view name, int64_t rotated_heads, graph::Value positions) {
   const graph::ValueInfo& xi = b.info(x);
   const std::string label = b.label(OpKind::rope, name);
   SPW_CHECK(xi.shape.rank() == 3, label, "x must be [batch, seq, heads * head_dim], got ", xi.shape.str());
@@ -55,13 +64,23 @@ graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_
   attrs.rotated_heads = rotated_heads;
   attrs.inv_freq = std::move(inv_freq);
   attrs.pos0 = pos0;
-  return b.emit(OpKind::rope, name, {x}, {{xi.shape, xi.dtype, ""}}, attrs)[0];
+  std::vector<graph::Value> inputs{x};
+  if (positions.valid()) {
+    const graph::ValueInfo& pi = b.info(positions);
+    const Shape want{xi.shape[0], xi.shape[1]};
+    SPW_CHECK(pi.dtype == DType::i32 && pi.shape == want, label, "positions must be i32 ", want.str(), ", got ",
+              dtype_name(pi.dtype), " ", pi.shape.str());
+    inputs.push_back(positions);
+  }
+  return b.emit(OpKind::rope, name, inputs, {{xi.shape, xi.dtype, ""}}, attrs)[0];
 }
 
 graph::Value rope_backward(graph::Builder& b, graph::Value dout, const graph::NodeAttrs& forward_attrs,
-                           std::string_view name) {
+                           std::string_view name, graph::Value positions) {
   const graph::ValueInfo& di = b.info(dout);
-  return b.emit(OpKind::rope_backward, name, {dout}, {{di.shape, di.dtype, ""}}, forward_attrs)[0];
+  std::vector<graph::Value> inputs{dout};
+  if (positions.valid()) inputs.push_back(positions);
+  return b.emit(OpKind::rope_backward, name, inputs, {{di.shape, di.dtype, ""}}, forward_attrs)[0];
 }
 
 RopeDims rope_dims(const Graph& g, const Node& n) {

@@ -34,34 +34,29 @@ int64_t counted_in_row(const InstructionExample& example, int64_t seq) {
 
 InstructionSampler::InstructionSampler(const std::vector<InstructionExample>& examples, int64_t batch, int64_t seq,
                                        int32_t pad, uint64_t seed)
-    : examples_(examples), batch_(batch), seq_(seq), pad_(pad) {
+    : examples_(examples), batch_(batch), seq_(seq), pad_(pad), order_(examples.size()) {
   SPW_CHECK(!examples.empty(), "instruction data", "no training examples");
   SPW_CHECK(batch > 0 && seq > 0, "instruction data", "batch ", batch, " and sequence length ", seq,
             " must be positive");
   restore({seed, 0, 0});
 }
 
-void InstructionSampler::restore(const SamplerState& state) {
-  state_ = state;
-  order_pass_ = UINT64_MAX;
-}
+void InstructionSampler::restore(const SamplerState& state) { state_ = state; }
 
-const InstructionExample& InstructionSampler::at(uint64_t draw) {
-  const uint64_t count = examples_.size();
-  const uint64_t pass = draw / count;
-  if (pass != order_pass_) {
-    // Each pass shuffles afresh from the seed and the pass's number, so any
-    // draw's example is known without replaying the passes before it.
-    order_.resize(count);
+uint32_t ShuffledOrder::at(uint64_t seed, uint64_t draw) {
+  const uint64_t pass = draw / count_;
+  if (pass != pass_ || seed != seed_) {
+    order_.resize(count_);
     std::iota(order_.begin(), order_.end(), 0u);
-    std::mt19937_64 rng(state_.seed * 0x9E3779B97F4A7C15ull + pass);
-    for (uint64_t i = count - 1; i > 0; --i) {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + pass);
+    for (uint64_t i = count_ - 1; i > 0; --i) {
       const auto j = static_cast<uint64_t>((static_cast<unsigned __int128>(rng()) * (i + 1)) >> 64);
       std::swap(order_[i], order_[j]);
     }
-    order_pass_ = pass;
+    pass_ = pass;
+    seed_ = seed;
   }
-  return examples_[order_[draw % count]];
+  return order_[draw % count_];
 }
 
 void InstructionSampler::next(std::span<int32_t> inputs, std::span<int32_t> targets) {
@@ -70,7 +65,7 @@ void InstructionSampler::next(std::span<int32_t> inputs, std::span<int32_t> targ
             inputs.size(), " and ", targets.size(), " tokens, not ", want);
   const auto seq = static_cast<size_t>(seq_);
   for (int64_t row = 0; row < batch_; ++row) {
-    const InstructionExample& e = at(state_.draws++);
+    const InstructionExample& e = examples_[order_.at(state_.seed, state_.draws++)];
     fill_instruction_row(e, pad_, inputs.subspan(row * seq, seq), targets.subspan(row * seq, seq));
     state_.tokens_consumed += static_cast<uint64_t>(counted_in_row(e, seq_));
   }

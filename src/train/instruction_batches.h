@@ -27,6 +27,22 @@ void fill_instruction_row(const InstructionExample& example, int32_t pad, std::s
 // Tokens whose loss counts, of the examples as rows of `seq` (cut included).
 int64_t counted_in_row(const InstructionExample& example, int64_t seq);
 
+// The endless walk over `count` examples that both samplers take (this
+// one and train/instruction_packing.h's): a new shuffled order each pass,
+// from the seed and the pass's number, so that any draw's example is known
+// without replaying the passes before it.
+class ShuffledOrder {
+ public:
+  explicit ShuffledOrder(uint64_t count) : count_(count) {}
+  // The index of the example at position `draw` of the walk for `seed`.
+  uint32_t at(uint64_t seed, uint64_t draw);
+
+ private:
+  uint64_t count_;
+  uint64_t seed_ = 0, pass_ = UINT64_MAX;  // what order_ is for
+  std::vector<uint32_t> order_;
+};
+
 class InstructionSampler {
  public:
   // `examples` must outlive the sampler; Error when it is empty.
@@ -42,15 +58,11 @@ class InstructionSampler {
   double epochs() const;
 
  private:
-  // The example at position `draw` of the endless shuffled walk.
-  const InstructionExample& at(uint64_t draw);
-
   const std::vector<InstructionExample>& examples_;
   int64_t batch_, seq_;
   int32_t pad_;
   SamplerState state_;
-  uint64_t order_pass_ = UINT64_MAX;  // the pass order_ is for
-  std::vector<uint32_t> order_;
+  ShuffledOrder order_;
 };
 
 // The validation examples in order, `batch` rows a batch (the last one

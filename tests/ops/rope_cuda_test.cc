@@ -161,8 +161,9 @@ TEST(RopeCuda, InPlaceWithCarriedHeadsLeavesThemAlone) {
     DeviceArray<bf16> src(x), out(static_cast<size_t>(n)), in_place(x);
     out.poison();
     auto run = backward ? rope_backward_cuda : rope_forward_cuda;
-    run(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
-    run(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated);
+    run(src.get(), out.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated, nullptr);
+    run(in_place.get(), in_place.get(), c.batch, c.seq, c.heads, c.head_dim, dfreq.get(), c.pos0, nullptr, rotated,
+        nullptr);
     EXPECT_EQ(bits_of(in_place.download()), bits_of(out.download())) << (backward ? "backward" : "forward");
   }
 }
@@ -185,6 +186,35 @@ TEST(RopeCuda, Deterministic) {
       EXPECT_EQ(bits, first);
     }
   }
+}
+
+// Packed rows (per-token positions): the GPU against the CPU given the same
+// positions, forward and backward.
+TEST(RopeCuda, PerTokenPositionsMatchCpu) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const int64_t batch = 2, seq = 37, heads = 6, head_dim = 64, pos0 = 0;
+  std::vector<int32_t> positions;
+  for (int64_t b = 0; b < batch; ++b) {
+    int32_t p = 0;
+    for (int64_t t = 0; t < seq; ++t) positions.push_back((t % (11 + 9 * b) == 0) ? (p = 0) : ++p);
+  }
+  const int64_t n = batch * seq * heads * head_dim;
+  const std::vector<float> inv_freq = rope_inv_freq(head_dim, 500000.0, {});
+  DeviceArray<float> dfreq(inv_freq);
+  DeviceArray<int32_t> dpositions(positions);
+  const auto x = random_bf16(n, 77);
+  DeviceArray<bf16> dx_in(x), out(static_cast<size_t>(n)), grad(static_cast<size_t>(n));
+  rope_forward_cuda(dx_in.get(), out.get(), batch, seq, heads, head_dim, dfreq.get(), pos0, nullptr, -1,
+                    dpositions.get());
+  rope_backward_cuda(dx_in.get(), grad.get(), batch, seq, heads, head_dim, dfreq.get(), pos0, nullptr, -1,
+                     dpositions.get());
+  const auto fx = widen(x);
+  std::vector<float> want_out(static_cast<size_t>(n)), want_grad(static_cast<size_t>(n));
+  rope_forward(fx.data(), want_out.data(), batch, seq, heads, head_dim, inv_freq.data(), pos0, -1, positions.data());
+  rope_backward(fx.data(), want_grad.data(), batch, seq, heads, head_dim, inv_freq.data(), pos0, -1,
+                positions.data());
+  EXPECT_LT(rel_error(widen(out.download()), as_double(want_out)), 1e-2);
+  EXPECT_LT(rel_error(widen(grad.download()), as_double(want_grad)), 1e-2);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numbers>
 #include <vector>
@@ -251,14 +252,14 @@ TEST(RopeForward, RotatesOnlyTheLeadingHeadsOfAPackedRow) {
   for (bool forward : {true, false}) {
     std::vector<double> got(x.size());
     (forward ? rope_forward<double> : rope_backward<double>)(x.data(), got.data(), batch, seq, heads, head_dim,
-                                                             inv_freq.data(), pos0, rotated);
+                                                             inv_freq.data(), pos0, rotated, nullptr);
     // The rotated heads alone, through the plain rope.
     std::vector<double> lead, want_lead(static_cast<size_t>(rows * rotated * head_dim));
     for (int64_t r = 0; r < rows; ++r) {
       lead.insert(lead.end(), x.begin() + r * heads * head_dim, x.begin() + (r * heads + rotated) * head_dim);
     }
     (forward ? rope_forward<double> : rope_backward<double>)(lead.data(), want_lead.data(), batch, seq, rotated,
-                                                             head_dim, inv_freq.data(), pos0, -1);
+                                                             head_dim, inv_freq.data(), pos0, -1, nullptr);
     for (int64_t r = 0; r < rows; ++r) {
       for (int64_t j = 0; j < heads * head_dim; ++j) {
         const size_t at = static_cast<size_t>(r * heads * head_dim + j);
@@ -275,6 +276,28 @@ TEST(RopeForward, RejectsOddHeadDim) {
   const std::vector<float> inv_freq(4, 1.0f);
   std::vector<float> x(9, 1.0f);
   EXPECT_THROW(rope_forward(x.data(), x.data(), 1, 1, 1, 9, inv_freq.data(), 0), Error);
+}
+
+// Packed rows: token (b, t) at position pos0 + positions[b, t] is rotated
+// bit for bit as a lone token at that position, forward and backward.
+TEST(RopePositions, EachTokenAsIfAloneAtItsPosition) {
+  const int64_t batch = 2, seq = 6, heads = 3, head_dim = 8, pos0 = 2;
+  const std::vector<int32_t> positions = {0, 1, 2, 0, 1, 0, 0, 1, 2, 3, 4, 5};
+  const std::vector<float> inv_freq = rope_inv_freq(head_dim, 10000.0, {});
+  const std::vector<float> x = testing::random_vector<float>(batch * seq * heads * head_dim, 3);
+  std::vector<float> out(x.size()), dx(x.size()), one(static_cast<size_t>(heads * head_dim));
+  rope_forward(x.data(), out.data(), batch, seq, heads, head_dim, inv_freq.data(), pos0, -1, positions.data());
+  rope_backward(x.data(), dx.data(), batch, seq, heads, head_dim, inv_freq.data(), pos0, -1, positions.data());
+  for (int64_t token = 0; token < batch * seq; ++token) {
+    const float* xt = x.data() + token * heads * head_dim;
+    const int64_t at = pos0 + positions[static_cast<size_t>(token)];
+    rope_forward(xt, one.data(), 1, 1, heads, head_dim, inv_freq.data(), at);
+    EXPECT_EQ(0, std::memcmp(one.data(), out.data() + token * heads * head_dim, one.size() * sizeof(float)))
+        << "forward, token " << token;
+    rope_backward(xt, one.data(), 1, 1, heads, head_dim, inv_freq.data(), at);
+    EXPECT_EQ(0, std::memcmp(one.data(), dx.data() + token * heads * head_dim, one.size() * sizeof(float)))
+        << "backward, token " << token;
+  }
 }
 
 }  // namespace

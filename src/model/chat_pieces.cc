@@ -10,16 +10,6 @@ namespace spillway {
 
 namespace {
 
-// Python's str.strip() and Jinja's trim, over ASCII whitespace, as
-// chat_template.cc trims.
-std::string trim(std::string_view text) {
-  constexpr std::string_view kSpace = " \t\n\r\f\v";
-  const size_t first = text.find_first_not_of(kSpace);
-  if (first == std::string_view::npos) return {};
-  const size_t last = text.find_last_not_of(kSpace);
-  return std::string(text.substr(first, last - first + 1));
-}
-
 bool contains(std::string_view text, std::string_view part) { return text.find(part) != std::string_view::npos; }
 
 // The system message a ChatML template writes when the first message is not
@@ -60,7 +50,7 @@ std::vector<ChatPiece> llama3_pieces(std::span<const ChatMessage> messages) {
     check_role(messages[i], i);
     const bool assistant = messages[i].role == "assistant";
     add(out, "<|start_header_id|>" + messages[i].role + "<|end_header_id|>\n\n", false);
-    add(out, trim(messages[i].content) + "<|eot_id|>", assistant);
+    add(out, std::string(trim(messages[i].content)) + "<|eot_id|>", assistant);
   }
   return out;
 }
@@ -84,9 +74,9 @@ std::vector<ChatPiece> llama2_pieces(std::span<const ChatMessage> messages) {
     if (user_turn) {
       std::string content = messages[i].content;
       if (i == first_turn && first_turn == 1) content = "<<SYS>>\n" + system + "\n<</SYS>>\n\n" + content;
-      add(out, "<s>[INST] " + trim(content) + " [/INST]", false);
+      add(out, "<s>[INST] " + std::string(trim(content)) + " [/INST]", false);
     } else {
-      add(out, " " + trim(messages[i].content) + " </s>", true);
+      add(out, " " + std::string(trim(messages[i].content)) + " </s>", true);
     }
   }
   return out;

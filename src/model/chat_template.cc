@@ -7,9 +7,6 @@
 
 namespace spillway {
 
-namespace {
-
-// Python's str.strip() and Jinja's trim, over ASCII whitespace.
 std::string_view trim(std::string_view text) {
   constexpr std::string_view kSpace = " \t\n\r\f\v";
   const size_t first = text.find_first_not_of(kSpace);
@@ -17,6 +14,8 @@ std::string_view trim(std::string_view text) {
   const size_t last = text.find_last_not_of(kSpace);
   return text.substr(first, last - first + 1);
 }
+
+namespace {
 
 }  // namespace
 

@@ -51,6 +51,10 @@ std::string format_plain_chat(std::span<const ChatMessage> messages, std::string
 
 enum class ChatFormat { llama3, llama2, chatml, plain };
 
+// Python's str.strip() and Jinja's trim, over ASCII whitespace: how the
+// templates trim a message's content.
+std::string_view trim(std::string_view text);
+
 // Which of the formats above a tokenizer_config.json chat_template (Jinja)
 // writes, told by the markers it emits; nullopt for any other template.
 // spillway renders these formats itself, without a Jinja interpreter.

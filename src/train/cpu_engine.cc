@@ -52,9 +52,7 @@ class CpuEngine final : public Engine {
     const int ranks = data_parallel_size(options_);
     double token_weight = 0;
     if (options_.weighted_loss) {
-      double counted = static_cast<double>(counted_targets(targets));
-      sum_over_ranks(std::span<double>(&counted, 1));
-      token_weight = loss_token_weight(micro_batches, ranks, counted);
+      token_weight = step_token_weight(*this, targets, micro_batches, ranks);
       loss_weights_.resize(n);
     }
     // The step adds each micro-batch's gradients into grads_; AdamW takes

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
 #include "ops/matmul_op.h"
+#include "train/loss_weights.h"
 
 #ifdef SPILLWAY_HAS_CUDA
 #include "device/cuda/cuda_device.h"
@@ -95,6 +96,12 @@ bool picks_gpu(DeviceChoice device) {
   SPW_CHECK(device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
   return false;
 #endif
+}
+
+double step_token_weight(Engine& engine, std::span<const int32_t> targets, int64_t micro_batches, int ranks) {
+  double counted = static_cast<double>(counted_targets(targets));
+  engine.sum_over_ranks(std::span<double>(&counted, 1));
+  return loss_token_weight(micro_batches, ranks, counted);
 }
 
 std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {

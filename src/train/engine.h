@@ -61,6 +61,13 @@ struct EngineOptions {
   bool weighted_loss = false;
 };
 
+class Engine;
+
+// The weighted loss's weight of each counted token of an optimizer step
+// (train/loss_weights.h) whose targets on this rank are `targets`: the
+// count summed over the ranks through `engine`. Every rank must call it.
+double step_token_weight(Engine& engine, std::span<const int32_t> targets, int64_t micro_batches, int ranks);
+
 // How many ranks train together (1 without data parallelism).
 inline int data_parallel_size(const EngineOptions& o) { return o.data_parallel ? o.data_parallel->size() : 1; }
 

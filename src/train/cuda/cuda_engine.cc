@@ -159,9 +159,7 @@ class CudaEngine final : public Engine {
     const int ranks = data_parallel_size(options_);
     double token_weight = 0;
     if (options_.weighted_loss) {
-      double counted = static_cast<double>(counted_targets(targets));
-      sum_over_ranks(std::span<double>(&counted, 1));
-      token_weight = loss_token_weight(micro_batches, ranks, counted);
+      token_weight = step_token_weight(*this, targets, micro_batches, ranks);
     }
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "base/regular_file.h"
 #include "base/status.h"
 
 #ifdef SPILLWAY_HAS_SENTENCEPIECE
@@ -59,6 +60,8 @@ struct SentencePieceTokenizer::Impl {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) {
   std::error_code ec;
+  const std::string odd = non_regular_kind(path);
+  SPW_CHECK(odd.empty(), path, "is ", odd, ", not a SentencePiece tokenizer.model");
   SPW_CHECK(std::filesystem::is_regular_file(path, ec), path, "no such file");
   load(path, nullptr);
 }

@@ -8,6 +8,7 @@
 
 #include "base/atomic_file.h"
 #include "base/json_text.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "model/bpe_tokenizer.h"
 #include "model/sentencepiece_tokenizer.h"
@@ -24,6 +25,8 @@ using nlohmann::ordered_json;
 // nullopt when the file is absent.
 std::optional<std::pair<json, std::string>> read_json(const fs::path& path) {
   std::error_code ec;
+  const std::string odd = non_regular_kind(path.string());
+  SPW_CHECK(odd.empty(), path.string(), "is ", odd, ", not a JSON file");
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   SPW_CHECK(in.good(), path.string(), "cannot open");

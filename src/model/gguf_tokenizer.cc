@@ -51,8 +51,11 @@ std::vector<int64_t> token_types(const GgufFile& f, size_t count) {
 TokenRoles gguf_roles(const GgufFile& f, bool add_bos_by_default) {
   TokenRoles r;
   const auto id = [&](const char* key) -> std::optional<int32_t> {
-    if (auto v = f.int_or_none(key)) return static_cast<int32_t>(*v);
-    return std::nullopt;
+    const std::optional<int64_t> v = f.int_or_none(key);
+    if (!v) return std::nullopt;
+    // Cast unchecked, 2^32 + 1 would become token 1.
+    SPW_CHECK(*v >= 0 && *v <= INT32_MAX, f.path(), "metadata '", key, "' is ", *v, ", not a token id");
+    return static_cast<int32_t>(*v);
   };
   r.bos = id("tokenizer.ggml.bos_token_id");
   r.eos = id("tokenizer.ggml.eos_token_id");

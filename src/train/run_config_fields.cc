@@ -483,6 +483,8 @@ void restore_checkpointed(RunConfig& config, const json& saved, std::string_view
     } else {
       set_field_json(f, config, field_json(f, initial), source);
     }
+    // A resumed run trusts these as it would a file's: within the limits.
+    check_field_range(f, config, source, true);
   }
 }
 

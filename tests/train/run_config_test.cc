@@ -214,6 +214,22 @@ TEST_F(RunConfigTest, AbsurdValuesGetOneLineEach) {
             "f.json: parallel.tp is 1025; must be at most 1024");
 }
 
+// A checkpoint's options are read like a file's: whole numbers within the
+// limits, or one line naming the trainer state and the key.
+TEST_F(RunConfigTest, AResumeRefusesAbsurdCheckpointedOptions) {
+  const auto error_of_saved = [&](const char* text) {
+    RunConfig c = default_run_config(Command::train);
+    return error_of([&] { restore_checkpointed(c, nlohmann::json::parse(text), "step-5/trainer_state.json"); });
+  };
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"batch": 2.5}})"),
+            "step-5/trainer_state.json: schedule.batch is 2.5; expected a whole number");
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"batch": 0}})"),
+            "step-5/trainer_state.json: schedule.batch is 0; must be at least 1");
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"seq": 1099511627776}})"),
+            "step-5/trainer_state.json: schedule.seq is 1099511627776; must be at most 16777216");
+  EXPECT_EQ(error_of_saved(R"({"steps": -5})"), "step-5/trainer_state.json: schedule.steps is -5; must be at least 1");
+}
+
 TEST_F(RunConfigTest, FinetuneNeedsAModelToStartFrom) {
   EXPECT_THROW(resolve_run_config(Command::finetune, {}), Error);
   EXPECT_EQ(resolve_run_config(Command::finetune, {.flags = {{"model.init_from", {"runs/tiny"}}}}).model.init_from,

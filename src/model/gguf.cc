@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 
 #include "base/checked_math.h"
 #include "base/dtype.h"
@@ -309,9 +310,10 @@ void GgufFile::parse() {
       SPW_CHECK(dim >= 1 && dim <= static_cast<uint64_t>(kMaxDim), path_, what, " has dimension ", d, " of size ",
                 dim);
       t.dims.push_back(static_cast<int64_t>(dim));
-      SPW_CHECK(numel <= std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dim), path_, what,
+      const std::optional<uint64_t> product = mul_or_none(static_cast<uint64_t>(numel), dim);
+      SPW_CHECK(product && *product <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path_, what,
                 " has too many elements");
-      numel *= static_cast<int64_t>(dim);
+      numel = static_cast<int64_t>(*product);
     }
     uint32_t type = in.read<uint32_t>(what);
     SPW_CHECK(supported_tensor_type(type), path_, what, " has ggml type ", type, " (", ggml_type_name(type),

@@ -245,8 +245,8 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
       // there: ids swapped between the two lists would encode one and
       // decode the other.
       if (symbols != added->second && decoded != added->second) {
-        r.fail("model.vocab gives id " + std::to_string(id) + " to \"" + symbols + "\" but added_tokens gives it to \"" +
-               added->second + "\"");
+        r.fail("model.vocab gives id " + std::to_string(id) + " to \"" + symbols +
+               "\" but added_tokens gives it to \"" + added->second + "\"");
       }
       text = added->second;
     } else if (vocab.byte_level) {

@@ -75,7 +75,8 @@ const Field kFields[] = {
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::min_lr>, .checkpointed = true,
      .finetune_default = "3e-5"},
     {.key = "optimizer.warmup", .flag = "--warmup", .help = "linear warm-up steps", .commands = kTraining,
-     .ref = at<&R::optimizer, &OptimizerConfig::warmup>, .min = 0, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "10"},
+     .ref = at<&R::optimizer, &OptimizerConfig::warmup>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "10"},
     {.key = "optimizer.weight_decay", .flag = "--weight-decay", .help = "AdamW decoupled weight decay (matrices only)",
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::weight_decay>, .checkpointed = true},
     {.key = "optimizer.grad_clip", .flag = "--clip", .help = "clip the global gradient norm to this (0: off)",
@@ -88,24 +89,31 @@ const Field kFields[] = {
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::eps>, .checkpointed = true},
     // schedule
     {.key = "schedule.steps", .flag = "--steps", .help = "optimizer steps in the schedule", .commands = kTraining,
-     .ref = at<&R::schedule, &ScheduleConfig::steps>, .min = 1, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "200"},
+     .ref = at<&R::schedule, &ScheduleConfig::steps>,
+     .min = 1, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "200"},
     {.key = "schedule.stop_after", .flag = "--stop-after",
      .help = "stop after this many steps, with a checkpoint (resume later; -1: at the end)", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::stop_after>, .min = -1, .max = limits::kMaxSteps},
     {.key = "schedule.batch", .flag = "--batch", .help = "sequences per micro-batch", .commands = kAll,
-     .ref = at<&R::schedule, &ScheduleConfig::batch>, .min = 1, .max = limits::kMaxBatch, .checkpointed = true, .bench_default = "8",
+     .ref = at<&R::schedule, &ScheduleConfig::batch>,
+     .min = 1, .max = limits::kMaxBatch, .checkpointed = true, .bench_default = "8",
      .plan_default = "1"},
     {.key = "schedule.seq", .flag = "--seq", .help = "tokens per sequence", .commands = kAll,
-     .ref = at<&R::schedule, &ScheduleConfig::seq>, .min = 1, .max = limits::kMaxSeq, .checkpointed = true, .plan_default = "8192"},
+     .ref = at<&R::schedule, &ScheduleConfig::seq>,
+     .min = 1, .max = limits::kMaxSeq, .checkpointed = true, .plan_default = "8192"},
     {.key = "schedule.grad_accum", .flag = "--grad-accum", .help = "micro-batches per optimizer step",
-     .commands = kAll, .ref = at<&R::schedule, &ScheduleConfig::grad_accum>, .min = 1, .max = limits::kMaxGradAccum, .checkpointed = true},
+     .commands = kAll, .ref = at<&R::schedule, &ScheduleConfig::grad_accum>,
+     .min = 1, .max = limits::kMaxGradAccum, .checkpointed = true},
     {.key = "schedule.eval_every", .flag = "--eval-every", .help = "validation every N steps (0: only at the end)",
-     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_every>, .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
+     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_every>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
     {.key = "schedule.eval_batches", .flag = "--eval-batches", .help = "validation batches per evaluation",
-     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_batches>, .min = 0, .max = limits::kMaxEvalBatches, .checkpointed = true},
+     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_batches>,
+     .min = 0, .max = limits::kMaxEvalBatches, .checkpointed = true},
     {.key = "schedule.checkpoint_every", .flag = "--checkpoint-every", .aliases = "--save-every",
      .help = "checkpoint every N steps (0: only at the end)", .commands = kTraining,
-     .ref = at<&R::schedule, &ScheduleConfig::checkpoint_every>, .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
+     .ref = at<&R::schedule, &ScheduleConfig::checkpoint_every>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
     {.key = "schedule.keep_checkpoints", .flag = "--keep-checkpoints",
      .help = "newest checkpoints kept in the run folder (0: all)", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::keep_checkpoints>, .min = 0},
@@ -119,7 +127,8 @@ const Field kFields[] = {
     {.key = "memory.host_mem", .flag = "--host-mem",
      .help = "pinned host memory budget of a planned GPU step, the whole host's: data-parallel ranks on it share it "
              "evenly (bytes, 100GiB, ...; 0: 90% of what is available)",
-     .commands = kAll, .ref = at<&R::memory, &MemoryConfig::host_mem>, .bytes = true, .max = kMaxBudget, .env = "SPILLWAY_HOST_MEM",
+     .commands = kAll, .ref = at<&R::memory, &MemoryConfig::host_mem>,
+     .bytes = true, .max = kMaxBudget, .env = "SPILLWAY_HOST_MEM",
      .plan_default = "125GiB"},
     {.key = "memory.offload", .flag = "--offload",
      .help = "GPU: which layouts of the training state the plan may choose: auto (the fastest that fits), on (the "
@@ -410,7 +419,9 @@ std::string field_text(const Field& field, const RunConfig& config) {
 }
 
 void check_field_range(const Field& field, const RunConfig& config, std::string_view what, bool in_file) {
-  const auto show = [&](auto v) { return field.bytes ? format_bytes_exact(static_cast<uint64_t>(v)) : std::to_string(v); };
+  const auto show = [&](auto v) {
+    return field.bytes ? format_bytes_exact(static_cast<uint64_t>(v)) : std::to_string(v);
+  };
   std::visit(
       [&](auto ref) {
         if constexpr (kIsInteger<decltype(ref)>) {
@@ -418,7 +429,8 @@ void check_field_range(const Field& field, const RunConfig& config, std::string_
           // uint64 values above int64's range compare as what they are.
           const bool below = std::cmp_less(v, field.min), above = std::cmp_greater(v, field.max);
           if (!below && !above) return;
-          const std::string bound = below ? "must be at least " + show(field.min) : "must be at most " + show(field.max);
+          const std::string bound =
+              below ? "must be at least " + show(field.min) : "must be at most " + show(field.max);
           if (in_file) throw Error(what, detail::concat(field.key, " is ", show(v), "; ", bound));
           throw Error(what, detail::concat(bound, ", got ", show(v)));
         }

@@ -57,8 +57,10 @@ std::vector<int32_t> ids_of(const json& config, const char* key, const fs::path&
   const json list = it->is_array() ? *it : json::array({*it});
   std::vector<int32_t> ids;
   for (const json& v : list) {
-    SPW_CHECK(v.is_number_integer(), file.string(), key, " is ", it->dump(), ", not a token id or a list of them");
-    ids.push_back(v.get<int32_t>());
+    SPW_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX &&
+                  !(v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX),
+              file.string(), key, " is ", it->dump(), ", not a token id or a list of them");
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
 }
@@ -70,7 +72,9 @@ std::string chat_template_of(const json& config) {
   // A list of named templates: the default one.
   if (it->is_array()) {
     for (const json& t : *it) {
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template")) return t["template"];
+      if (!t.is_object()) continue;
+      const auto name = t.find("name"), text = t.find("template");
+      if (name != t.end() && *name == "default" && text != t.end() && text->is_string()) return *text;
     }
   }
   return {};

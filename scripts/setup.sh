@@ -13,6 +13,7 @@ packages=(
   libgloo-dev                   # the CPU backend's collectives (ranks as processes)
   libicu-dev                    # Unicode normalization of tokenizer.json normalizers
   fortunes                      # the default English training corpus
+  clang libclang-rt-dev libomp-dev  # the fuzz harnesses (libFuzzer) of scripts/fuzz.sh
   python3 python3-venv
 )
 

@@ -9,6 +9,7 @@
 #include "model/bpe_tokenizer.h"
 #include "model/sentencepiece_tokenizer.h"
 #include "model/tokenizer_json.h"
+#include "model/unicode_text.h"
 
 namespace spillway {
 
@@ -38,6 +39,19 @@ ordered_json split_then_bytes(std::string_view pattern) {
 ordered_json smollm_pre_tokenizer() {
   return {{"type", "Sequence"},
           {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
+}
+
+// A gpt2 GGUF's tokens and merges are byte-level symbols, which are always
+// UTF-8: other bytes are a damaged file, and JSON (tokenizer.json) cannot
+// hold them.
+void require_utf8(const GgufFile& f, const char* key, const std::vector<std::string>& texts) {
+  for (size_t i = 0; i < texts.size(); ++i) {
+    for (size_t at = 0; at < texts[i].size();) {
+      int32_t code = 0;
+      at += unicode::char_length(texts[i], at, &code);
+      SPW_CHECK(code >= 0, f.path(), "metadata '", key, "' entry ", i, " is not valid UTF-8");
+    }
+  }
 }
 
 std::vector<int64_t> token_types(const GgufFile& f, size_t count) {
@@ -173,9 +187,12 @@ std::string gguf_tokenizer_json(const GgufFile& f) {
   root["decoder"] = byte_level(true);
   ordered_json vocab = ordered_json::object();
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  require_utf8(f, "tokenizer.ggml.tokens", tokens);
   ordered_json merges = ordered_json::array();
   if (f.find("tokenizer.ggml.merges")) {
-    for (const std::string& m : f.get_string_array("tokenizer.ggml.merges")) merges.push_back(m);
+    const std::vector<std::string> merge_texts = f.get_string_array("tokenizer.ggml.merges");
+    require_utf8(f, "tokenizer.ggml.merges", merge_texts);
+    for (const std::string& m : merge_texts) merges.push_back(m);
   }
   root["model"] = {{"type", "BPE"},          {"dropout", nullptr},          {"unk_token", nullptr},
                    {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},

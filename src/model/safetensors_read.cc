@@ -165,9 +165,12 @@ ParsedHeader parse_header(const std::string& path, const std::byte* file, uint64
     }
     const std::string label = tensor_label(name);
     SPW_CHECK(entry.is_object(), path, label, " is not a JSON object");
+    // A named reference: lambdas may not capture structured bindings before
+    // C++20 compilers caught up (clang 14 refuses, and builds the fuzzers).
+    const json& tensor = entry;
     auto field = [&](const char* key) -> const json& {
-      auto it = entry.find(key);
-      SPW_CHECK(it != entry.end(), path, label, " is missing \"", key, "\"");
+      auto it = tensor.find(key);
+      SPW_CHECK(it != tensor.end(), path, label, " is missing \"", key, "\"");
       return *it;
     };
     // A tensor entry has exactly these three keys; anything else is a writer

@@ -75,7 +75,14 @@ SentencePieceTokenizer SentencePieceTokenizer::from_serialized(const std::string
 void SentencePieceTokenizer::load(const std::string& path, const std::string* proto) {
   impl_ = std::make_unique<Impl>();
   impl_->path = path;
-  const auto status = proto ? impl_->processor.LoadFromSerializedProto(*proto) : impl_->processor.Load(path);
+  // The library reports most bad models in its status, but some (a
+  // zero-length piece in a unigram model) only by throwing from its trie.
+  sentencepiece::util::Status status;
+  try {
+    status = proto ? impl_->processor.LoadFromSerializedProto(*proto) : impl_->processor.Load(path);
+  } catch (const std::exception& e) {
+    throw Error(path, std::string("not a SentencePiece model (") + e.what() + ")");
+  }
   SPW_CHECK(status.ok(), path, "not a SentencePiece model (", status.ToString(), ")");
   const int size = impl_->processor.GetPieceSize();
   SPW_CHECK(size > 0, path, "SentencePiece model has no pieces");

@@ -12,6 +12,7 @@
 #include "base/json_text.h"
 #include "base/regular_file.h"
 #include "base/status.h"
+#include "base/toml_guard.h"
 
 namespace spillway {
 
@@ -46,6 +47,7 @@ json from_toml(const toml::node& node, const std::string& path, const std::strin
 }
 
 json read_toml(const std::string& path, const std::string& text) {
+  check_toml_text(path, text);
   try {
     return from_toml(toml::parse(std::string_view(text), std::string_view(path)), path, "");
   } catch (const toml::parse_error& e) {

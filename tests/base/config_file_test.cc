@@ -48,6 +48,30 @@ TEST_F(SettingsFile, DottedTomlKeysAreTables) {
             nlohmann::json::parse(R"({"memory": {"offload": "on"}})"));
 }
 
+// Invalid TOML that toml++ 3.3 asserts on (undefined behaviour in a release
+// build) is refused first; TOML that only looks like it is not.
+TEST_F(SettingsFile, TomlTheParserWouldAssertOnIsRefusedFirst) {
+  EXPECT_EQ(error_of_file("a.toml", "[\n[schedule]\n"), "a.toml:1:2: a table header's '[' must be followed by a key name");
+  EXPECT_EQ(error_of_file("b.toml", "x = 1\n[[ =\n"), "b.toml:2:4: a table header's '[' must be followed by a key name");
+  EXPECT_EQ(error_of_file("c.toml", std::string("[sched\0ule]\n", 12)),
+            "c.toml:1:7: control character 0x00 is not allowed in TOML");
+  const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment
+[data]
+paths = [
+  "a",
+  "b", # [
+]
+separator = """
+[=
+"""
+[ "run" ]
+out = '[='
+)"));
+  EXPECT_EQ(fine["data"]["paths"], nlohmann::json({"a", "b"}));
+  EXPECT_EQ(fine["data"]["separator"], "[=\n");
+  EXPECT_EQ(fine["run"]["out"], "[=");
+}
+
 TEST_F(SettingsFile, SyntaxErrorsSayWhereInPlainWords) {
   EXPECT_EQ(error_of_file("a.toml", "[schedule]\nsteps = = 3\n"),
             "a.toml:2:9: Error while parsing value: could not determine value type");

@@ -1,0 +1,107 @@
+#include "base/toml_guard.h"
+
+#include <cstdio>
+
+#include "base/status.h"
+
+namespace spillway {
+
+namespace {
+
+bool starts_key(char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+         c == '"' || c == '\'';
+}
+
+// Walks the text as TOML's lexer would, far enough to know where strings,
+// comments and brackets are: a `[` first on a line outside any value's
+// brackets opens a table header.
+class Scanner {
+ public:
+  Scanner(const std::string& path, const std::string& text) : path_(path), text_(text) {}
+
+  void run() {
+    while (at_ < text_.size()) {
+      const char c = text_[at_];
+      if (starts_with("\"\"\"")) {
+        skip_string("\"\"\"", true);
+      } else if (starts_with("'''")) {
+        skip_string("'''", false);
+      } else if (c == '"') {
+        skip_string("\"", true);
+      } else if (c == '\'') {
+        skip_string("'", false);
+      } else if (c == '#') {
+        while (at_ < text_.size() && text_[at_] != '\n') advance();
+      } else if (c == '[' && depth_ == 0 && line_start_) {
+        check_header();
+      } else {
+        if (c == '[' || c == '{') ++depth_;
+        if ((c == ']' || c == '}') && depth_ > 0) --depth_;
+        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') line_start_ = false;
+        advance();
+      }
+    }
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string& problem) const {
+    throw Error(path_ + ":" + std::to_string(line_) + ":" + std::to_string(column_), problem);
+  }
+
+  bool starts_with(const char* s) const { return text_.compare(at_, std::char_traits<char>::length(s), s) == 0; }
+
+  void advance() {
+    const auto byte = static_cast<unsigned char>(text_[at_]);
+    if ((byte < 0x20 && byte != '\t' && byte != '\n' && byte != '\r') || byte == 0x7f) {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "0x%02X", byte);
+      fail(std::string("control character ") + hex + " is not allowed in TOML");
+    }
+    if (byte == '\n') {
+      ++line_;
+      column_ = 1;
+      line_start_ = true;
+    } else {
+      ++column_;
+    }
+    ++at_;
+  }
+
+  // From an opening quote to past the closing one (or the end of the text,
+  // which toml++ then reports).
+  void skip_string(const char* quote, bool escapes) {
+    const size_t n = std::char_traits<char>::length(quote);
+    for (size_t i = 0; i < n; ++i) advance();
+    line_start_ = false;
+    while (at_ < text_.size() && !starts_with(quote)) {
+      if (escapes && text_[at_] == '\\' && at_ + 1 < text_.size()) advance();
+      advance();
+    }
+    for (size_t i = 0; i < n && at_ < text_.size(); ++i) advance();
+  }
+
+  void check_header() {
+    const size_t brackets = starts_with("[[") ? 2 : 1;
+    for (size_t i = 0; i < brackets; ++i) advance();
+    while (at_ < text_.size() && (text_[at_] == ' ' || text_[at_] == '\t')) advance();
+    if (at_ < text_.size() && text_[at_] != ']' && !starts_key(text_[at_])) {
+      fail("a table header's '[' must be followed by a key name");
+    }
+    depth_ = static_cast<int>(brackets);
+    line_start_ = false;
+  }
+
+  const std::string& path_;
+  const std::string& text_;
+  size_t at_ = 0;
+  int line_ = 1, column_ = 1;
+  int depth_ = 0;  // open brackets and braces of values (and of the header being read)
+  bool line_start_ = true;
+};
+
+}  // namespace
+
+void check_toml_text(const std::string& path, const std::string& text) { Scanner(path, text).run(); }
+
+}  // namespace spillway

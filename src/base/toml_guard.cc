@@ -35,6 +35,11 @@ class Scanner {
         while (at_ < text_.size() && text_[at_] != '\n') advance();
       } else if (c == '[' && depth_ == 0 && line_start_) {
         check_header();
+      } else if (static_cast<unsigned char>(c) >= 0x80) {
+        // TOML allows non-ASCII text only in strings and comments; toml++
+        // 3.3 reaches code it marks unreachable on some such characters
+        // (U+0238, say) where it looks for whitespace.
+        fail("a non-ASCII character outside a string or comment");
       } else {
         if (c == '[' || c == '{') ++depth_;
         if ((c == ']' || c == '}') && depth_ > 0) --depth_;

@@ -1,9 +1,11 @@
 // Checks of TOML text made before toml++ parses it, for the two kinds of
 // input toml++ 3.3 (Debian's) does not report but asserts on, which a
 // release build turns into undefined behaviour: a raw control character
-// (TOML allows none but tab and line ends), and a table header whose `[`
-// or `[[` is followed by something that cannot start a key (`[=`, `[` at
-// the end of a line). Both are invalid TOML, so no valid file is refused.
+// (TOML allows none but tab and line ends), a table header whose `[` or
+// `[[` is followed by something that cannot start a key (`[=`, `[` at the
+// end of a line), and a non-ASCII character outside strings and comments
+// (bare keys and every other value are ASCII). All are invalid TOML, so no
+// valid file is refused.
 #pragma once
 
 #include <string>

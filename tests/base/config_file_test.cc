@@ -55,7 +55,9 @@ TEST_F(SettingsFile, TomlTheParserWouldAssertOnIsRefusedFirst) {
   EXPECT_EQ(error_of_file("b.toml", "x = 1\n[[ =\n"), "b.toml:2:4: a table header's '[' must be followed by a key name");
   EXPECT_EQ(error_of_file("c.toml", std::string("[sched\0ule]\n", 12)),
             "c.toml:1:7: control character 0x00 is not allowed in TOML");
-  const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment
+  EXPECT_EQ(error_of_file("d.toml", "[schedule]\nsteps = 1\xc8\xb8\n"),
+            "d.toml:2:10: a non-ASCII character outside a string or comment");
+  const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment, café
 [data]
 paths = [
   "a",
@@ -65,11 +67,11 @@ separator = """
 [=
 """
 [ "run" ]
-out = '[='
+out = '[= café'
 )"));
   EXPECT_EQ(fine["data"]["paths"], nlohmann::json({"a", "b"}));
   EXPECT_EQ(fine["data"]["separator"], "[=\n");
-  EXPECT_EQ(fine["run"]["out"], "[=");
+  EXPECT_EQ(fine["run"]["out"], "[= caf\xc3\xa9");
 }
 
 TEST_F(SettingsFile, SyntaxErrorsSayWhereInPlainWords) {

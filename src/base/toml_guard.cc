@@ -1,6 +1,7 @@
 #include "base/toml_guard.h"
 
 #include <cstdio>
+#include <vector>
 
 #include "base/status.h"
 
@@ -33,7 +34,7 @@ class Scanner {
         skip_string("'", false);
       } else if (c == '#') {
         while (at_ < text_.size() && text_[at_] != '\n') advance();
-      } else if (c == '[' && depth_ == 0 && line_start_) {
+      } else if (c == '[' && open_.empty() && line_start_) {
         check_header();
       } else if (static_cast<unsigned char>(c) >= 0x80) {
         // TOML allows non-ASCII text only in strings and comments; toml++
@@ -41,9 +42,16 @@ class Scanner {
         // (U+0238, say) where it looks for whitespace.
         fail("a non-ASCII character outside a string or comment");
       } else {
-        if (c == '[' || c == '{') ++depth_;
-        if ((c == ']' || c == '}') && depth_ > 0) --depth_;
-        if (c != ' ' && c != '\t' && c != '\n' && c != '\r') line_start_ = false;
+        const bool blank = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+        if (!blank) {
+          // toml++ 3.3 asserts where an array expects a value and finds '}'.
+          if (expect_array_value_ && c == '}') fail("'}' where an array expects a value or ']'");
+          expect_array_value_ = false;
+          line_start_ = false;
+        }
+        if (c == '[' || c == '{') open_.push_back(c);
+        if ((c == ']' || c == '}') && !open_.empty()) open_.pop_back();
+        if ((c == '[') || (c == ',' && !open_.empty() && open_.back() == '[')) expect_array_value_ = true;
         advance();
       }
     }
@@ -79,6 +87,7 @@ class Scanner {
     const size_t n = std::char_traits<char>::length(quote);
     for (size_t i = 0; i < n; ++i) advance();
     line_start_ = false;
+    expect_array_value_ = false;
     while (at_ < text_.size() && !starts_with(quote)) {
       if (escapes && text_[at_] == '\\' && at_ + 1 < text_.size()) advance();
       advance();
@@ -93,7 +102,7 @@ class Scanner {
     if (at_ < text_.size() && text_[at_] != ']' && !starts_key(text_[at_])) {
       fail("a table header's '[' must be followed by a key name");
     }
-    depth_ = static_cast<int>(brackets);
+    open_.assign(brackets, 'h');  // the header's own brackets, closed by its ']'
     line_start_ = false;
   }
 
@@ -101,7 +110,8 @@ class Scanner {
   const std::string& text_;
   size_t at_ = 0;
   int line_ = 1, column_ = 1;
-  int depth_ = 0;  // open brackets and braces of values (and of the header being read)
+  std::vector<char> open_;  // open '[' and '{' of values ('h': of the header being read)
+  bool expect_array_value_ = false;  // after an array's '[' or ','
   bool line_start_ = true;
 };
 

@@ -3,9 +3,9 @@
 // release build turns into undefined behaviour: a raw control character
 // (TOML allows none but tab and line ends), a table header whose `[` or
 // `[[` is followed by something that cannot start a key (`[=`, `[` at the
-// end of a line), and a non-ASCII character outside strings and comments
-// (bare keys and every other value are ASCII). All are invalid TOML, so no
-// valid file is refused.
+// end of a line), '}' where an array expects a value (`[1, }`), and a
+// non-ASCII character outside strings and comments (bare keys and every
+// other value are ASCII). All are invalid TOML, so no valid file is refused.
 #pragma once
 
 #include <string>

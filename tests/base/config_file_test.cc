@@ -57,12 +57,15 @@ TEST_F(SettingsFile, TomlTheParserWouldAssertOnIsRefusedFirst) {
             "c.toml:1:7: control character 0x00 is not allowed in TOML");
   EXPECT_EQ(error_of_file("d.toml", "[schedule]\nsteps = 1\xc8\xb8\n"),
             "d.toml:2:10: a non-ASCII character outside a string or comment");
+  EXPECT_EQ(error_of_file("e.toml", "[model]\nconfig = [[1, # c\n }]]\n"),
+            "e.toml:3:2: '}' where an array expects a value or ']'");
   const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment, café
 [data]
 paths = [
   "a",
   "b", # [
 ]
+nested = [[1, 2], [], {a = [3,]}]
 separator = """
 [=
 """
@@ -70,6 +73,7 @@ separator = """
 out = '[= café'
 )"));
   EXPECT_EQ(fine["data"]["paths"], nlohmann::json({"a", "b"}));
+  EXPECT_EQ(fine["data"]["nested"].size(), 3u);
   EXPECT_EQ(fine["data"]["separator"], "[=\n");
   EXPECT_EQ(fine["run"]["out"], "[= caf\xc3\xa9");
 }

@@ -84,21 +84,34 @@ size_t unicode_length(std::string_view text) {
   return n;
 }
 
+// Whether a field holds this text, or this flag (`otherwise` when absent).
+// A field of another JSON type is simply not a match: these only recognize
+// spillway's own layout, and any other pipeline is checked where it is built.
+bool text_is(const json& object, const char* key, std::string_view text) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == text;
+}
+bool flag_is(const json& object, const char* key, bool otherwise, bool want) {
+  const auto it = object.find(key);
+  if (it == object.end()) return otherwise == want;
+  return it->is_boolean() && it->get<bool>() == want;
+}
+
 // spillway's own layout, Split(pattern, Isolated) then ByteLevel without its
 // regex, or GPT-2's bare ByteLevel with its regex (the same split): the
 // pattern. Anything else: nullopt, and the pre-tokenizer is kept as JSON.
 std::optional<std::string> own_layout_pattern(const json& pre) {
   const auto byte_level_without_prefix = [](const json& b, bool regex) {
-    return b.is_object() && b.value("type", "") == "ByteLevel" && !b.value("add_prefix_space", true) &&
-           b.value("use_regex", true) == regex;
+    return b.is_object() && text_is(b, "type", "ByteLevel") && flag_is(b, "add_prefix_space", true, false) &&
+           flag_is(b, "use_regex", true, regex);
   };
   if (byte_level_without_prefix(pre, true)) return std::string(kGpt2Pattern);
-  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers")) return std::nullopt;
+  if (!pre.is_object() || !text_is(pre, "type", "Sequence") || !pre.contains("pretokenizers")) return std::nullopt;
   const json& steps = pre["pretokenizers"];
   if (!steps.is_array() || steps.size() != 2 || !byte_level_without_prefix(steps[1], false)) return std::nullopt;
   const json& split = steps[0];
-  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
-      split.value("invert", false) || !split.contains("pattern") || !split["pattern"].is_object() ||
+  if (!split.is_object() || !text_is(split, "type", "Split") || !text_is(split, "behavior", "Isolated") ||
+      !flag_is(split, "invert", false, false) || !split.contains("pattern") || !split["pattern"].is_object() ||
       !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
     return std::nullopt;
   }
@@ -108,8 +121,8 @@ std::optional<std::string> own_layout_pattern(const json& pre) {
 // Whether the pre-tokenizer ends in ByteLevel: then the model is byte-level.
 bool ends_in_byte_level(const json& pre) {
   if (!pre.is_object()) return false;
-  if (pre.value("type", "") == "ByteLevel") return true;
-  if (pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
+  if (text_is(pre, "type", "ByteLevel")) return true;
+  if (!text_is(pre, "type", "Sequence") || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
       pre["pretokenizers"].empty()) {
     return false;
   }
@@ -197,7 +210,7 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
     vocab.pre_tokenizer = pre.is_null() ? "null" : pre.dump();
   }
   if (!normalizer.is_null()) vocab.normalizer = normalizer.dump();
-  const bool byte_level_decoder = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
+  const bool byte_level_decoder = decoder.is_object() && text_is(decoder, "type", "ByteLevel");
   if (!vocab.byte_level || !byte_level_decoder) vocab.decoder = decoder.is_null() ? "null" : decoder.dump();
   vocab.ignore_merges = r.flag(model, "ignore_merges", false, "model.");
   vocab.byte_fallback = r.flag(model, "byte_fallback", false, "model.");

@@ -286,6 +286,27 @@ TEST_F(TokenizerJson, InconsistentTokenizersGiveExactLines) {
   EXPECT_EQ(line_of(j), "post_processor.single[].SpecialToken.id is not a string");
 }
 
+// Pipeline fields of the wrong JSON type were library exceptions (a fuzzer
+// finding); each is now refused naming the field.
+TEST_F(TokenizerJson, PipelineFieldsOfTheWrongTypeAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> merges = {{"a", "b"}};
+  json j = minimal_json(merges, false);
+  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = 4;
+  expect_refused(j.dump(), "use_regex is 4, not true or false");
+
+  j = minimal_json(merges, false);
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", 3}};
+  expect_refused(j.dump(), "behavior is 3, not a string");
+
+  j = minimal_json(merges, false);
+  j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
+  expect_refused(j.dump(), "start is -1, not a count of characters (0 to 1024)");
+
+  j = minimal_json(merges, false);
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", 5}};
+  expect_refused(j.dump(), "replacement is 5, not a string");
+}
+
 TEST_F(TokenizerJson, FifoIsRefusedWithoutHanging) {
   const std::string path = (dir_ / "tokenizer.json").string();
   ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);

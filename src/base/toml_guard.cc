@@ -1,6 +1,7 @@
 #include "base/toml_guard.h"
 
 #include <cstdio>
+#include <string_view>
 #include <vector>
 
 #include "base/status.h"
@@ -41,8 +42,10 @@ class Scanner {
         // 3.3 reaches code it marks unreachable on some such characters
         // (U+0238, say) where it looks for whitespace.
         fail("a non-ASCII character outside a string or comment");
+      } else if (expect_value_ && !is_blank(c) && std::string_view("[]{},#=").find(c) == std::string_view::npos) {
+        skip_bare_value();
       } else {
-        const bool blank = c == ' ' || c == '\t' || c == '\n' || c == '\r';
+        const bool blank = is_blank(c);
         if (!blank) {
           // toml++ 3.3 asserts where an array expects a value and finds '}'.
           if (expect_array_value_ && c == '}') fail("'}' where an array expects a value or ']'");
@@ -52,6 +55,7 @@ class Scanner {
         if (c == '[' || c == '{') open_.push_back(c);
         if ((c == ']' || c == '}') && !open_.empty()) open_.pop_back();
         if ((c == '[') || (c == ',' && !open_.empty() && open_.back() == '[')) expect_array_value_ = true;
+        if (!blank) expect_value_ = c == '=' || expect_array_value_;
         advance();
       }
     }
@@ -81,6 +85,25 @@ class Scanner {
     ++at_;
   }
 
+  static bool is_blank(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  // A value that is not a string, array or table (a number, a bool, a
+  // date): toml++ 3.3 looks ahead through it to the next whitespace, ',',
+  // ']', '}' or '#', quotes included, and reaches code it marks unreachable
+  // on some non-ASCII characters (U+0238, say); valid ones are ASCII.
+  void skip_bare_value() {
+    const auto ends_value = [](char c) {
+      return is_blank(c) || std::string_view(",]}#").find(c) != std::string_view::npos;
+    };
+    while (at_ < text_.size() && !ends_value(text_[at_])) {
+      if (static_cast<unsigned char>(text_[at_]) >= 0x80) fail("a non-ASCII character in a value that is not a string");
+      advance();
+    }
+    expect_value_ = false;
+    expect_array_value_ = false;
+    line_start_ = false;
+  }
+
   // From an opening quote to past the closing one (or the end of the text,
   // which toml++ then reports).
   void skip_string(const char* quote, bool escapes) {
@@ -88,6 +111,7 @@ class Scanner {
     for (size_t i = 0; i < n; ++i) advance();
     line_start_ = false;
     expect_array_value_ = false;
+    expect_value_ = false;
     while (at_ < text_.size() && !starts_with(quote)) {
       if (escapes && text_[at_] == '\\' && at_ + 1 < text_.size()) advance();
       advance();
@@ -112,6 +136,7 @@ class Scanner {
   int line_ = 1, column_ = 1;
   std::vector<char> open_;  // open '[' and '{' of values ('h': of the header being read)
   bool expect_array_value_ = false;  // after an array's '[' or ','
+  bool expect_value_ = false;        // after '=', or where an array expects a value
   bool line_start_ = true;
 };
 

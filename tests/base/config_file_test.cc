@@ -56,7 +56,11 @@ TEST_F(SettingsFile, TomlTheParserWouldAssertOnIsRefusedFirst) {
   EXPECT_EQ(error_of_file("c.toml", std::string("[sched\0ule]\n", 12)),
             "c.toml:1:7: control character 0x00 is not allowed in TOML");
   EXPECT_EQ(error_of_file("d.toml", "[schedule]\nsteps = 1\xc8\xb8\n"),
-            "d.toml:2:10: a non-ASCII character outside a string or comment");
+            "d.toml:2:10: a non-ASCII character in a value that is not a string");
+  EXPECT_EQ(error_of_file("g.toml", "[run]\n\xc3\xa9 = 1\n"),
+            "g.toml:2:1: a non-ASCII character outside a string or comment");
+  EXPECT_EQ(error_of_file("f.toml", "x = +44[opt\"\"\"e\xcc\x92\n"),
+            "f.toml:1:16: a non-ASCII character in a value that is not a string");
   EXPECT_EQ(error_of_file("e.toml", "[model]\nconfig = [[1, # c\n }]]\n"),
             "e.toml:3:2: '}' where an array expects a value or ']'");
   const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment, café
@@ -65,7 +69,9 @@ paths = [
   "a",
   "b", # [
 ]
-nested = [[1, 2], [], {a = [3,]}]
+nested = [[1, 2], [], {a = [3,], b=true}]
+n = -1.5e3
+w="café"
 separator = """
 [=
 """

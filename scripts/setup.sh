@@ -14,6 +14,7 @@ packages=(
   libicu-dev                    # Unicode normalization of tokenizer.json normalizers
   libcpp-httplib-dev            # the HTTP server of `spillway serve`
   fortunes                      # the default English training corpus
+  clang libclang-rt-dev libomp-dev  # the fuzz harnesses (libFuzzer) of scripts/fuzz.sh
   python3 python3-venv
 )
 

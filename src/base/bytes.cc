@@ -36,7 +36,10 @@ uint64_t parse_bytes(std::string_view text, std::string_view what,
     return static_cast<uint64_t>(frac * static_cast<double>(*whole));
   }
   for (const auto& u : kUnits) {
-    if (unit == u.name) return static_cast<uint64_t>(std::llround(value * u.scale));
+    if (unit != u.name) continue;
+    // 2^64 and up has no uint64 value to round to (1e30 would be garbage).
+    SPW_CHECK(value * u.scale < 18446744073709551616.0, what, "'", text, "' is more bytes than 64 bits count");
+    return static_cast<uint64_t>(std::round(value * u.scale));
   }
   throw Error(what, "unknown unit '" + unit + "' in '" + std::string(text) +
                         "' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB or %)");

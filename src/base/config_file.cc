@@ -10,7 +10,9 @@
 #include <toml++/toml.h>
 
 #include "base/json_text.h"
+#include "base/regular_file.h"
 #include "base/status.h"
+#include "base/toml_guard.h"
 
 namespace spillway {
 
@@ -45,6 +47,7 @@ json from_toml(const toml::node& node, const std::string& path, const std::strin
 }
 
 json read_toml(const std::string& path, const std::string& text) {
+  check_toml_text(path, text);
   try {
     return from_toml(toml::parse(std::string_view(text), std::string_view(path)), path, "");
   } catch (const toml::parse_error& e) {
@@ -79,6 +82,8 @@ void write_value(std::ostream& out, const nlohmann::ordered_json& v) {
 json read_settings_file(const std::string& path) {
   const bool is_toml = path.ends_with(".toml"), is_json = path.ends_with(".json");
   SPW_CHECK(is_toml || is_json, path, "a settings file is .toml or .json");
+  const std::string odd = non_regular_kind(path);
+  SPW_CHECK(odd.empty(), path, "is ", odd, ", not a settings file");
   std::ifstream in(path, std::ios::binary);
   SPW_CHECK(in.good(), path, "cannot read it (no such file?)");
   std::stringstream text;

@@ -10,8 +10,12 @@
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <optional>
 
+#include "base/checked_math.h"
 #include "base/dtype.h"
+#include "base/limits.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 
 namespace spillway {
@@ -117,6 +121,8 @@ GgufValue read_value(Cursor& in, GgufValueType type, const std::string& path, co
       v.element_type = static_cast<GgufValueType>(et);
       uint64_t count = in.read<uint64_t>(what);
       uint64_t min_bytes = min_value_bytes(v.element_type);
+      SPW_CHECK(count <= limits::kMaxGgufArrayElements, path, what, " holds ", count, " elements; at most ",
+                limits::kMaxGgufArrayElements);
       SPW_CHECK(count <= in.remaining() / min_bytes, path, "truncated: ", what, " holds ", count,
                 " elements but only ", in.remaining(), " bytes remain");
       v.items.reserve(static_cast<size_t>(count));
@@ -163,13 +169,18 @@ double value_as_float(const GgufValue& v, const std::string& path, std::string_v
   return static_cast<double>(value_as_int(v, path, key));
 }
 
-uint64_t tensor_bytes(GgmlType type, int64_t numel) {
+// The bytes a tensor of `numel` elements takes, or Error where that count
+// does not fit in 64 bits (it would wrap to a small size that passes the
+// bounds checks and then be read far past the mapping).
+uint64_t tensor_bytes(GgmlType type, int64_t numel, const std::string& path, const std::string& what) {
+  const auto n = static_cast<uint64_t>(numel);
+  const std::string quantity = "the byte size of " + what;
   switch (type) {
-    case GgmlType::f32: return static_cast<uint64_t>(numel) * 4;
+    case GgmlType::f32: return checked_mul(n, 4, path, quantity);
     case GgmlType::f16:
-    case GgmlType::bf16: return static_cast<uint64_t>(numel) * 2;
-    case GgmlType::q8_0: return static_cast<uint64_t>(numel / kQ8_0BlockSize) * kQ8_0BlockBytes;
-    case GgmlType::q4_1: return static_cast<uint64_t>(numel / kQ4_1BlockSize) * kQ4_1BlockBytes;
+    case GgmlType::bf16: return checked_mul(n, 2, path, quantity);
+    case GgmlType::q8_0: return checked_mul(n / kQ8_0BlockSize, kQ8_0BlockBytes, path, quantity);
+    case GgmlType::q4_1: return checked_mul(n / kQ4_1BlockSize, kQ4_1BlockBytes, path, quantity);
   }
   return 0;
 }
@@ -226,12 +237,11 @@ int64_t GgufTensorInfo::numel() const {
 }
 
 GgufFile::GgufFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  SPW_CHECK(fd >= 0, path_, "cannot open: ", std::strerror(errno));
+  const int fd = open_regular_file(path_, "a GGUF file");
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+  if (::fstat(fd, &st) != 0) {
     ::close(fd);
-    throw Error(path_, "not a regular file");
+    throw Error(path_, std::string("cannot stat: ") + std::strerror(errno));
   }
   size_ = static_cast<size_t>(st.st_size);
   if (size_ == 0) {
@@ -300,9 +310,10 @@ void GgufFile::parse() {
       SPW_CHECK(dim >= 1 && dim <= static_cast<uint64_t>(kMaxDim), path_, what, " has dimension ", d, " of size ",
                 dim);
       t.dims.push_back(static_cast<int64_t>(dim));
-      SPW_CHECK(numel <= std::numeric_limits<int64_t>::max() / static_cast<int64_t>(dim), path_, what,
+      const std::optional<uint64_t> product = mul_or_none(static_cast<uint64_t>(numel), dim);
+      SPW_CHECK(product && *product <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()), path_, what,
                 " has too many elements");
-      numel *= static_cast<int64_t>(dim);
+      numel = static_cast<int64_t>(*product);
     }
     uint32_t type = in.read<uint32_t>(what);
     SPW_CHECK(supported_tensor_type(type), path_, what, " has ggml type ", type, " (", ggml_type_name(type),
@@ -312,7 +323,7 @@ void GgufFile::parse() {
       SPW_CHECK(t.dims[0] % kQ8_0BlockSize == 0, path_, what, " is ", ggml_type_name(type),
                 " but its row length ", t.dims[0], " is not a multiple of ", kQ8_0BlockSize);
     }
-    t.bytes = tensor_bytes(t.type, numel);
+    t.bytes = tensor_bytes(t.type, numel, path_, what);
     t.offset = in.read<uint64_t>(what);
     SPW_CHECK(t.offset % alignment_ == 0, path_, what, " offset ", t.offset, " is not a multiple of the alignment ",
               alignment_);
@@ -336,6 +347,22 @@ void GgufFile::parse() {
     const GgufTensorInfo& b = *by_offset[k];
     SPW_CHECK(a.offset + a.bytes <= b.offset, path_, "tensor '", b.name, "' overlaps tensor '", a.name, "'");
   }
+  check_file_end(by_offset.empty() ? nullptr : by_offset.back(), in.pos());
+}
+
+// The GGUF spec pads each tensor's data to the alignment (llama.cpp's writer
+// pads after the last tensor too, others stop at its last byte), and says
+// nothing may follow; so the file ends at the last tensor's end or at the
+// next multiple of the alignment after it, and with no tensors at the end of
+// the header or its padding. Anything longer is bytes that some tool
+// appended or a file cut and pasted wrongly.
+void GgufFile::check_file_end(const GgufTensorInfo* last, uint64_t header_end) const {
+  const uint64_t end = last ? data_offset_ + last->offset + last->bytes : header_end;
+  const uint64_t padded = (end + alignment_ - 1) / alignment_ * alignment_;
+  SPW_CHECK(size_ <= padded, path_, size_ - end, " bytes follow the ",
+            last ? "last tensor's data ('" + last->name + "')" : std::string("header"),
+            " where the file should end (", end, " bytes, or ", padded,
+            " with the alignment's padding): garbage appended or a damaged file");
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {

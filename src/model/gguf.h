@@ -127,6 +127,7 @@ class GgufFile {
   void read_f32(const GgufTensorInfo& t, std::span<float> out) const;
 
  private:
+  void check_file_end(const GgufTensorInfo* last, uint64_t header_end) const;
   void parse();
 
   std::string path_;

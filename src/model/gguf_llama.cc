@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "base/limits.h"
 #include "base/status.h"
 
 namespace spillway::model {
@@ -50,9 +51,10 @@ void move_qk_rows(std::span<const float> in, std::span<float> out, int64_t heads
   }
 }
 
-int64_t positive(const GgufFile& f, std::string_view key) {
+int64_t positive(const GgufFile& f, std::string_view key, int64_t most) {
   int64_t v = f.get_int(key);
   SPW_CHECK(v > 0, f.path(), "metadata '", key, "' is ", v, " (expected a positive count)");
+  SPW_CHECK(v <= most, f.path(), "metadata '", key, "' is ", v, "; at most ", most);
   return v;
 }
 
@@ -91,13 +93,14 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
   SPW_CHECK(arch == "llama", path, "general.architecture is '", arch, "'; spillway converts only 'llama'");
 
   LlamaConfig c;
-  c.hidden_size = positive(f, "llama.embedding_length");
-  c.intermediate_size = positive(f, "llama.feed_forward_length");
-  c.num_hidden_layers = positive(f, "llama.block_count");
-  c.num_attention_heads = positive(f, "llama.attention.head_count");
-  c.num_key_value_heads =
-      f.find("llama.attention.head_count_kv") ? positive(f, "llama.attention.head_count_kv") : c.num_attention_heads;
-  c.max_position_embeddings = positive(f, "llama.context_length");
+  c.hidden_size = positive(f, "llama.embedding_length", limits::kMaxHidden);
+  c.intermediate_size = positive(f, "llama.feed_forward_length", limits::kMaxIntermediate);
+  c.num_hidden_layers = positive(f, "llama.block_count", limits::kMaxLayers);
+  c.num_attention_heads = positive(f, "llama.attention.head_count", limits::kMaxHeads);
+  c.num_key_value_heads = f.find("llama.attention.head_count_kv")
+                              ? positive(f, "llama.attention.head_count_kv", limits::kMaxHeads)
+                              : c.num_attention_heads;
+  c.max_position_embeddings = positive(f, "llama.context_length", limits::kMaxPositions);
   c.rms_norm_eps = f.get_float("llama.attention.layer_norm_rms_epsilon");
   c.rope_theta = f.float_or_none("llama.rope.freq_base").value_or(10000.0);
 

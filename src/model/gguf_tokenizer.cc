@@ -9,6 +9,7 @@
 #include "model/bpe_tokenizer.h"
 #include "model/sentencepiece_tokenizer.h"
 #include "model/tokenizer_json.h"
+#include "model/unicode_text.h"
 
 namespace spillway {
 
@@ -40,6 +41,19 @@ ordered_json smollm_pre_tokenizer() {
           {"pretokenizers", {{{"type", "Digits"}, {"individual_digits", true}}, byte_level(true)}}};
 }
 
+// A gpt2 GGUF's tokens and merges are byte-level symbols, which are always
+// UTF-8: other bytes are a damaged file, and JSON (tokenizer.json) cannot
+// hold them.
+void require_utf8(const GgufFile& f, const char* key, const std::vector<std::string>& texts) {
+  for (size_t i = 0; i < texts.size(); ++i) {
+    for (size_t at = 0; at < texts[i].size();) {
+      int32_t code = 0;
+      at += unicode::char_length(texts[i], at, &code);
+      SPW_CHECK(code >= 0, f.path(), "metadata '", key, "' entry ", i, " is not valid UTF-8");
+    }
+  }
+}
+
 std::vector<int64_t> token_types(const GgufFile& f, size_t count) {
   if (!f.find("tokenizer.ggml.token_type")) return std::vector<int64_t>(count, 1);
   std::vector<int64_t> types = f.get_int_array("tokenizer.ggml.token_type");
@@ -51,8 +65,11 @@ std::vector<int64_t> token_types(const GgufFile& f, size_t count) {
 TokenRoles gguf_roles(const GgufFile& f, bool add_bos_by_default) {
   TokenRoles r;
   const auto id = [&](const char* key) -> std::optional<int32_t> {
-    if (auto v = f.int_or_none(key)) return static_cast<int32_t>(*v);
-    return std::nullopt;
+    const std::optional<int64_t> v = f.int_or_none(key);
+    if (!v) return std::nullopt;
+    // Cast unchecked, 2^32 + 1 would become token 1.
+    SPW_CHECK(*v >= 0 && *v <= INT32_MAX, f.path(), "metadata '", key, "' is ", *v, ", not a token id");
+    return static_cast<int32_t>(*v);
   };
   r.bos = id("tokenizer.ggml.bos_token_id");
   r.eos = id("tokenizer.ggml.eos_token_id");
@@ -170,9 +187,12 @@ std::string gguf_tokenizer_json(const GgufFile& f) {
   root["decoder"] = byte_level(true);
   ordered_json vocab = ordered_json::object();
   for (size_t i = 0; i < tokens.size(); ++i) vocab[tokens[i]] = i;
+  require_utf8(f, "tokenizer.ggml.tokens", tokens);
   ordered_json merges = ordered_json::array();
   if (f.find("tokenizer.ggml.merges")) {
-    for (const std::string& m : f.get_string_array("tokenizer.ggml.merges")) merges.push_back(m);
+    const std::vector<std::string> merge_texts = f.get_string_array("tokenizer.ggml.merges");
+    require_utf8(f, "tokenizer.ggml.merges", merge_texts);
+    for (const std::string& m : merge_texts) merges.push_back(m);
   }
   root["model"] = {{"type", "BPE"},          {"dropout", nullptr},          {"unk_token", nullptr},
                    {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},

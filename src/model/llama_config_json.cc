@@ -6,6 +6,7 @@
 #include <set>
 
 #include "base/json_text.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 
 namespace spillway::model {
@@ -26,6 +27,9 @@ const std::set<std::string> kIgnoredKeys = {
 int64_t get_int(const json& j, const char* key, const std::string& source) {
   const json& v = j.at(key);
   SPW_CHECK(v.is_number_integer(), source, key, " must be an integer, got ", v.dump());
+  // Above int64 it would wrap to a negative count.
+  SPW_CHECK(!v.is_number_unsigned() || v.get<uint64_t>() <= uint64_t{INT64_MAX}, source, key, " is ", v.dump(),
+            "; too large");
   return v.get<int64_t>();
 }
 
@@ -39,7 +43,12 @@ ops::RopeScaling rope_scaling_from_json(const json& j, const std::string& source
   ops::RopeScaling s;
   if (j.is_null()) return s;
   SPW_CHECK(j.is_object(), source, "rope_scaling must be an object or null");
-  std::string type = j.value("rope_type", j.value("type", std::string("default")));
+  std::string type = "default";
+  for (const char* key : {"type", "rope_type"}) {  // rope_type wins where both are given
+    if (!j.contains(key)) continue;
+    SPW_CHECK(j[key].is_string(), source, "rope_scaling.", key, " must be a string, got ", j[key].dump());
+    type = j[key].get<std::string>();
+  }
   if (type == "default") return s;
   SPW_CHECK(type == "llama3", source, "rope_scaling type '", type,
             "' is not supported (spillway implements default and llama3)");
@@ -89,8 +98,9 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
                                 "a preset; training settings go in a run file (`spillway train RUN.toml`, "
                                 "docs/run_config.md)");
       }
-    } catch (const json::exception& e) {
-      throw Error(source, "bad value for '" + key + "': " + e.what());
+    } catch (const json::exception&) {
+      // The checks above name the type each key needs; this is their net.
+      throw Error(source, "'" + key + "' has a value of the wrong type: " + value.dump());
     }
   }
   if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
@@ -103,9 +113,9 @@ LlamaConfig config_from_json(const json& j, const std::string& source) {
 }
 
 LlamaConfig load_config(const std::string& path) {
-  std::ifstream in(path);
-  SPW_CHECK(in.good(), path, std::filesystem::exists(path) ? "cannot read config file" : "no such config file");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::error_code ec;
+  SPW_CHECK(std::filesystem::exists(path, ec), path, "no such config file");
+  const std::string text = read_regular_file(path, "a config.json");
   return config_from_json(json_from_text(text, path), path);
 }
 

@@ -16,9 +16,21 @@ std::string type_of(const json& spec, const std::string& source, const std::stri
   return it->get<std::string>();
 }
 
-bool flag(const json& spec, const char* key, bool otherwise) {
+// A switch, `otherwise` when absent; Error naming it when it is not a bool.
+bool flag(const json& spec, const char* key, bool otherwise, const std::string& source, const std::string& where) {
   const auto it = spec.find(key);
-  return it != spec.end() && it->is_boolean() ? it->get<bool>() : otherwise;
+  if (it == spec.end() || it->is_null()) return otherwise;
+  SPW_CHECK(it->is_boolean(), source, where, ".", key, " is ", it->dump(), ", not true or false");
+  return it->get<bool>();
+}
+
+// A text field, `otherwise` when absent; Error naming it when it is not text.
+std::string text(const json& spec, const char* key, std::string otherwise, const std::string& source,
+                 const std::string& where) {
+  const auto it = spec.find(key);
+  if (it == spec.end() || it->is_null()) return otherwise;
+  SPW_CHECK(it->is_string(), source, where, ".", key, " is ", it->dump(), ", not a string");
+  return it->get<std::string>();
 }
 
 }  // namespace
@@ -44,7 +56,7 @@ void PreTokenizerChain::add(const json& spec, const std::string& source, const s
   } else if (type == "Split") {
     const auto pattern = spec.find("pattern");
     SPW_CHECK(pattern != spec.end(), source, where, ".pattern is missing");
-    const std::string behavior = spec.value("behavior", std::string("Isolated"));
+    const std::string behavior = text(spec, "behavior", "Isolated", source, where);
     static const std::pair<const char*, Behavior> kBehaviors[] = {
         {"Isolated", Behavior::isolated},
         {"Removed", Behavior::removed},
@@ -53,27 +65,28 @@ void PreTokenizerChain::add(const json& spec, const std::string& source, const s
         {"Contiguous", Behavior::contiguous}};
     for (const auto& [name, b] : kBehaviors) {
       if (behavior == name) {
-        add_split(pattern_regex(*pattern, source, where + ".pattern"), b, flag(spec, "invert", false));
+        add_split(pattern_regex(*pattern, source, where + ".pattern"), b, flag(spec, "invert", false, source, where));
         return;
       }
     }
     throw Error(source, where + ".behavior is \"" + behavior + "\", which is not a Split behavior");
   } else if (type == "Digits") {
-    add_split("\\p{N}", flag(spec, "individual_digits", false) ? Behavior::isolated : Behavior::contiguous, false);
+    const bool each = flag(spec, "individual_digits", false, source, where);
+    add_split("\\p{N}", each ? Behavior::isolated : Behavior::contiguous, false);
   } else if (type == "ByteLevel") {
-    if (flag(spec, "add_prefix_space", true)) steps_.push_back({.kind = Step::Kind::prefix_space});
-    if (flag(spec, "use_regex", true)) add_split(std::string(kGpt2Pattern), Behavior::isolated, false);
+    if (flag(spec, "add_prefix_space", true, source, where)) steps_.push_back({.kind = Step::Kind::prefix_space});
+    if (flag(spec, "use_regex", true, source, where)) add_split(std::string(kGpt2Pattern), Behavior::isolated, false);
     byte_level_ = true;
   } else if (type == "Metaspace") {
-    Step step{.kind = Step::Kind::metaspace, .replacement = spec.value("replacement", std::string("\u2581"))};
+    Step step{.kind = Step::Kind::metaspace, .replacement = text(spec, "replacement", "\u2581", source, where)};
     // Files from before prepend_scheme say add_prefix_space instead.
-    const std::string scheme =
-        spec.value("prepend_scheme", std::string(flag(spec, "add_prefix_space", true) ? "always" : "never"));
+    const bool prefix = flag(spec, "add_prefix_space", true, source, where);
+    const std::string scheme = text(spec, "prepend_scheme", prefix ? "always" : "never", source, where);
     if (scheme == "always") step.prepend = Prepend::always;
     else if (scheme == "first") step.prepend = Prepend::first;
     else if (scheme == "never") step.prepend = Prepend::never;
     else throw Error(source, where + ".prepend_scheme is \"" + scheme + "\", not always, first or never");
-    step.split_words = flag(spec, "split", true);
+    step.split_words = flag(spec, "split", true, source, where);
     steps_.push_back(std::move(step));
   } else {
     throw Error(source, where + ".type is \"" + type +

@@ -10,11 +10,14 @@
 #include <cerrno>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <utility>
 
 #include "base/bytes.h"
+#include "base/checked_math.h"
 #include "base/json_text.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "model/safetensors.h"
 
@@ -97,12 +100,12 @@ Shape parse_shape(const std::string& path, const std::string& label, const json&
 
 // numel × element size, or an error when it does not fit in 64 bits.
 uint64_t shape_bytes(const std::string& path, const std::string& label, const Shape& shape, DType dtype) {
-  uint64_t bytes = dtype_size(dtype);
+  std::optional<uint64_t> bytes = dtype_size(dtype);
   for (int64_t d : shape.dims()) {
-    SPW_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), path, label,
-              " has a shape ", shape.str(), " too large to address");
+    bytes = mul_or_none(*bytes, static_cast<uint64_t>(d));
+    SPW_CHECK(bytes.has_value(), path, label, " has a shape ", shape.str(), " too large to address");
   }
-  return bytes;
+  return *bytes;
 }
 
 std::pair<uint64_t, uint64_t> parse_offsets(const std::string& path, const std::string& label,
@@ -162,11 +165,20 @@ ParsedHeader parse_header(const std::string& path, const std::byte* file, uint64
     }
     const std::string label = tensor_label(name);
     SPW_CHECK(entry.is_object(), path, label, " is not a JSON object");
+    // A named reference: lambdas may not capture structured bindings before
+    // C++20 compilers caught up (clang 14 refuses, and builds the fuzzers).
+    const json& tensor = entry;
     auto field = [&](const char* key) -> const json& {
-      auto it = entry.find(key);
-      SPW_CHECK(it != entry.end(), path, label, " is missing \"", key, "\"");
+      auto it = tensor.find(key);
+      SPW_CHECK(it != tensor.end(), path, label, " is missing \"", key, "\"");
       return *it;
     };
+    // A tensor entry has exactly these three keys; anything else is a writer
+    // that means something spillway would silently ignore.
+    for (const auto& [key, unused] : entry.items()) {
+      SPW_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", path, label, " has an unknown field \"",
+                key, "\" (a tensor has only \"dtype\", \"shape\" and \"data_offsets\")");
+    }
     const json& dtype_value = field("dtype");
     const json& shape_value = field("shape");
     const json& offsets_value = field("data_offsets");
@@ -215,17 +227,12 @@ std::string_view safetensors_dtype_name(DType t) {
 }
 
 SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  SPW_CHECK(fd >= 0, path_, "cannot open: ", errno_text());
+  const int fd = open_regular_file(path_, "a safetensors file");
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     std::string reason = "cannot stat: " + errno_text();
     ::close(fd);
     throw Error(path_, reason);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw Error(path_, S_ISDIR(st.st_mode) ? "is a directory, not a safetensors file" : "not a regular file");
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
   if (file_size >= 8) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "base/regular_file.h"
 #include "base/status.h"
 
 #ifdef SPILLWAY_HAS_SENTENCEPIECE
@@ -59,6 +60,8 @@ struct SentencePieceTokenizer::Impl {
 
 SentencePieceTokenizer::SentencePieceTokenizer(const std::string& path) {
   std::error_code ec;
+  const std::string odd = non_regular_kind(path);
+  SPW_CHECK(odd.empty(), path, "is ", odd, ", not a SentencePiece tokenizer.model");
   SPW_CHECK(std::filesystem::is_regular_file(path, ec), path, "no such file");
   load(path, nullptr);
 }
@@ -72,7 +75,14 @@ SentencePieceTokenizer SentencePieceTokenizer::from_serialized(const std::string
 void SentencePieceTokenizer::load(const std::string& path, const std::string* proto) {
   impl_ = std::make_unique<Impl>();
   impl_->path = path;
-  const auto status = proto ? impl_->processor.LoadFromSerializedProto(*proto) : impl_->processor.Load(path);
+  // The library reports most bad models in its status, but some (a
+  // zero-length piece in a unigram model) only by throwing from its trie.
+  sentencepiece::util::Status status;
+  try {
+    status = proto ? impl_->processor.LoadFromSerializedProto(*proto) : impl_->processor.Load(path);
+  } catch (const std::exception& e) {
+    throw Error(path, std::string("not a SentencePiece model (") + e.what() + ")");
+  }
   SPW_CHECK(status.ok(), path, "not a SentencePiece model (", status.ToString(), ")");
   const int size = impl_->processor.GetPieceSize();
   SPW_CHECK(size > 0, path, "SentencePiece model has no pieces");

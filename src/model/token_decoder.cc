@@ -23,6 +23,30 @@ int fallback_byte(const std::string& token) {
   return value;
 }
 
+// Fields of a decoder's spec, `otherwise` when absent; Error naming the
+// field when it holds another JSON type.
+std::string text_field(const json& spec, const char* key, std::string otherwise, const std::string& source,
+                       const std::string& where) {
+  const auto it = spec.find(key);
+  if (it == spec.end() || it->is_null()) return otherwise;
+  SPW_CHECK(it->is_string(), source, where, ".", key, " is ", it->dump(), ", not a string");
+  return it->get<std::string>();
+}
+bool flag_field(const json& spec, const char* key, bool otherwise, const std::string& source,
+                const std::string& where) {
+  const auto it = spec.find(key);
+  if (it == spec.end() || it->is_null()) return otherwise;
+  SPW_CHECK(it->is_boolean(), source, where, ".", key, " is ", it->dump(), ", not true or false");
+  return it->get<bool>();
+}
+int count_field(const json& spec, const char* key, const std::string& source, const std::string& where) {
+  const auto it = spec.find(key);
+  if (it == spec.end() || it->is_null()) return 0;
+  SPW_CHECK(it->is_number_unsigned() && it->get<uint64_t>() <= 1024, source, where, ".", key, " is ", it->dump(),
+            ", not a count of characters (0 to 1024)");
+  return static_cast<int>(it->get<uint64_t>());
+}
+
 bool valid_utf8(const std::string& bytes) {
   for (size_t at = 0; at < bytes.size();) {
     int32_t code = 0;
@@ -58,10 +82,10 @@ void TokenDecoder::add(const json& spec, const std::string& source, const std::s
   } else if (type == "ByteLevel") {
     steps_.push_back({.kind = Step::Kind::byte_level});
   } else if (type == "Metaspace") {
-    const bool add_prefix = spec.value("add_prefix_space", true);
-    const std::string scheme = spec.value("prepend_scheme", std::string(add_prefix ? "always" : "never"));
+    const bool add_prefix = flag_field(spec, "add_prefix_space", true, source, where);
+    const std::string scheme = text_field(spec, "prepend_scheme", add_prefix ? "always" : "never", source, where);
     steps_.push_back({.kind = Step::Kind::metaspace,
-                      .pattern = spec.value("replacement", std::string("\u2581")),
+                      .pattern = text_field(spec, "replacement", "\u2581", source, where),
                       .prepend = scheme != "never"});
   } else if (type == "Replace") {
     const auto pattern = spec.find("pattern");
@@ -80,9 +104,9 @@ void TokenDecoder::add(const json& spec, const std::string& source, const std::s
     steps_.push_back({.kind = Step::Kind::fuse});
   } else if (type == "Strip") {
     steps_.push_back({.kind = Step::Kind::strip,
-                      .pattern = spec.value("content", std::string(" ")),
-                      .start = spec.value("start", 0),
-                      .stop = spec.value("stop", 0)});
+                      .pattern = text_field(spec, "content", " ", source, where),
+                      .start = count_field(spec, "start", source, where),
+                      .stop = count_field(spec, "stop", source, where)});
   } else {
     throw Error(source, where + ".type is \"" + type +
                             "\"; the decoders read are Sequence, ByteLevel, Metaspace, Replace, ByteFallback, "

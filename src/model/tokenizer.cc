@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "model/gguf.h"
 #include "model/gguf_tokenizer.h"
@@ -98,6 +99,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
     else throw Error(path, "holds neither tokenizer.model nor tokenizer.json");
     folder = p;
   } else {
+    const std::string odd = non_regular_kind(path);
+    SPW_CHECK(odd.empty(), path, "is ", odd, ", not a tokenizer file");
     SPW_CHECK(fs::is_regular_file(p, ec), path, "no such file or folder");
     tokenizer = load_file(p);
     if (p.extension() == ".gguf" || is_gguf_file(path)) return tokenizer;

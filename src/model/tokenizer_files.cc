@@ -8,6 +8,7 @@
 
 #include "base/atomic_file.h"
 #include "base/json_text.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "model/bpe_tokenizer.h"
 #include "model/sentencepiece_tokenizer.h"
@@ -24,6 +25,8 @@ using nlohmann::ordered_json;
 // nullopt when the file is absent.
 std::optional<std::pair<json, std::string>> read_json(const fs::path& path) {
   std::error_code ec;
+  const std::string odd = non_regular_kind(path.string());
+  SPW_CHECK(odd.empty(), path.string(), "is ", odd, ", not a JSON file");
   if (!fs::is_regular_file(path, ec)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   SPW_CHECK(in.good(), path.string(), "cannot open");
@@ -54,8 +57,10 @@ std::vector<int32_t> ids_of(const json& config, const char* key, const fs::path&
   const json list = it->is_array() ? *it : json::array({*it});
   std::vector<int32_t> ids;
   for (const json& v : list) {
-    SPW_CHECK(v.is_number_integer(), file.string(), key, " is ", it->dump(), ", not a token id or a list of them");
-    ids.push_back(v.get<int32_t>());
+    SPW_CHECK(v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX &&
+                  !(v.is_number_unsigned() && v.get<uint64_t>() > INT32_MAX),
+              file.string(), key, " is ", it->dump(), ", not a token id or a list of them");
+    ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
 }
@@ -67,7 +72,9 @@ std::string chat_template_of(const json& config) {
   // A list of named templates: the default one.
   if (it->is_array()) {
     for (const json& t : *it) {
-      if (t.is_object() && t.value("name", "") == "default" && t.contains("template")) return t["template"];
+      if (!t.is_object()) continue;
+      const auto name = t.find("name"), text = t.find("template");
+      if (name != t.end() && *name == "default" && text != t.end() && text->is_string()) return *text;
     }
   }
   return {};

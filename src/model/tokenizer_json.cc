@@ -12,6 +12,8 @@
 
 #include "base/atomic_file.h"
 #include "base/json_text.h"
+#include "base/limits.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "model/byte_level.h"
 
@@ -74,21 +76,42 @@ class Reader {
   const std::string& source_;
 };
 
+// Characters (code points) in UTF-8 text; a byte of a broken sequence counts
+// as one.
+size_t unicode_length(std::string_view text) {
+  size_t n = 0;
+  for (const char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Whether a field holds this text, or this flag (`otherwise` when absent).
+// A field of another JSON type is simply not a match: these only recognize
+// spillway's own layout, and any other pipeline is checked where it is built.
+bool text_is(const json& object, const char* key, std::string_view text) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() && it->get_ref<const std::string&>() == text;
+}
+bool flag_is(const json& object, const char* key, bool otherwise, bool want) {
+  const auto it = object.find(key);
+  if (it == object.end()) return otherwise == want;
+  return it->is_boolean() && it->get<bool>() == want;
+}
+
 // spillway's own layout, Split(pattern, Isolated) then ByteLevel without its
 // regex, or GPT-2's bare ByteLevel with its regex (the same split): the
 // pattern. Anything else: nullopt, and the pre-tokenizer is kept as JSON.
 std::optional<std::string> own_layout_pattern(const json& pre) {
   const auto byte_level_without_prefix = [](const json& b, bool regex) {
-    return b.is_object() && b.value("type", "") == "ByteLevel" && !b.value("add_prefix_space", true) &&
-           b.value("use_regex", true) == regex;
+    return b.is_object() && text_is(b, "type", "ByteLevel") && flag_is(b, "add_prefix_space", true, false) &&
+           flag_is(b, "use_regex", true, regex);
   };
   if (byte_level_without_prefix(pre, true)) return std::string(kGpt2Pattern);
-  if (!pre.is_object() || pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers")) return std::nullopt;
+  if (!pre.is_object() || !text_is(pre, "type", "Sequence") || !pre.contains("pretokenizers")) return std::nullopt;
   const json& steps = pre["pretokenizers"];
   if (!steps.is_array() || steps.size() != 2 || !byte_level_without_prefix(steps[1], false)) return std::nullopt;
   const json& split = steps[0];
-  if (!split.is_object() || split.value("type", "") != "Split" || split.value("behavior", "") != "Isolated" ||
-      split.value("invert", false) || !split.contains("pattern") || !split["pattern"].is_object() ||
+  if (!split.is_object() || !text_is(split, "type", "Split") || !text_is(split, "behavior", "Isolated") ||
+      !flag_is(split, "invert", false, false) || !split.contains("pattern") || !split["pattern"].is_object() ||
       !split["pattern"].contains("Regex") || !split["pattern"]["Regex"].is_string()) {
     return std::nullopt;
   }
@@ -98,8 +121,8 @@ std::optional<std::string> own_layout_pattern(const json& pre) {
 // Whether the pre-tokenizer ends in ByteLevel: then the model is byte-level.
 bool ends_in_byte_level(const json& pre) {
   if (!pre.is_object()) return false;
-  if (pre.value("type", "") == "ByteLevel") return true;
-  if (pre.value("type", "") != "Sequence" || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
+  if (text_is(pre, "type", "ByteLevel")) return true;
+  if (!text_is(pre, "type", "Sequence") || !pre.contains("pretokenizers") || !pre["pretokenizers"].is_array() ||
       pre["pretokenizers"].empty()) {
     return false;
   }
@@ -123,23 +146,38 @@ void check_model_options(const Reader& r, const json& model) {
 
 // A post-processor's template ("<s> $A"): the special tokens it puts before
 // and after the text, which are the model's BOS and EOS when there is one.
-void read_post_processor(const json& post, TokenRoles& roles) {
-  if (!post.is_object()) return;
-  if (post.value("type", "") == "Sequence" && post.contains("processors") && post["processors"].is_array()) {
-    for (const json& p : post["processors"]) read_post_processor(p, roles);
+// Every value is type-checked: a post-processor of another shape is skipped
+// as before, but one of this shape with a value of the wrong type is refused
+// with its field named.
+void read_post_processor(const Reader& r, const json& post, TokenRoles& roles, int depth = 0) {
+  if (!post.is_object() || depth > 8) return;
+  const auto type = post.find("type");
+  const bool typed = type != post.end() && type->is_string();
+  if (typed && *type == "Sequence" && post.contains("processors") && post["processors"].is_array()) {
+    for (const json& p : post["processors"]) read_post_processor(r, p, roles, depth + 1);
     return;
   }
-  if (post.value("type", "") != "TemplateProcessing" || !post.contains("single") || !post["single"].is_array()) return;
-  const json& special_tokens = post.value("special_tokens", json::object());
+  if (!typed || *type != "TemplateProcessing" || !post.contains("single") || !post["single"].is_array()) return;
+  const json no_specials = json::object();
+  const auto specials_it = post.find("special_tokens");
+  const json& special_tokens =
+      specials_it != post.end() && specials_it->is_object() ? *specials_it : no_specials;
   std::vector<int32_t> before, after;
   bool seen_text = false;
   for (const json& piece : post["single"]) {
+    if (!piece.is_object()) continue;
     if (piece.contains("Sequence")) {
       seen_text = true;
-    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id")) {
-      const std::string name = piece["SpecialToken"]["id"].get<std::string>();
-      if (!special_tokens.contains(name) || !special_tokens[name].contains("ids")) continue;
-      for (const json& id : special_tokens[name]["ids"]) (seen_text ? after : before).push_back(id.get<int32_t>());
+    } else if (piece.contains("SpecialToken") && piece["SpecialToken"].is_object() &&
+               piece["SpecialToken"].contains("id")) {
+      const std::string name =
+          r.string(piece["SpecialToken"], "id", "post_processor.single[].SpecialToken.");
+      const auto entry = special_tokens.find(name);
+      if (entry == special_tokens.end() || !entry->is_object() || !entry->contains("ids")) continue;
+      const std::string where = "post_processor.special_tokens." + name + ".ids";
+      const json& ids = (*entry)["ids"];
+      if (!ids.is_array()) r.fail(where + " is not an array");
+      for (const json& id : ids) (seen_text ? after : before).push_back(r.id(id, where));
     }
   }
   if (before.size() == 1) {
@@ -172,7 +210,7 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
     vocab.pre_tokenizer = pre.is_null() ? "null" : pre.dump();
   }
   if (!normalizer.is_null()) vocab.normalizer = normalizer.dump();
-  const bool byte_level_decoder = decoder.is_object() && decoder.value("type", "") == "ByteLevel";
+  const bool byte_level_decoder = decoder.is_object() && text_is(decoder, "type", "ByteLevel");
   if (!vocab.byte_level || !byte_level_decoder) vocab.decoder = decoder.is_null() ? "null" : decoder.dump();
   vocab.ignore_merges = r.flag(model, "ignore_merges", false, "model.");
   vocab.byte_fallback = r.flag(model, "byte_fallback", false, "model.");
@@ -180,6 +218,7 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
 
   // Added tokens first: one may also sit in model.vocab (GPT-2, LLaMA-2).
   std::map<int32_t, std::string> added_at;
+  std::unordered_map<std::string, int32_t> added_id_of;
   if (!r.absent_or_null(root, "added_tokens")) {
     const json& added = r.array(root, "added_tokens", "");
     for (size_t i = 0; i < added.size(); ++i) {
@@ -194,6 +233,10 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
       t.rstrip = r.flag(added[i], "rstrip", false, where);
       t.single_word = r.flag(added[i], "single_word", false, where);
       t.normalized = r.flag(added[i], "normalized", !t.special, where);
+      if (!added_id_of.emplace(t.content, t.id).second) {
+        r.fail("added token \"" + t.content + "\" is listed twice, with ids " +
+               std::to_string(added_id_of[t.content]) + " and " + std::to_string(t.id));
+      }
       if (!added_at.emplace(t.id, t.content).second) {
         r.fail("added tokens \"" + added_at[t.id] + "\" and \"" + t.content + "\" share id " + std::to_string(t.id));
       }
@@ -208,10 +251,19 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
     const int32_t id = r.id(value, "model.vocab token \"" + symbols + "\"");
     const auto added = added_at.find(id);
     std::string text = symbols;
+    std::optional<std::string> decoded;
+    if (vocab.byte_level) decoded = byte_level::from_symbols(symbols);
     if (added != added_at.end()) {
+      // An added token that is also in model.vocab must be the same token
+      // there: ids swapped between the two lists would encode one and
+      // decode the other.
+      if (symbols != added->second && decoded != added->second) {
+        r.fail("model.vocab gives id " + std::to_string(id) + " to \"" + symbols +
+               "\" but added_tokens gives it to \"" + added->second + "\"");
+      }
       text = added->second;
     } else if (vocab.byte_level) {
-      if (auto decoded = byte_level::from_symbols(symbols)) text = std::move(*decoded);
+      if (decoded) text = std::move(*decoded);
       else vocab.unreachable.push_back(id);  // outside the alphabet: no pre-token reaches it
     }
     if (!text_at.emplace(id, std::move(text)).second) {
@@ -237,6 +289,22 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
   }
 
   const json& merges = r.array(model, "merges", "model.");
+  // With no merges BPE reaches only single characters; a vocabulary with
+  // longer tokens and no merges (unless ignore_merges looks them up whole)
+  // is a file that lost its merges.
+  if (merges.empty() && !vocab.ignore_merges) {
+    for (const auto& [symbols, value] : vocab_json.items()) {
+      const bool added = added_at.count(r.id(value, "model.vocab token \"" + symbols + "\"")) > 0;
+      if (!added && unicode_length(symbols) > 1) {
+        r.fail("model.merges is empty but model.vocab holds \"" + symbols +
+               "\", which only merges make (a tokenizer without its merges?)");
+      }
+    }
+  }
+  if (merges.size() > limits::kMaxTokenizerMerges) {
+    r.fail("model.merges holds " + std::to_string(merges.size()) + " merges; at most " +
+           std::to_string(limits::kMaxTokenizerMerges));
+  }
   vocab.merges.reserve(merges.size());
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const json& m = merges[rank];
@@ -263,7 +331,7 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
   }
 
   TokenRoles roles;
-  read_post_processor(root.value("post_processor", json()), roles);
+  if (root.contains("post_processor")) read_post_processor(r, root["post_processor"], roles);
   try {
     BpeTokenizer tokenizer(std::move(vocab));
     tokenizer.set_roles(roles);
@@ -277,12 +345,7 @@ BpeTokenizer parse_tokenizer_json(const std::string& text, const std::string& so
 }
 
 BpeTokenizer load_tokenizer_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path, std::string("cannot open: ") + std::strerror(errno));
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(path, "read failed");
-  return parse_tokenizer_json(text.str(), path);
+  return parse_tokenizer_json(read_regular_file(path, "a tokenizer.json"), path);
 }
 
 // --- writing ---------------------------------------------------------------

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "base/config_file.h"
+#include "base/limits.h"
 #include "base/status.h"
 #include "train/run_config_fields.h"
 
@@ -56,6 +57,12 @@ struct Source {
 };
 using Blame = std::map<std::string_view, Source>;  // by dotted key
 
+// The flag, variable or file that set `key`, else its flag.
+std::string blamed(const Blame& blame, std::string_view key, std::string_view flag) {
+  const auto it = blame.find(key);
+  return it == blame.end() ? std::string(flag) : it->second.thing;
+}
+
 void check(const RunConfig& config, Command command, const Blame& blame) {
   for (const Field& f : run_config_fields()) {
     if (!uses(f, command)) continue;
@@ -63,6 +70,11 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
     if (it == blame.end()) check_field_range(f, config, f.flag);
     else check_field_range(f, config, it->second.thing, it->second.file);
   }
+  // Each is within its limit; their product sizes every activation.
+  const ScheduleConfig& s = config.schedule;
+  SPW_CHECK(s.batch * s.seq <= limits::kMaxBatchTokens, blamed(blame, "schedule.batch", "--batch"), "batch ",
+            s.batch, " x seq ", s.seq, " is ", s.batch * s.seq, " tokens per micro-batch; at most ",
+            limits::kMaxBatchTokens);
   const ParallelConfig& p = config.parallel;
   SPW_CHECK(p.tp * p.pp * p.cp == 1, "parallel", "tp ", p.tp, " x pp ", p.pp, " x cp ", p.cp,
             ": spillway splits runs over ranks by data parallelism only so far; set --tp, --pp and --cp to 1");

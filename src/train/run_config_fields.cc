@@ -5,8 +5,10 @@
 #include <cmath>
 #include <optional>
 #include <type_traits>
+#include <utility>
 
 #include "base/bytes.h"
+#include "base/limits.h"
 #include "base/status.h"
 
 namespace spillway::train {
@@ -14,6 +16,9 @@ namespace spillway::train {
 namespace {
 
 using nlohmann::json;
+
+// Byte budgets are uint64 fields; their limit fits int64 as every field's does.
+constexpr int64_t kMaxBudget = static_cast<int64_t>(limits::kMaxBudgetBytes);
 
 template <typename E>
 EnumRef enum_ref(E& value) {
@@ -63,7 +68,7 @@ const Field kFields[] = {
              "(instruction where every --data file is such a .jsonl)",
      .commands = kTraining, .ref = at<&R::data, &DataConfig::format>},
     {.key = "data.vocab_size", .flag = "--vocab", .help = "size of the BPE tokenizer trained on the data",
-     .commands = T, .ref = at<&R::data, &DataConfig::vocab_size>, .min = 1},
+     .commands = T, .ref = at<&R::data, &DataConfig::vocab_size>, .min = 1, .max = limits::kMaxVocab},
     {.key = "data.validation_fraction", .flag = "--validation-fraction",
      .help = "share of the tokens held out for validation, in whole documents (0: no validation)",
      .commands = kTraining,
@@ -75,7 +80,8 @@ const Field kFields[] = {
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::min_lr>, .checkpointed = true,
      .finetune_default = "3e-5"},
     {.key = "optimizer.warmup", .flag = "--warmup", .help = "linear warm-up steps", .commands = kTraining,
-     .ref = at<&R::optimizer, &OptimizerConfig::warmup>, .min = 0, .checkpointed = true, .finetune_default = "10"},
+     .ref = at<&R::optimizer, &OptimizerConfig::warmup>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "10"},
     {.key = "optimizer.weight_decay", .flag = "--weight-decay", .help = "AdamW decoupled weight decay (matrices only)",
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::weight_decay>, .checkpointed = true},
     {.key = "optimizer.grad_clip", .flag = "--clip", .help = "clip the global gradient norm to this (0: off)",
@@ -88,24 +94,31 @@ const Field kFields[] = {
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::eps>, .checkpointed = true},
     // schedule
     {.key = "schedule.steps", .flag = "--steps", .help = "optimizer steps in the schedule", .commands = kTraining,
-     .ref = at<&R::schedule, &ScheduleConfig::steps>, .min = 1, .checkpointed = true, .finetune_default = "200"},
+     .ref = at<&R::schedule, &ScheduleConfig::steps>,
+     .min = 1, .max = limits::kMaxSteps, .checkpointed = true, .finetune_default = "200"},
     {.key = "schedule.stop_after", .flag = "--stop-after",
      .help = "stop after this many steps, with a checkpoint (resume later; -1: at the end)", .commands = kTraining,
-     .ref = at<&R::schedule, &ScheduleConfig::stop_after>, .min = -1},
+     .ref = at<&R::schedule, &ScheduleConfig::stop_after>, .min = -1, .max = limits::kMaxSteps},
     {.key = "schedule.batch", .flag = "--batch", .help = "sequences per micro-batch", .commands = kAll,
-     .ref = at<&R::schedule, &ScheduleConfig::batch>, .min = 1, .checkpointed = true, .bench_default = "8",
+     .ref = at<&R::schedule, &ScheduleConfig::batch>,
+     .min = 1, .max = limits::kMaxBatch, .checkpointed = true, .bench_default = "8",
      .plan_default = "1"},
     {.key = "schedule.seq", .flag = "--seq", .help = "tokens per sequence", .commands = kAll,
-     .ref = at<&R::schedule, &ScheduleConfig::seq>, .min = 1, .checkpointed = true, .plan_default = "8192"},
+     .ref = at<&R::schedule, &ScheduleConfig::seq>,
+     .min = 1, .max = limits::kMaxSeq, .checkpointed = true, .plan_default = "8192"},
     {.key = "schedule.grad_accum", .flag = "--grad-accum", .help = "micro-batches per optimizer step",
-     .commands = kAll, .ref = at<&R::schedule, &ScheduleConfig::grad_accum>, .min = 1, .checkpointed = true},
+     .commands = kAll, .ref = at<&R::schedule, &ScheduleConfig::grad_accum>,
+     .min = 1, .max = limits::kMaxGradAccum, .checkpointed = true},
     {.key = "schedule.eval_every", .flag = "--eval-every", .help = "validation every N steps (0: only at the end)",
-     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_every>, .min = 0, .checkpointed = true},
+     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_every>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
     {.key = "schedule.eval_batches", .flag = "--eval-batches", .help = "validation batches per evaluation",
-     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_batches>, .min = 0, .checkpointed = true},
+     .commands = kTraining, .ref = at<&R::schedule, &ScheduleConfig::eval_batches>,
+     .min = 0, .max = limits::kMaxEvalBatches, .checkpointed = true},
     {.key = "schedule.checkpoint_every", .flag = "--checkpoint-every", .aliases = "--save-every",
      .help = "checkpoint every N steps (0: only at the end)", .commands = kTraining,
-     .ref = at<&R::schedule, &ScheduleConfig::checkpoint_every>, .min = 0, .checkpointed = true},
+     .ref = at<&R::schedule, &ScheduleConfig::checkpoint_every>,
+     .min = 0, .max = limits::kMaxSteps, .checkpointed = true},
     {.key = "schedule.keep_checkpoints", .flag = "--keep-checkpoints",
      .help = "newest checkpoints kept in the run folder (0: all)", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::keep_checkpoints>, .min = 0},
@@ -117,12 +130,13 @@ const Field kFields[] = {
     // memory
     {.key = "memory.device_mem", .flag = "--device-mem",
      .help = "device memory budget (bytes, 24GiB, ...; 0: the backend's default)", .commands = kAll,
-     .ref = at<&R::memory, &MemoryConfig::device_mem>, .bytes = true, .env = "SPILLWAY_DEVICE_MEM",
+     .ref = at<&R::memory, &MemoryConfig::device_mem>, .bytes = true, .max = kMaxBudget, .env = "SPILLWAY_DEVICE_MEM",
      .plan_default = "80GiB"},
     {.key = "memory.host_mem", .flag = "--host-mem",
      .help = "pinned host memory budget of a planned GPU step, the whole host's: data-parallel ranks on it share it "
              "evenly (bytes, 100GiB, ...; 0: 90% of what is available)",
-     .commands = kAll, .ref = at<&R::memory, &MemoryConfig::host_mem>, .bytes = true, .env = "SPILLWAY_HOST_MEM",
+     .commands = kAll, .ref = at<&R::memory, &MemoryConfig::host_mem>,
+     .bytes = true, .max = kMaxBudget, .env = "SPILLWAY_HOST_MEM",
      .plan_default = "125GiB"},
     {.key = "memory.offload", .flag = "--offload",
      .help = "GPU: which layouts of the training state the plan may choose: auto (the fastest that fits), on (the "
@@ -159,16 +173,16 @@ const Field kFields[] = {
     {.key = "parallel.dp", .flag = "--dp",
      .help = "data-parallel degree (0: every rank the other degrees leave); each rank trains on its share of an "
              "optimizer step's micro-batches",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::dp>, .min = 0},
+     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::dp>, .min = 0, .max = limits::kMaxRanks},
     {.key = "parallel.tp", .flag = "--tp", .help = "tensor-parallel degree (1 only, so far)", .commands = kSteps,
-     .ref = at<&R::parallel, &ParallelConfig::tp>, .min = 1},
+     .ref = at<&R::parallel, &ParallelConfig::tp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.pp", .flag = "--pp", .help = "pipeline-parallel degree (1 only, so far)",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1},
+     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp", .help = "context-parallel degree (1 only, so far)", .commands = kSteps,
-     .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1},
+     .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.nproc_per_node", .flag = "--nproc-per-node",
      .help = "start this many ranks on this host, one per device, when no launcher (torchrun, mpirun, srun) did",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::nproc_per_node>, .min = 1},
+     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::nproc_per_node>, .min = 1, .max = limits::kMaxRanks},
     {.key = "parallel.timeout_s", .flag = "--rank-timeout",
      .help = "seconds a rank waits for the others to meet or to answer before it ends the run with an error",
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::timeout_s>, .min = 1},
@@ -195,14 +209,14 @@ const Field kFields[] = {
      .ref = at<&R::run, &RunPlace::quiet>},
     // sample
     {.key = "sample.tokens", .flag = "--sample-tokens", .help = "tokens to generate at the end (0: none)",
-     .commands = kTraining, .ref = at<&R::sample, &SampleConfig::tokens>, .min = 0},
+     .commands = kTraining, .ref = at<&R::sample, &SampleConfig::tokens>, .min = 0, .max = limits::kMaxPositions},
     {.key = "sample.prompt", .flag = "--prompt", .aliases = "-p", .help = "prompt for the sample at the end",
      .commands = kTraining,
      .ref = at<&R::sample, &SampleConfig::prompt>},
     {.key = "sample.temperature", .flag = "--sample-temperature", .help = "temperature of the sample (0: greedy)",
      .commands = kTraining, .ref = at<&R::sample, &SampleConfig::temperature>},
     {.key = "sample.top_k", .flag = "--sample-top-k", .help = "sample among the k likeliest tokens (0: all)",
-     .commands = kTraining, .ref = at<&R::sample, &SampleConfig::top_k>, .min = 0},
+     .commands = kTraining, .ref = at<&R::sample, &SampleConfig::top_k>, .min = 0, .max = limits::kMaxVocab},
 };
 
 template <typename T>
@@ -413,13 +427,20 @@ std::string field_text(const Field& field, const RunConfig& config) {
 }
 
 void check_field_range(const Field& field, const RunConfig& config, std::string_view what, bool in_file) {
+  const auto show = [&](auto v) {
+    return field.bytes ? format_bytes_exact(static_cast<uint64_t>(v)) : std::to_string(v);
+  };
   std::visit(
       [&](auto ref) {
         if constexpr (kIsInteger<decltype(ref)>) {
-          const auto v = static_cast<int64_t>(*ref);
-          if (v >= field.min) return;
-          if (in_file) throw Error(what, detail::concat(field.key, " is ", v, "; must be at least ", field.min));
-          throw Error(what, detail::concat("must be at least ", field.min, ", got ", v));
+          const auto v = *ref;
+          // uint64 values above int64's range compare as what they are.
+          const bool below = std::cmp_less(v, field.min), above = std::cmp_greater(v, field.max);
+          if (!below && !above) return;
+          const std::string bound =
+              below ? "must be at least " + show(field.min) : "must be at most " + show(field.max);
+          if (in_file) throw Error(what, detail::concat(field.key, " is ", show(v), "; ", bound));
+          throw Error(what, detail::concat(bound, ", got ", show(v)));
         }
       },
       field.ref(const_cast<RunConfig&>(config)));
@@ -482,6 +503,8 @@ void restore_checkpointed(RunConfig& config, const json& saved, std::string_view
     } else {
       set_field_json(f, config, field_json(f, initial), source);
     }
+    // A resumed run trusts these as it would a file's: within the limits.
+    check_field_range(f, config, source, true);
   }
 }
 

@@ -51,6 +51,9 @@ struct Field {
   FieldRef (*ref)(RunConfig& config) = nullptr;
   bool bytes = false;  // an integer of bytes, written "24GiB" (base/bytes.h)
   int64_t min = std::numeric_limits<int64_t>::min();  // integers: the least value allowed
+  // Integers: the most allowed (base/limits.h): far above any real run, and
+  // low enough that the sizes computed from it cannot overflow.
+  int64_t max = std::numeric_limits<int64_t>::max();
   // A resumed run takes it from the checkpoint, so a resume cannot silently
   // change the training (the schedule and the optimizer).
   bool checkpointed = false;
@@ -83,7 +86,7 @@ void set_field_text(const Field& field, RunConfig& config, std::span<const std::
 void set_field_json(const Field& field, RunConfig& config, const nlohmann::json& value, std::string_view file);
 nlohmann::json field_json(const Field& field, const RunConfig& config);
 std::string field_text(const Field& field, const RunConfig& config);  // as a flag would give it
-// Error when an integer field is below its minimum, naming `what`: a flag,
+// Error when an integer field is outside [min, max], naming `what`: a flag,
 // a variable, or (`in_file`) the file that set it.
 void check_field_range(const Field& field, const RunConfig& config, std::string_view what, bool in_file = false);
 

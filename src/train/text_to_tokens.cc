@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "base/regular_file.h"
 #include "base/status.h"
 #include "train/token_file.h"
 
@@ -29,6 +30,8 @@ uint64_t below(std::mt19937_64& rng, uint64_t n) {
 }  // namespace
 
 std::string read_corpus_file(const std::string& path) {
+  const std::string odd = non_regular_kind(path);
+  SPW_CHECK(odd.empty(), path, "is ", odd, ", not a corpus file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(path, std::string("cannot open corpus file: ") + std::strerror(errno));
   std::ostringstream text;

@@ -13,7 +13,10 @@
 #include <sstream>
 #include <utility>
 
+#include "base/checked_math.h"
 #include "base/json_text.h"
+#include "base/limits.h"
+#include "base/regular_file.h"
 #include "base/status.h"
 
 namespace spillway {
@@ -112,6 +115,8 @@ void write_token_file(const std::string& path, std::span<const int32_t> ids, int
 
 TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
   const std::string sidecar_path = token_sidecar_path(path_);
+  const std::string odd_sidecar = non_regular_kind(sidecar_path);
+  SPW_CHECK(odd_sidecar.empty(), sidecar_path, "is ", odd_sidecar, ", not a token file's sidecar");
   std::ifstream sidecar_in(sidecar_path);
   if (!sidecar_in) {
     throw Error(path_, "its sidecar " + sidecar_path + " cannot be opened (" + errno_text() +
@@ -134,20 +139,24 @@ TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
             " is not uint16 or uint32");
   dtype_ = dtype == "uint16" ? TokenDType::u16 : TokenDType::u32;
   tokens_ = field("tokens", &nlohmann::json::is_number_unsigned, "a count").get<uint64_t>();
-  vocab_size_ = field("vocab_size", &nlohmann::json::is_number_unsigned, "a count").get<int64_t>();
-  SPW_CHECK(vocab_size_ > 0 && token_dtype_for(vocab_size_) == dtype_, sidecar_path, "vocab_size ",
-            vocab_size_, " does not go with dtype ", dtype);
+  SPW_CHECK(tokens_ <= limits::kMaxTokenFileTokens, sidecar_path, "tokens is ", tokens_, "; at most ",
+            limits::kMaxTokenFileTokens);
+  const uint64_t vocab = field("vocab_size", &nlohmann::json::is_number_unsigned, "a count").get<uint64_t>();
+  SPW_CHECK(vocab >= 1 && vocab <= (uint64_t{1} << 32), sidecar_path, "vocab_size is ", vocab,
+            "; must be 1 to 4294967296");
+  vocab_size_ = static_cast<int64_t>(vocab);
+  SPW_CHECK(token_dtype_for(vocab_size_) == dtype_, sidecar_path, "vocab_size ", vocab_size_,
+            " does not go with dtype ", dtype);
   fingerprint_ = field("tokenizer", &nlohmann::json::is_string, "a string").get<std::string>();
 
-  const int fd = ::open(path_.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(path_, "cannot open: " + errno_text());
+  const int fd = open_regular_file(path_, "a token file");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const std::string reason = errno_text();
     ::close(fd);
     throw Error(path_, "cannot stat: " + reason);
   }
-  const uint64_t want = tokens_ * dtype_bytes(dtype_);
+  const uint64_t want = checked_mul(tokens_, dtype_bytes(dtype_), sidecar_path, "tokens x bytes per token");
   if (static_cast<uint64_t>(st.st_size) != want) {
     ::close(fd);
     throw Error(path_, "holds " + std::to_string(st.st_size) + " bytes but its sidecar says " +

@@ -1,6 +1,7 @@
 #include "model/gguf.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -387,6 +388,67 @@ TEST_F(GgufRead, BadFilesNameTheFileAndTheTensor) {
   v1[4] = 1;
   msg = error_of([&] { GgufFile(write("v1.gguf", v1)); });
   EXPECT_HAS(msg, "v1.gguf: GGUF version 1 is not supported");
+}
+
+// Inputs that earlier versions accepted or crashed on, each with the exact
+// line a user sees.
+TEST_F(GgufRead, HostileFilesGiveExactLines) {
+  GgufBuilder b;
+  b.string("general.architecture", "llama");
+  b.tensor({"first.weight", {32, 2}, 0, f32_bytes(random_floats(64, 5)), {}});
+  const std::string ok = b.build();
+  ASSERT_EQ(ok.size() % 32, 0u);
+  ASSERT_NO_THROW(GgufFile(write("ok.gguf", ok)));
+
+  // Bytes after the last tensor: up to the alignment is padding, more is not.
+  std::string path;
+  {
+    GgufBuilder odd;
+    odd.tensor({"w", {3}, 0, f32_bytes({1, 2, 3}), {}});
+    const std::string bytes = odd.build();
+    ASSERT_NO_THROW(GgufFile(write("odd.gguf", bytes)));
+    const size_t padded = (bytes.size() + 31) / 32 * 32;
+    ASSERT_NO_THROW(GgufFile(write("odd_padded.gguf", bytes + std::string(padded - bytes.size(), '\0'))));
+    path = write("odd_junk.gguf", bytes + std::string(padded - bytes.size() + 1, '\0'));
+    EXPECT_EQ(error_of([&] { GgufFile f(path); }),
+              path + ": " + std::to_string(padded - bytes.size() + 1) +
+                  " bytes follow the last tensor's data ('w') where the file should end (" +
+                  std::to_string(bytes.size()) + " bytes, or " + std::to_string(padded) +
+                  " with the alignment's padding): garbage appended or a damaged file");
+  }
+  path = write("junk.gguf", ok + "junk");
+  EXPECT_EQ(error_of([&] { GgufFile f(path); }),
+            path + ": 4 bytes follow the last tensor's data ('first.weight') where the file should end (" +
+                std::to_string(ok.size()) + " bytes, or " + std::to_string(ok.size()) +
+                " with the alignment's padding): garbage appended or a damaged file");
+
+  // A shape whose byte count wraps 64 bits to zero would pass every bounds check.
+  GgufBuilder wrap;
+  wrap.tensor({"huge", {int64_t{1} << 40, int64_t{1} << 22}, 0, "", uint64_t{0}});
+  path = write("wrap.gguf", wrap.build());
+  EXPECT_EQ(error_of([&] { GgufFile f(path); }),
+            path + ": the byte size of tensor 'huge' overflows 64 bits: 4611686018427387904 x 4");
+
+  std::string v4 = ok;
+  v4[4] = 4;
+  path = write("v4.gguf", v4);
+  EXPECT_EQ(error_of([&] { GgufFile f(path); }),
+            path + ": GGUF version 4 is not supported (spillway reads versions 2 and 3, little-endian)");
+
+  // An array claiming 2^25 one-byte elements, with the bytes there.
+  GgufBuilder big;
+  std::string encoded;
+  GgufBuilder::put<uint32_t>(encoded, 0);
+  GgufBuilder::put<uint64_t>(encoded, uint64_t{1} << 25);
+  encoded += std::string(size_t{1} << 25, '\0');
+  big.raw_value("tokenizer.ggml.scores", 9, encoded);
+  path = write("big_array.gguf", big.build());
+  EXPECT_EQ(error_of([&] { GgufFile f(path); }),
+            path + ": metadata 'tokenizer.ggml.scores' holds 33554432 elements; at most 16777216");
+
+  path = (dir_ / "fifo.gguf").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  EXPECT_EQ(error_of([&] { GgufFile f(path); }), path + ": is a FIFO, not a GGUF file");
 }
 
 // --- LLaMA mapping ---------------------------------------------------------

@@ -95,6 +95,24 @@ TEST_F(GgufTokenizer, SentencePieceRoundTripsThroughItsPiecesScoresAndTypes) {
 }
 #endif
 
+// A gpt2 tokenizer's tokens are byte-level symbols, always UTF-8; other
+// bytes once escaped as a JSON library exception (a fuzzer finding).
+TEST_F(GgufTokenizer, TokensThatAreNotUtf8AreNamed) {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("tokenizer.ggml.model", "gpt2");
+  w.add_strings("tokenizer.ggml.tokens", {"a", "b", "\xc0", "ab"});
+  w.add_strings("tokenizer.ggml.merges", {"a b"});
+  const std::string path = file("bad.gguf");
+  w.write(path);
+  try {
+    load_gguf_tokenizer(GgufFile(path));
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": metadata 'tokenizer.ggml.tokens' entry 2 is not valid UTF-8");
+  }
+}
+
 TEST_F(GgufTokenizer, AFileWithoutATokenizerIsNamed) {
   GgufWriter w;
   w.add_string("general.architecture", "llama");

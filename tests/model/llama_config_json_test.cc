@@ -91,6 +91,42 @@ TEST(LlamaConfigJson, RejectsWhatItCannotHonour) {
   expect_error(j, "vocab_size must be positive");
 }
 
+// Sizes that are valid JSON but would overflow or exhaust memory, and values
+// of the wrong JSON type: each one exact line naming the field.
+TEST(LlamaConfigJson, HugeSizesAndWrongTypesGiveExactLines) {
+  const auto error_of = [](const json& j) -> std::string {
+    try {
+      config_from_json(j, "config.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  struct Case {
+    const char* key;
+    json value;
+    std::string line;
+  };
+  const std::vector<Case> cases = {
+      {"num_hidden_layers", 2147483648, "config.json: num_hidden_layers is 2147483648; at most 100000"},
+      {"vocab_size", 2147483648, "config.json: vocab_size is 2147483648; at most 4194304"},
+      {"hidden_size", int64_t{1} << 40, "config.json: hidden_size is 1099511627776; at most 65536"},
+      {"intermediate_size", 2147483648, "config.json: intermediate_size is 2147483648; at most 262144"},
+      {"max_position_embeddings", int64_t{1} << 40,
+       "config.json: max_position_embeddings is 1099511627776; at most 16777216"},
+      {"num_hidden_layers", uint64_t{1} << 63, "config.json: num_hidden_layers is 9223372036854775808; too large"},
+      {"num_hidden_layers", 16.5, "config.json: num_hidden_layers must be an integer, got 16.5"},
+      {"vocab_size", -5, "config.json: vocab_size must be positive, got -5"},
+      {"tie_word_embeddings", "yes", "config.json: tie_word_embeddings must be true or false"},
+      {"rope_scaling", json{{"rope_type", 3}}, "config.json: rope_scaling.rope_type must be a string, got 3"},
+  };
+  for (const Case& c : cases) {
+    json j = llama32_1b_config();
+    j[c.key] = c.value;
+    EXPECT_EQ(error_of(j), c.line) << c.key;
+  }
+}
+
 TEST(LlamaConfigJson, UnknownPresetListsTheKnownOnes) {
   try {
     preset_config("llama5");

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -456,6 +457,56 @@ TEST_F(SafetensorsTest, FailureMidWriteKeepsTheOldFile) {
   SafetensorsFile(path).read_tensor_as_f32("w", Shape{1 << 15}, out);
   EXPECT_EQ(out, big);
   EXPECT_EQ(listing(), std::vector<std::string>{"model.safetensors"});
+}
+
+// Hostile inputs that earlier versions accepted or crashed on, each with the
+// exact line a user sees.
+TEST_F(SafetensorsTest, StrictFormatErrorsAreExactLines) {
+  const std::string data(20, '\x01');
+  const std::string a = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
+  struct Case {
+    std::string name;
+    std::string bytes;
+    std::string problem;  // after "<path>: "
+  };
+  const std::vector<Case> cases = {
+      {"extra_field",
+       raw_file("{" + a + R"(,"b":{"dtype":"F32","shape":[3],"data_offsets":[8,20],"offset":4}})", data),
+       "tensor 'b' has an unknown field \"offset\" (a tensor has only \"dtype\", \"shape\" and "
+       "\"data_offsets\")"},
+      {"same_offsets", raw_file("{" + a + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", data.substr(0, 8)),
+       "tensor 'b' bytes [0, 8) overlap tensor 'a' bytes [0, 8)"},
+      {"overflowing_shape",
+       raw_file(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", ""),
+       "tensor 'a' has a shape [4611686018427387904, 4] too large to address"},
+      {"unknown_dtype", raw_file(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", "xy"),
+       "tensor 'a' has dtype F8_E4M3, which spillway does not support (supported: F32, F16, BF16, F64, I32, U16, "
+       "U32)"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = file(c.name + ".safetensors");
+    write_bytes(path, c.bytes);
+    try {
+      SafetensorsFile f(path);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), path + ": " + c.problem);
+    }
+  }
+}
+
+// A FIFO in place of a model file is refused by its kind at once; opening it
+// for reading would wait for a writer forever.
+TEST_F(SafetensorsTest, FifoIsRefusedWithoutHanging) {
+  const std::string path = file("model.safetensors");
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    SafetensorsFile f(path);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": is a FIFO, not a safetensors file");
+  }
 }
 
 }  // namespace

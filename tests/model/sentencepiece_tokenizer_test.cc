@@ -1,6 +1,7 @@
 #include "model/sentencepiece_tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -267,6 +268,50 @@ TEST_F(SentencePieceTokenizerTest, MissingAndCorruptFilesAreRefusedByName) {
   std::ifstream in(*model_path_, std::ios::binary);
   const std::string whole((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   expect_error(write("truncated.model", whole.substr(0, whole.size() / 2)), "not a SentencePiece model");
+}
+
+// A unigram model with a zero-length piece makes the library throw from its
+// trie instead of returning a status (a fuzzer finding): one line, and a
+// FIFO is refused by its kind without being opened.
+TEST_F(SentencePieceTokenizerTest, ModelsTheLibraryThrowsOnAreOneLine) {
+  const auto varint = [](std::string& out, uint64_t v) {
+    for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7F) | 0x80);
+    out += static_cast<char>(v);
+  };
+  const auto bytes_field = [&](std::string& out, int field, const std::string& payload) {
+    varint(out, static_cast<uint64_t>(field) << 3 | 2);
+    varint(out, payload.size());
+    out += payload;
+  };
+  const auto piece = [&](const std::string& text, int type) {
+    std::string p;
+    bytes_field(p, 1, text);
+    p += std::string("\x15\x00\x00\x80\xbf", 5);  // score (field 2, fixed32): -1.0
+    varint(p, 3 << 3);
+    varint(p, static_cast<uint64_t>(type));
+    return p;
+  };
+  std::string proto;
+  for (const auto& [text, type] : std::vector<std::pair<std::string, int>>{
+           {"<unk>", 2}, {"<s>", 3}, {"</s>", 3}, {"", 1}, {"a", 1}}) {
+    bytes_field(proto, 1, piece(text, type));
+  }
+  std::string trainer;
+  varint(trainer, 3 << 3);
+  varint(trainer, 1);  // model_type: unigram
+  bytes_field(proto, 2, trainer);
+  try {
+    SentencePieceTokenizer::from_serialized(proto, "tokenizer.model");
+    ADD_FAILURE() << "loaded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("tokenizer.model: not a SentencePiece model (", 0), 0u) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+
+  const std::string fifo = (*dir_ / "fifo.model").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(fifo, "is a FIFO, not a SentencePiece tokenizer.model");
 }
 
 TEST_F(SentencePieceTokenizerTest, MovedTokenizerKeepsWorking) {

@@ -4,6 +4,7 @@
 #include "model/tokenizer_files.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <filesystem>
 #include <fstream>
 
@@ -62,6 +63,32 @@ TEST_F(TokenizerFiles, ANameTheVocabularyLacksIsAnErrorNamingTheFile) {
               file("tokenizer_config.json") +
                   ": eos_token is \"</s>\", which the tokenizer's vocabulary lacks");
   }
+}
+
+// Ids past int32 (once truncated to a small valid id), templates of the
+// wrong JSON type (once a library exception), and a FIFO in place of a file.
+TEST_F(TokenizerFiles, HostileRoleFilesGiveExactLines) {
+  const auto error_of = [&] () -> std::string {
+    try {
+      read_roles(dir_, *tok_);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  write("config.json", R"({"eos_token_id": 4294967297})");
+  EXPECT_EQ(error_of(), file("config.json") + ": eos_token_id is 4294967297, not a token id or a list of them");
+  write("config.json", R"({"bos_token_id": [1, -3]})");
+  EXPECT_EQ(error_of(), file("config.json") + ": bos_token_id is [1,-3], not a token id or a list of them");
+  std::filesystem::remove(file("config.json"));
+
+  write("tokenizer_config.json", R"({"chat_template": [{"name": 7, "template": "x"}, {"name": "default",
+                                     "template": 3}]})");
+  EXPECT_EQ(read_roles(dir_, *tok_).chat_template, "");  // no usable default template, as with none at all
+
+  std::filesystem::remove(file("tokenizer_config.json"));
+  ASSERT_EQ(::mkfifo(file("tokenizer_config.json").c_str(), 0600), 0);
+  EXPECT_EQ(error_of(), file("tokenizer_config.json") + ": is a FIFO, not a JSON file");
 }
 
 TEST_F(TokenizerFiles, SavedFilesLoadBackWithTheirRolesAndAChatTemplate) {

@@ -1,6 +1,7 @@
 #include "model/tokenizer_json.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -229,6 +230,92 @@ TEST_F(TokenizerJson, RefusesMalformedFilesNamingThem) {
   j = minimal_json(merges, false);
   j["decoder"] = {{"type", "WordPiece"}};
   expect_refused(j.dump(), "decoder.type is \"WordPiece\"");
+}
+
+// Tokenizers that earlier versions loaded and then ran wrongly, each refused
+// with the exact line.
+TEST_F(TokenizerJson, InconsistentTokenizersGiveExactLines) {
+  const auto line_of = [&](const json& j) -> std::string {
+    const std::string path = write("bad.json", j.dump());
+    try {
+      load_tokenizer_json(path);
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.rfind(path + ": ", 0), 0u) << what;
+      return what.substr(path.size() + 2);
+    }
+    return "no error";
+  };
+  const std::vector<std::pair<std::string, std::string>> merges = {{"a", "b"}, {"ab", "c"}};
+
+  // Two added tokens whose ids are swapped against model.vocab's.
+  json j = minimal_json(merges, false);
+  const int eos = j["added_tokens"][0]["id"];
+  j["model"]["vocab"]["<|end_of_text|>"] = eos + 1;
+  j["model"]["vocab"]["<|begin_of_text|>"] = eos;
+  j["added_tokens"].push_back({{"id", eos + 1}, {"content", "<|begin_of_text|>"}, {"special", true}});
+  EXPECT_EQ(line_of(j), "model.vocab gives id " + std::to_string(eos) +
+                            " to \"<|begin_of_text|>\" but added_tokens gives it to \"<|end_of_text|>\"");
+
+  j = minimal_json(merges, false);
+  j["model"]["merges"] = json::array();
+  EXPECT_EQ(line_of(j), "model.merges is empty but model.vocab holds \"ab\", which only merges make (a tokenizer "
+                        "without its merges?)");
+  j["model"]["ignore_merges"] = true;  // then whole-word lookups reach it
+  EXPECT_EQ(line_of(j), "no error");
+
+  // A merge whose result is not in the vocabulary cannot be applied.
+  j = minimal_json(merges, false);
+  const int abc = j["model"]["vocab"]["abc"];
+  j["model"]["vocab"].erase("abc");
+  j["model"]["vocab"]["zzz"] = abc;
+  EXPECT_EQ(line_of(j), "merge 1 makes \"abc\", which is no token");
+
+  j = minimal_json(merges, false);
+  j["added_tokens"].push_back({{"id", eos + 1}, {"content", "<|end_of_text|>"}, {"special", true}});
+  EXPECT_EQ(line_of(j), "added token \"<|end_of_text|>\" is listed twice, with ids " + std::to_string(eos) +
+                            " and " + std::to_string(eos + 1));
+
+  j = minimal_json(merges, false);
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", {{{"SpecialToken", {{"id", "<|end_of_text|>"}}}}, {{"Sequence", {{"id", "A"}}}}}},
+                         {"special_tokens", {{"<|end_of_text|>", {{"ids", {"one"}}}}}}};
+  EXPECT_EQ(line_of(j), "post_processor.special_tokens.<|end_of_text|>.ids has id \"one\", not a non-negative "
+                        "integer");
+  j["post_processor"]["single"][0]["SpecialToken"]["id"] = 7;
+  EXPECT_EQ(line_of(j), "post_processor.single[].SpecialToken.id is not a string");
+}
+
+// Pipeline fields of the wrong JSON type were library exceptions (a fuzzer
+// finding); each is now refused naming the field.
+TEST_F(TokenizerJson, PipelineFieldsOfTheWrongTypeAreNamed) {
+  const std::vector<std::pair<std::string, std::string>> merges = {{"a", "b"}};
+  json j = minimal_json(merges, false);
+  j["pre_tokenizer"]["pretokenizers"][1]["use_regex"] = 4;
+  expect_refused(j.dump(), "use_regex is 4, not true or false");
+
+  j = minimal_json(merges, false);
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", 3}};
+  expect_refused(j.dump(), "behavior is 3, not a string");
+
+  j = minimal_json(merges, false);
+  j["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", -1}, {"stop", 0}};
+  expect_refused(j.dump(), "start is -1, not a count of characters (0 to 1024)");
+
+  j = minimal_json(merges, false);
+  j["decoder"] = {{"type", "Metaspace"}, {"replacement", 5}};
+  expect_refused(j.dump(), "replacement is 5, not a string");
+}
+
+TEST_F(TokenizerJson, FifoIsRefusedWithoutHanging) {
+  const std::string path = (dir_ / "tokenizer.json").string();
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    load_tokenizer_json(path);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": is a FIFO, not a tokenizer.json");
+  }
 }
 
 TEST_F(TokenizerJson, MissingFileIsNamed) {

@@ -56,12 +56,14 @@ GradientGraph gradient_graph(const SweepCase& c, uint64_t seed) {
   graph::Builder b(gg.s.graph, DType::f64);
   SweepInputs head(b, seed + 500);
   gg.loss = gg.s.outputs[0];
-  const graph::ValueInfo& y = gg.s.graph.value(gg.loss);
-  if (y.shape.numel() != 1) {
-    const auto classes = static_cast<int32_t>(y.shape.last() + 3);
-    const Value w = head.activation("head.w", Shape{y.shape.last(), classes});
+  // A copy: adding the head's values reallocates the graph's value list
+  // (ASan found the reference read after it had moved).
+  const Shape y = gg.s.graph.value(gg.loss).shape;
+  if (y.numel() != 1) {
+    const auto classes = static_cast<int32_t>(y.last() + 3);
+    const Value w = head.activation("head.w", Shape{y.last(), classes});
     const Value logits = ops::matmul(b, gg.loss, w, false, false, "head");
-    gg.loss = ops::cross_entropy(b, logits, head.ids("head.targets", Shape{y.shape.rows()}, classes), "head.loss");
+    gg.loss = ops::cross_entropy(b, logits, head.ids("head.targets", Shape{y.rows()}, classes), "head.loss");
   }
   gg.s.graph.mark_output(gg.loss);
   std::vector<Value> wrt;

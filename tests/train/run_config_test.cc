@@ -179,6 +179,57 @@ TEST_F(RunConfigTest, BadFlagsNameTheFlag) {
   EXPECT_EQ(error_of_flag("parallel.nproc_per_node", "0"), "--nproc-per-node: must be at least 1, got 0");
 }
 
+// Values that are well formed but absurd: sizes past base/limits.h, a batch
+// whose tokens overflow what a step can hold, fractional counts, budgets of
+// 1e30. Each is one line naming the flag or the file and key.
+TEST_F(RunConfigTest, AbsurdValuesGetOneLineEach) {
+  const auto error_of_flags = [&](std::vector<std::pair<std::string, std::vector<std::string>>> flags,
+                                  Command command = Command::train) {
+    return error_of([&] { resolve_run_config(command, {.flags = std::move(flags)}); });
+  };
+  EXPECT_EQ(error_of_flags({{"schedule.batch", {"2097152"}}}), "--batch: must be at most 1048576, got 2097152");
+  EXPECT_EQ(error_of_flags({{"schedule.seq", {"100000000"}}}), "--seq: must be at most 16777216, got 100000000");
+  EXPECT_EQ(error_of_flags({{"schedule.eval_batches", {"2147483648"}}}),
+            "--eval-batches: must be at most 1048576, got 2147483648");
+  EXPECT_EQ(error_of_flags({{"schedule.steps", {"9223372036854775807"}}}),
+            "--steps: must be at most 1099511627776, got 9223372036854775807");
+  EXPECT_EQ(error_of_flags({{"schedule.batch", {"1048576"}}, {"schedule.seq", {"16777216"}}}, Command::plan),
+            "--batch: batch 1048576 x seq 16777216 is 17592186044416 tokens per micro-batch; at most 2147483648");
+  EXPECT_EQ(error_of_flags({{"schedule.batch", {"2.5"}}}), "--batch: '2.5' is not a whole number");
+  EXPECT_EQ(error_of_flags({{"memory.device_mem", {"1e30"}}}), "--device-mem: '1e30' is more bytes than 64 bits count");
+  EXPECT_EQ(error_of_flags({{"memory.device_mem", {"2PiB"}}}),
+            "--device-mem: unknown unit 'pib' in '2PiB' (use B, KB, MB, GB, TB, KiB, MiB, GiB, TiB or %)");
+  EXPECT_EQ(error_of_flags({{"memory.host_mem", {"2048TiB"}}}), "--host-mem: must be at most 1024TiB, got 2048TiB");
+
+  EXPECT_EQ(error_of_file("a.toml", "[schedule]\nbatch = 2.5\n"), "a.toml: schedule.batch is 2.5; expected a whole number");
+  EXPECT_EQ(error_of_file("b.toml", "[memory]\ndevice_mem = 1e30\n"),
+            "b.toml: memory.device_mem is 1e+30; expected a byte size such as 24GiB, 512MB or 4096");
+  EXPECT_EQ(error_of_file("c.toml", "[memory]\ndevice_mem = \"1e30\"\n"),
+            "c.toml: memory.device_mem is \"1e30\"; '1e30' is more bytes than 64 bits count");
+  EXPECT_EQ(error_of_file("d.toml", "[schedule]\nbatch = 1048576\nseq = 16777216\n"),
+            "d.toml: batch 1048576 x seq 16777216 is 17592186044416 tokens per micro-batch; at most 2147483648");
+  EXPECT_EQ(error_of_file("e.json", R"({"schedule": {"grad_accum": 2147483648}})"),
+            "e.json: schedule.grad_accum is 2147483648; must be at most 1048576");
+  EXPECT_EQ(error_of_file("f.json", R"({"parallel": {"tp": 1025}})", Command::bench),
+            "f.json: parallel.tp is 1025; must be at most 1024");
+}
+
+// A checkpoint's options are read like a file's: whole numbers within the
+// limits, or one line naming the trainer state and the key.
+TEST_F(RunConfigTest, AResumeRefusesAbsurdCheckpointedOptions) {
+  const auto error_of_saved = [&](const char* text) {
+    RunConfig c = default_run_config(Command::train);
+    return error_of([&] { restore_checkpointed(c, nlohmann::json::parse(text), "step-5/trainer_state.json"); });
+  };
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"batch": 2.5}})"),
+            "step-5/trainer_state.json: schedule.batch is 2.5; expected a whole number");
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"batch": 0}})"),
+            "step-5/trainer_state.json: schedule.batch is 0; must be at least 1");
+  EXPECT_EQ(error_of_saved(R"({"schedule": {"seq": 1099511627776}})"),
+            "step-5/trainer_state.json: schedule.seq is 1099511627776; must be at most 16777216");
+  EXPECT_EQ(error_of_saved(R"({"steps": -5})"), "step-5/trainer_state.json: schedule.steps is -5; must be at least 1");
+}
+
 TEST_F(RunConfigTest, FinetuneNeedsAModelToStartFrom) {
   EXPECT_THROW(resolve_run_config(Command::finetune, {}), Error);
   EXPECT_EQ(resolve_run_config(Command::finetune, {.flags = {{"model.init_from", {"runs/tiny"}}}}).model.init_from,

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -124,6 +125,48 @@ TEST_F(TokenFileTest, MalformedSidecarIsNamed) {
   expect_error(file, token_sidecar_path(file), "missing field tokens");
   std::ofstream(token_sidecar_path(file)) << "not json";
   expect_error(file, token_sidecar_path(file), "not valid JSON");
+}
+
+// A sidecar's count times the width wraps 64 bits to 0, which an empty data
+// file would match; the count alone past the limit; a FIFO as the data or the
+// sidecar: each one exact line, none a crash or a hang.
+TEST_F(TokenFileTest, HostileSidecarsAndFifosGiveExactLines) {
+  const std::string file = path("t.bin");
+  write_token_file(file, {}, 1000, "x");
+  const std::string sidecar = token_sidecar_path(file);
+  const auto with_tokens = [&](const std::string& count) {
+    std::ofstream(sidecar) << R"({"format": "spillway-tokens", "dtype": "uint16", "tokens": )" << count
+                           << R"(, "vocab_size": 1000, "tokenizer": "x"})";
+  };
+  const auto error_of = [&](const std::string& f) -> std::string {
+    try {
+      TokenFile t(f);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  with_tokens("9223372036854775808");  // 2^63: x 2 bytes is 2^64, which wraps to 0
+  EXPECT_EQ(error_of(file), sidecar + ": tokens is 9223372036854775808; at most 281474976710656");
+  with_tokens("4611686018427387904");  // 2^62, the issue's count
+  EXPECT_EQ(error_of(file), sidecar + ": tokens is 4611686018427387904; at most 281474976710656");
+  with_tokens("281474976710656");  // at the limit: the size check names the mismatch
+  EXPECT_EQ(error_of(file), file + ": holds 0 bytes but its sidecar says 281474976710656 uint16 tokens "
+                                   "(562949953421312 bytes): truncated or overwritten");
+  std::ofstream(sidecar) << R"({"format": "spillway-tokens", "dtype": "uint32", "tokens": 0, )"
+                         << R"("vocab_size": 18446744073709551615, "tokenizer": "x"})";
+  EXPECT_EQ(error_of(file), sidecar + ": vocab_size is 18446744073709551615; must be 1 to 4294967296");
+
+  const std::string fifo = path("fifo.bin");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::ofstream(token_sidecar_path(fifo)) << R"({"format": "spillway-tokens", "dtype": "uint16", "tokens": 0, )"
+                                          << R"("vocab_size": 1000, "tokenizer": "x"})";
+  EXPECT_EQ(error_of(fifo), fifo + ": is a FIFO, not a token file");
+  const std::string fifo_sidecar = path("data.bin");
+  write_token_file(fifo_sidecar, {}, 1000, "x");
+  fs::remove(token_sidecar_path(fifo_sidecar));
+  ASSERT_EQ(::mkfifo(token_sidecar_path(fifo_sidecar).c_str(), 0600), 0);
+  EXPECT_EQ(error_of(fifo_sidecar), token_sidecar_path(fifo_sidecar) + ": is a FIFO, not a token file's sidecar");
 }
 
 TEST_F(TokenFileTest, IdOutsideVocabularyIsNamed) {

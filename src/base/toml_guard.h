@@ -5,7 +5,11 @@
 // `[[` is followed by something that cannot start a key (`[=`, `[` at the
 // end of a line), '}' where an array expects a value (`[1, }`), and a
 // non-ASCII character outside strings and comments (bare keys and every
-// other value are ASCII). All are invalid TOML, so no valid file is refused.
+// other value are ASCII). All are invalid TOML. One more refusal does touch
+// valid TOML: toml++ 3.3 tests characters for whitespace, strings included,
+// with a table that sends U+00A1-U+0499 and U+FC06-U+FFFF (but U+FEFF) into
+// unreachable code, so those characters are refused anywhere in a TOML file,
+// with a line saying to write the file as JSON (which takes any text).
 #pragma once
 
 #include <string>

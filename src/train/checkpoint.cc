@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -207,7 +208,12 @@ AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig
   }
   auto it = file.metadata().find("steps_taken");
   SPW_CHECK(it != file.metadata().end(), path, "metadata lacks steps_taken");
-  opt.steps_taken = std::stoll(it->second);
+  const std::string& taken = it->second;
+  int64_t steps = -1;
+  const auto [end, ec] = std::from_chars(taken.data(), taken.data() + taken.size(), steps);
+  SPW_CHECK(ec == std::errc() && end == taken.data() + taken.size() && steps >= 0, path, "metadata steps_taken is '",
+            taken, "'; expected a whole number >= 0");
+  opt.steps_taken = steps;
   return opt;
 }
 
@@ -217,7 +223,9 @@ nlohmann::json load_trainer_state(const std::string& checkpoint_dir) {
   SPW_CHECK(in.good(), path, "missing: not a spillway training checkpoint");
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const nlohmann::json state = json_from_text(text, path);
-  SPW_CHECK(state.is_object() && state.value("format", "") == kTrainerStateFormat, path,
+  const bool ours = state.is_object() && state.contains("format") && state["format"].is_string() &&
+                    state["format"].get<std::string>() == kTrainerStateFormat;
+  SPW_CHECK(ours, path,
             "not a spillway trainer state (expected format '", kTrainerStateFormat, "')");
   return state;
 }

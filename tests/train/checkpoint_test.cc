@@ -14,8 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "base/status.h"
 #include "model/bpe_train.h"
 #include "model/llama_weights.h"
+#include "model/safetensors.h"
 
 namespace spillway::train {
 namespace {
@@ -162,6 +164,35 @@ TEST_F(Checkpoint, RemovingTheCheckpointsLeavesOtherFiles) {
   remove_checkpoints(run_.string());
   EXPECT_EQ(entries(), (std::vector<std::string>{"train_log.jsonl"}));
   EXPECT_FALSE(is_run_folder(run_.string()));
+}
+
+// What the trainer-state fuzzer found: a format of another JSON type and a
+// steps_taken that is no number were library exceptions; each is one line.
+TEST_F(Checkpoint, ForeignStateFieldsAreOneLineErrors) {
+  const fs::path dir = save(1);
+  std::ofstream(dir / "trainer_state.json") << R"({"format": 1})";
+  try {
+    load_trainer_state(dir.string());
+    FAIL() << "a numeric format was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "trainer_state.json").string() +
+                                         ": not a spillway trainer state (expected format 'spillway-trainer-state/1')");
+  }
+  SafetensorsWriter moments;
+  moments.add_metadata("steps_taken", "x");
+  for (size_t i = 0; i < weights_.tensors().size(); ++i) {
+    const auto& t = weights_.tensors()[i];
+    moments.add("exp_avg." + t.name, DType::f32, t.shape, optimizer_.m.tensors()[i].data.data());
+    moments.add("exp_avg_sq." + t.name, DType::f32, t.shape, optimizer_.v.tensors()[i].data.data());
+  }
+  moments.write((dir / "optimizer.safetensors").string());
+  try {
+    load_optimizer(dir.string(), config());
+    FAIL() << "steps_taken 'x' was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), (dir / "optimizer.safetensors").string() +
+                                         ": metadata steps_taken is 'x'; expected a whole number >= 0");
+  }
 }
 
 }  // namespace

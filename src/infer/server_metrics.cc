@@ -35,38 +35,32 @@ std::string ServerMetrics::prometheus_text(const EngineStats& e) const {
   auto metric = [&](const char* name, const char* type, const char* help) {
     out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
   };
+  // A metric of one value: its header and its line.
+  auto single = [&](const char* name, const char* type, const char* help, auto value) {
+    metric(name, type, help);
+    out << name << ' ' << value << '\n';
+  };
   metric("spillway_http_responses_total", "counter", "HTTP responses by endpoint and status code.");
   for (const auto& [key, count] : responses_) {
     out << "spillway_http_responses_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} "
         << count << '\n';
   }
-  metric("spillway_requests_completed_total", "counter", "Generation requests answered in full.");
-  out << "spillway_requests_completed_total " << requests_ << '\n';
-  metric("spillway_client_disconnects_total", "counter", "Requests dropped because their client went away.");
-  out << "spillway_client_disconnects_total " << disconnects_ << '\n';
-  metric("spillway_prompt_tokens_total", "counter", "Prompt tokens of answered requests.");
-  out << "spillway_prompt_tokens_total " << prompt_tokens_ << '\n';
-  metric("spillway_generation_tokens_total", "counter", "Tokens generated for answered requests.");
-  out << "spillway_generation_tokens_total " << completion_tokens_ << '\n';
+  single("spillway_requests_completed_total", "counter", "Generation requests answered in full.", requests_);
+  single("spillway_client_disconnects_total", "counter",
+         "Requests dropped because their client went away.", disconnects_);
+  single("spillway_prompt_tokens_total", "counter", "Prompt tokens of answered requests.", prompt_tokens_);
+  single("spillway_generation_tokens_total", "counter", "Tokens generated for answered requests.", completion_tokens_);
   metric("spillway_time_to_first_token_seconds", "summary", "From a request's arrival to its first token.");
   out << "spillway_time_to_first_token_seconds_sum " << first_token_sum_ << '\n'
       << "spillway_time_to_first_token_seconds_count " << first_token_count_ << '\n';
-  metric("spillway_requests_running", "gauge", "Sequences in the running batch.");
-  out << "spillway_requests_running " << e.running << '\n';
-  metric("spillway_requests_waiting", "gauge", "Sequences waiting for room in the batch or the cache.");
-  out << "spillway_requests_waiting " << e.waiting << '\n';
-  metric("spillway_kv_cache_blocks_used", "gauge", "KV cache blocks held by sequences.");
-  out << "spillway_kv_cache_blocks_used " << e.blocks_used << '\n';
-  metric("spillway_kv_cache_blocks", "gauge", "KV cache blocks in all.");
-  out << "spillway_kv_cache_blocks " << e.blocks_total << '\n';
-  metric("spillway_kv_cache_block_tokens", "gauge", "Tokens one KV cache block holds.");
-  out << "spillway_kv_cache_block_tokens " << e.block_tokens << '\n';
-  metric("spillway_engine_prompt_tokens_total", "counter", "Prompt tokens the engine has processed.");
-  out << "spillway_engine_prompt_tokens_total " << e.prompt_tokens << '\n';
-  metric("spillway_engine_generated_tokens_total", "counter", "Tokens the engine has generated.");
-  out << "spillway_engine_generated_tokens_total " << e.generated_tokens << '\n';
-  metric("spillway_engine_steps_total", "counter", "Batch steps run.");
-  out << "spillway_engine_steps_total " << e.steps << '\n';
+  single("spillway_requests_running", "gauge", "Sequences in the running batch.", e.running);
+  single("spillway_requests_waiting", "gauge", "Sequences waiting for room in the batch or the cache.", e.waiting);
+  single("spillway_kv_cache_blocks_used", "gauge", "KV cache blocks held by sequences.", e.blocks_used);
+  single("spillway_kv_cache_blocks", "gauge", "KV cache blocks in all.", e.blocks_total);
+  single("spillway_kv_cache_block_tokens", "gauge", "Tokens one KV cache block holds.", e.block_tokens);
+  single("spillway_engine_prompt_tokens_total", "counter", "Prompt tokens the engine has processed.", e.prompt_tokens);
+  single("spillway_engine_generated_tokens_total", "counter", "Tokens the engine has generated.", e.generated_tokens);
+  single("spillway_engine_steps_total", "counter", "Batch steps run.", e.steps);
   metric("spillway_sequences_finished_total", "counter", "Sequences that left the batch, by reason.");
   out << "spillway_sequences_finished_total{reason=\"stop\"} " << e.finished_stop << '\n'
       << "spillway_sequences_finished_total{reason=\"length\"} " << e.finished_length << '\n'

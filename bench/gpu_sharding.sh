@@ -6,6 +6,11 @@
 #          ways; losses, final weights and AdamW moments compared
 #   1b:    `spillway bench` of the 1B step (seq 4096, batch 4, 8 micro-batches
 #          a step over all ranks) on 1 GPU and on NPROC both ways
+#   weak:  the 1B step with 8 micro-batches per rank (grad-accum 8 x NPROC):
+#          each GPU does the one-GPU run's work, as DDP scaling is usually
+#          measured; beside 1b's fixed global step
+#   profile: the 1B step on NPROC GPUs (1b's shape), sharded, with per-op
+#          times and the measured per-stream timeline ($OUT/1b-profile.svg)
 #   8b:    the same for LLaMA-3-8B at seq 8192 (the planner picks the layout)
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
 #   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC
@@ -96,6 +101,20 @@ phase_1b() {
   bench 1b-1gpu 1 none $a
   bench 1b-$NPROC-none $NPROC none $a
   bench 1b-$NPROC-optimizer $NPROC optimizer $a
+}
+
+phase_weak() {
+  local a="--config llama3.2-1b --seq 4096 --batch 4 --grad-accum $(( 8 * NPROC )) --steps 5 --warmup 2"
+  bench 1b-weak-1gpu 1 none --config llama3.2-1b --seq 4096 --batch 4 --grad-accum 8 --steps 5 --warmup 2
+  bench 1b-weak-$NPROC-none $NPROC none $a
+  bench 1b-weak-$NPROC-optimizer $NPROC optimizer $a
+}
+
+phase_profile() {
+  $B bench --config llama3.2-1b --seq 4096 --batch 4 --grad-accum 8 --steps 3 --warmup 2 --nproc-per-node $NPROC \
+    --shard optimizer --profile --timeline "$OUT/1b-profile.svg" > "$OUT/1b-profile.log" 2>&1 ||
+    { tail -5 "$OUT/1b-profile.log"; return 0; }
+  sed -n '/median/,$p' "$OUT/1b-profile.log" | head -60
 }
 
 phase_8b() {

@@ -19,6 +19,9 @@
 #          hosts), against the same run over NVLink
 #   links: `spillway bench --collectives` over NPROC GPUs: the link rate
 #          each collective reaches, and the one the planner takes
+#   resume: the tiny model on 1 GPU, the state on the device and at home
+#          (--offload on): 30 steps straight against 15, stopped, and
+#          resumed; checkpoints compared byte for byte
 #   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
 set -uo pipefail
@@ -152,6 +155,23 @@ phase_net() {
 import json
 l = lambda r: [j['loss'] for j in map(json.loads, open('$runs/' + r + '/train_log.jsonl')) if 'loss' in j]
 a, b = l('net-nvlink'), l('net-socket'); print('network transport: %d steps, losses equal: %s' % (len(a), a == b))"
+}
+
+phase_resume() {
+  make_corpus
+  for offload in off on; do
+    rm -rf $runs/resume-*
+    local r="$tiny --offload $offload"
+    $B train $r --out $runs/resume-straight > "$OUT/resume-$offload.log" 2>&1 &&
+      $B train $r --out $runs/resume-split --stop-after 15 >> "$OUT/resume-$offload.log" 2>&1 &&
+      $B train $r --out $runs/resume-split --resume >> "$OUT/resume-$offload.log" 2>&1 ||
+      { tail -5 "$OUT/resume-$offload.log"; return 1; }
+    for f in model optimizer; do
+      cmp -s $runs/resume-straight/step-0000030/$f.safetensors $runs/resume-split/step-0000030/$f.safetensors &&
+        echo "resume (--offload $offload): $f.safetensors the same bytes" ||
+        echo "resume (--offload $offload): $f.safetensors DIFFERS"
+    done
+  done
 }
 
 phase_tests() {

@@ -52,8 +52,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
             " data-parallel ranks");
   const int64_t micro_batches = s.grad_accum / size;
   model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
-  // With bf16 moments the engine keeps its own; fp32 ones would only cost memory.
-  train::AdamW optimizer = c.memory.bf16_moments ? train::AdamW() : train::AdamW(config);
+  // No moments: the engine starts its own at zero.
+  train::AdamW optimizer;
   const train::EngineOptions eo{.batch = s.batch,
                                 .seq = s.seq,
                                 .micro_batches = micro_batches,

@@ -63,10 +63,9 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   std::printf("device%s: %s resident + %s planned peak + %s workspaces of %s\n", per_gpu.c_str(),
               format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
               format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
-  // The process's own: the fp32 masters (and fp32 moments) the trainer
-  // keeps for checkpoints, and the runtime.
-  const std::string own = format_bytes(p.host_process_bytes) + " the process's own (fp32 masters" +
-                          (m.bf16_moments || !p.optimizer_resident ? "" : " and moments") + ", runtime " +
+  // The process's own: the fp32 masters the trainer starts from (until the
+  // state has taken them) and the runtime.
+  const std::string own = format_bytes(p.host_process_bytes) + " the process's own (fp32 masters at start-up, runtime " +
                           format_bytes(req.host_reserved) + ")";
   if (p.optimizer_resident) {
     std::printf("host%s: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values "

@@ -1,5 +1,6 @@
 #include "model/llama_weights_io.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <vector>
 
@@ -32,28 +33,51 @@ LlamaWeights load_llama(const std::string& dir) {
   return weights;
 }
 
-void save_llama(const std::string& dir, const LlamaWeights& weights, uint64_t max_shard_bytes, DType dtype) {
+namespace {
+
+WeightDirectoryWriter parameter_writer(const LlamaConfig& config, const ParameterReader& read, DType dtype) {
+  WeightDirectoryWriter writer;
+  const std::vector<ParameterSpec> specs = parameter_specs(config);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto n = static_cast<size_t>(specs[i].shape.numel());
+    writer.add(specs[i].name, dtype, specs[i].shape, [&read, i, n, dtype](std::span<std::byte> out) {
+      if (dtype == DType::f32) {
+        read(i, std::span<float>(reinterpret_cast<float*>(out.data()), n));
+        return;
+      }
+      std::vector<float> wide(n);
+      read(i, wide);
+      auto* half = reinterpret_cast<uint16_t*>(out.data());
+      for (size_t j = 0; j < n; ++j) half[j] = dtype == DType::bf16 ? to_bf16(wide[j]).bits : to_f16(wide[j]).bits;
+    });
+  }
+  return writer;
+}
+
+}  // namespace
+
+void save_llama(const std::string& dir, const LlamaConfig& config, const ParameterReader& read,
+                uint64_t max_shard_bytes, DType dtype) {
   SPW_CHECK(dtype == DType::f32 || dtype == DType::bf16 || dtype == DType::f16, dir, "weights cannot be written as ",
             dtype_name(dtype));
   fs::create_directories(dir);
-  const std::string config_text = config_to_json(weights.config()).dump(2) + "\n";
+  const std::string config_text = config_to_json(config).dump(2) + "\n";
   write_text_file_atomically((fs::path(dir) / "config.json").string(), config_text);
-  WeightDirectoryWriter writer;
-  // The writer references bytes until it writes, so rounded copies live here.
-  std::vector<std::vector<uint16_t>> rounded;
-  rounded.reserve(weights.tensors().size());
-  for (const NamedTensor& t : weights.tensors()) {
-    if (dtype == DType::f32) {
-      writer.add(t.name, DType::f32, t.shape, t.data.data());
-      continue;
-    }
-    std::vector<uint16_t>& half = rounded.emplace_back(t.data.size());
-    for (size_t i = 0; i < t.data.size(); ++i) {
-      half[i] = dtype == DType::bf16 ? to_bf16(t.data[i]).bits : to_f16(t.data[i]).bits;
-    }
-    writer.add(t.name, dtype, t.shape, half.data());
-  }
-  writer.write(dir, max_shard_bytes);
+  parameter_writer(config, read, dtype).write(dir, max_shard_bytes);
+}
+
+void walk_llama_reads(const LlamaConfig& config, const ParameterReader& read, uint64_t max_shard_bytes) {
+  parameter_writer(config, read, DType::f32).walk(max_shard_bytes);
+}
+
+void save_llama(const std::string& dir, const LlamaWeights& weights, uint64_t max_shard_bytes, DType dtype) {
+  save_llama(
+      dir, weights.config(),
+      [&weights](size_t i, std::span<float> out) {
+        const std::vector<float>& data = weights.tensors()[i].data;
+        std::copy(data.begin(), data.end(), out.begin());
+      },
+      max_shard_bytes, dtype);
 }
 
 DType stored_dtype(const std::string& dir_or_gguf) {

@@ -3,6 +3,9 @@
 // transformers names, so transformers and spillway read each other's files.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 
 #include "base/dtype.h"
@@ -23,6 +26,20 @@ LlamaWeights load_llama(const std::string& dir);
 // `max_shard_bytes`.
 void save_llama(const std::string& dir, const LlamaWeights& weights, uint64_t max_shard_bytes = 5'000'000'000,
                 DType dtype = DType::f32);
+
+// Parameter `i` of parameter_specs(config)'s order, as float32, into `out`
+// (its whole size): weights that live elsewhere (a GPU engine's state) read
+// tensor by tensor.
+using ParameterReader = std::function<void(size_t i, std::span<float> out)>;
+
+// save_llama of the parameters `read` gives, each read when its file is
+// written, so they are never all in host memory at once.
+void save_llama(const std::string& dir, const LlamaConfig& config, const ParameterReader& read,
+                uint64_t max_shard_bytes = 5'000'000'000, DType dtype = DType::f32);
+// Makes every read save_llama would make, in its order, and writes nothing:
+// for a data-parallel rank whose reads are collectives the writing rank's
+// need it to join.
+void walk_llama_reads(const LlamaConfig& config, const ParameterReader& read, uint64_t max_shard_bytes = 5'000'000'000);
 
 // The dtype a model's weights are stored in: a folder's embedding's
 // safetensors dtype, or a GGUF file's embedding type (F32, F16, BF16; a

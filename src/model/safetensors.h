@@ -92,6 +92,11 @@ class SafetensorsWriter {
   // (little-endian, as every machine spillway runs on). Throws Error naming
   // the tensor for a duplicate or reserved name or a negative dimension.
   void add(std::string name, DType dtype, Shape shape, const void* data);
+  // A tensor whose bytes `fill` makes when write() reaches it, into a buffer
+  // of its stored size that the writer reuses: state read from a device
+  // tensor by tensor never has to be in host memory all at once.
+  using Fill = std::function<void(std::span<std::byte> out)>;
+  void add(std::string name, DType dtype, Shape shape, Fill fill);
   void add_metadata(std::string key, std::string value);
 
   // The header (names sorted, "__metadata__" first) and data laid out as they
@@ -104,6 +109,10 @@ class SafetensorsWriter {
   // Writes `path` atomically (see base/atomic_file.h): on any failure it
   // throws Error(path, problem) and leaves `path` as it was.
   void write(const std::string& path) const;
+  // Calls every Fill in the order write() would and writes nothing: for a
+  // data-parallel rank whose fills are collectives that the writing rank's
+  // need it to join.
+  void walk() const;
 
  private:
   struct Pending {
@@ -112,7 +121,13 @@ class SafetensorsWriter {
     Shape shape;
     const void* data;
     uint64_t bytes;
+    Fill fill;  // where data is null
   };
+  // The tensor's stored size, after refusing what the format cannot hold.
+  uint64_t checked_bytes(const std::string& name, DType dtype, const Shape& shape) const;
+  // Calls body(bytes, size) for each tensor in data-buffer order, filling
+  // those made on demand first.
+  void for_each_in_order(const std::function<void(const void*, uint64_t)>& body) const;
   // In data-buffer order, with each tensor's begin offset.
   std::vector<std::pair<const Pending*, uint64_t>> data_order() const;
 

@@ -26,7 +26,7 @@ bool is_valid_utf8(const std::string& text) {
 
 }  // namespace
 
-void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const void* data) {
+uint64_t SafetensorsWriter::checked_bytes(const std::string& name, DType dtype, const Shape& shape) const {
   SPW_CHECK(!name.empty(), "safetensors writer", "a tensor name must not be empty");
   SPW_CHECK(is_valid_utf8(name), "safetensors writer", "tensor name is not valid UTF-8");
   SPW_CHECK(name != "__metadata__", name, "is reserved for metadata and cannot name a tensor");
@@ -37,9 +37,21 @@ void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const vo
     SPW_CHECK(!__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes), name, "shape ",
               shape.str(), " is too large to address");
   }
-  SPW_CHECK(data != nullptr || bytes == 0, name, "no data given for ", bytes, " bytes");
   (void)safetensors_dtype_name(dtype);  // a dtype without a safetensors name is refused here
-  Pending pending{name, dtype, std::move(shape), data, bytes};
+  return bytes;
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, const void* data) {
+  const uint64_t bytes = checked_bytes(name, dtype, shape);
+  SPW_CHECK(data != nullptr || bytes == 0, name, "no data given for ", bytes, " bytes");
+  Pending pending{name, dtype, std::move(shape), data, bytes, {}};
+  tensors_.emplace(std::move(name), std::move(pending));
+}
+
+void SafetensorsWriter::add(std::string name, DType dtype, Shape shape, Fill fill) {
+  const uint64_t bytes = checked_bytes(name, dtype, shape);
+  SPW_CHECK(fill != nullptr, name, "no way given to make the tensor's bytes");
+  Pending pending{name, dtype, std::move(shape), nullptr, bytes, std::move(fill)};
   tensors_.emplace(std::move(name), std::move(pending));
 }
 
@@ -98,13 +110,30 @@ std::string SafetensorsWriter::header_json() const {
 
 void SafetensorsWriter::write(const std::string& path) const {
   const std::string header = header_json();
-  const auto order = data_order();
   AtomicFile file(path);
   const uint64_t header_size = header.size();
   file.write(&header_size, 8);
   file.write(header.data(), header.size());
-  for (const auto& [p, begin] : order) file.write(p->data, p->bytes);
+  for_each_in_order([&](const void* bytes, uint64_t size) { file.write(bytes, size); });
   file.commit();
+}
+
+void SafetensorsWriter::walk() const {
+  for_each_in_order([](const void*, uint64_t) {});
+}
+
+void SafetensorsWriter::for_each_in_order(const std::function<void(const void*, uint64_t)>& body) const {
+  std::vector<std::byte> made;  // one buffer, as large as the largest tensor made on demand
+  for (const auto& [p, begin] : data_order()) {
+    if (!p->fill) {
+      body(p->data, p->bytes);
+      continue;
+    }
+    if (made.size() < p->bytes) made.resize(p->bytes);
+    const std::span<std::byte> out(made.data(), p->bytes);
+    p->fill(out);
+    body(out.data(), out.size());
+  }
 }
 
 }  // namespace spillway

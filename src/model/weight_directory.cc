@@ -156,7 +156,48 @@ void WeightDirectoryWriter::add(std::string name, DType dtype, Shape shape, cons
   probe.add(name, dtype, shape, data);
   SPW_CHECK(!tensors_.contains(name), name, "tensor added twice to one weight directory");
   const uint64_t bytes = probe.data_bytes();
-  tensors_.emplace(std::move(name), Pending{dtype, std::move(shape), data, bytes});
+  tensors_.emplace(std::move(name), Pending{dtype, std::move(shape), data, bytes, {}});
+}
+
+void WeightDirectoryWriter::add(std::string name, DType dtype, Shape shape, SafetensorsWriter::Fill fill) {
+  SafetensorsWriter probe;
+  probe.add(name, dtype, shape, fill);
+  SPW_CHECK(!tensors_.contains(name), name, "tensor added twice to one weight directory");
+  const uint64_t bytes = probe.data_bytes();
+  tensors_.emplace(std::move(name), Pending{dtype, std::move(shape), nullptr, bytes, std::move(fill)});
+}
+
+std::vector<WeightDirectoryWriter::Group> WeightDirectoryWriter::groups(uint64_t max_shard_bytes) const {
+  std::vector<Group> groups(1);
+  uint64_t group_bytes = 0;
+  for (const auto& item : tensors_) {
+    if (!groups.back().empty() && group_bytes + item.second.bytes > max_shard_bytes) {
+      groups.emplace_back();
+      group_bytes = 0;
+    }
+    groups.back().push_back(&item);
+    group_bytes += item.second.bytes;
+  }
+  return groups;
+}
+
+SafetensorsWriter WeightDirectoryWriter::file_writer(const Group& group) {
+  SafetensorsWriter writer;
+  writer.add_metadata("format", "pt");
+  for (const auto* item : group) {
+    const Pending& p = item->second;
+    if (p.fill) {
+      writer.add(item->first, p.dtype, p.shape, p.fill);
+    } else {
+      writer.add(item->first, p.dtype, p.shape, p.data);
+    }
+  }
+  return writer;
+}
+
+void WeightDirectoryWriter::walk(uint64_t max_shard_bytes) const {
+  SPW_CHECK(max_shard_bytes > 0, "weight directory", "the shard size limit must be positive");
+  for (const Group& group : groups(max_shard_bytes)) file_writer(group).walk();
 }
 
 std::vector<std::string> WeightDirectoryWriter::write(const std::string& dir, uint64_t max_shard_bytes) const {
@@ -166,25 +207,11 @@ std::vector<std::string> WeightDirectoryWriter::write(const std::string& dir, ui
   SPW_CHECK(!ec, dir, "cannot create the directory: ", ec.message());
   const fs::path folder(dir);
 
-  using Group = std::vector<const std::pair<const std::string, Pending>*>;
-  std::vector<Group> groups(1);
-  uint64_t group_bytes = 0, total_bytes = 0;
-  for (const auto& item : tensors_) {
-    if (!groups.back().empty() && group_bytes + item.second.bytes > max_shard_bytes) {
-      groups.emplace_back();
-      group_bytes = 0;
-    }
-    groups.back().push_back(&item);
-    group_bytes += item.second.bytes;
-    total_bytes += item.second.bytes;
-  }
+  const std::vector<Group> groups = this->groups(max_shard_bytes);
+  uint64_t total_bytes = 0;
+  for (const auto& item : tensors_) total_bytes += item.second.bytes;
   auto write_group = [&](const Group& group, const std::string& file_name) {
-    SafetensorsWriter writer;
-    writer.add_metadata("format", "pt");
-    for (const auto* item : group) {
-      writer.add(item->first, item->second.dtype, item->second.shape, item->second.data);
-    }
-    writer.write((folder / file_name).string());
+    file_writer(group).write((folder / file_name).string());
   };
 
   if (groups.size() == 1) {

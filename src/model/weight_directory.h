@@ -71,6 +71,8 @@ class WeightDirectory {
 class WeightDirectoryWriter {
  public:
   void add(std::string name, DType dtype, Shape shape, const void* data);
+  // A tensor made when its file is written (SafetensorsWriter's Fill).
+  void add(std::string name, DType dtype, Shape shape, SafetensorsWriter::Fill fill);
 
   // Writes into `dir` (created if missing). Tensors totalling at most
   // `max_shard_bytes` go into one model.safetensors; more are split, in name
@@ -84,6 +86,9 @@ class WeightDirectoryWriter {
   // names missing shards rather than silently mixing old and new weights.
   // Returns the file names written, the index last when there is one.
   std::vector<std::string> write(const std::string& dir, uint64_t max_shard_bytes = kDefaultMaxShardBytes) const;
+  // Calls every Fill in the order write() would and writes nothing
+  // (SafetensorsWriter::walk).
+  void walk(uint64_t max_shard_bytes = kDefaultMaxShardBytes) const;
 
  private:
   struct Pending {
@@ -91,7 +96,13 @@ class WeightDirectoryWriter {
     Shape shape;
     const void* data;
     uint64_t bytes;
+    SafetensorsWriter::Fill fill;  // where data is null
   };
+  using Group = std::vector<const std::pair<const std::string, Pending>*>;
+  // The tensors of each file, in name order, a new file where the next would
+  // pass max_shard_bytes.
+  std::vector<Group> groups(uint64_t max_shard_bytes) const;
+  static SafetensorsWriter file_writer(const Group& group);
   std::map<std::string, Pending> tensors_;
 };
 

@@ -80,8 +80,9 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
     p.resident_bytes += s.staging_bytes;
     p.host_state_bytes = rest + (layout.weights ? 0 : total.weights) + out.grad_bytes_at_home;
   }
-  // The caller's arrays cover every element on every rank (checkpoints
-  // gather the shares into them).
+  // The caller's arrays cover every element on every rank while they exist.
+  // A checkpoint, read through one tensor's room while they do not, takes
+  // less.
   const bool moments_are_home_state =
       !layout.optimizer && s.caller_optimizer_bytes > 0 && s.caller_optimizer_bytes == s.optimizer_bytes;
   p.host_process_bytes = total.elements * (s.caller_master_bytes + s.caller_optimizer_bytes) -
@@ -190,7 +191,7 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
   }
   if (!best) {
     const std::string host_need = "at least " + format_bytes(least_host) +
-                                  " of host memory (the state at home, the fp32 masters and moments the process keeps, "
+                                  " of host memory (the state at home, the fp32 masters the process starts from, "
                                   "its runtime), more than the budget of " +
                                   format_bytes(r.host_budget);
     if (!frugal_error) throw Error("--host-mem", "the training state needs " + host_need + " in any layout");

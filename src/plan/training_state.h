@@ -38,11 +38,11 @@ struct TrainingStateSpec {
   // Data parallelism that shards the master's rest and the optimizer's
   // state evenly over this many ranks: each keeps one share.
   uint64_t state_shards = 1;
-  // Host bytes per parameter element the caller keeps whatever the layout:
-  // its fp32 master weights, and the moments it holds for checkpoints.
-  // Where a layout keeps the moments at home and they are the caller's own
-  // (the same bytes as optimizer_bytes), they are that home state, counted
-  // once.
+  // Host bytes per parameter element the caller holds at its peak (start-up,
+  // before the state has taken its arrays): its master weights, and the
+  // moments it brings. Where a layout keeps the moments at home and they are
+  // the caller's own (the same bytes as optimizer_bytes), they are that home
+  // state, counted once.
   uint64_t caller_master_bytes = 0;
   uint64_t caller_optimizer_bytes = 0;
   // Device memory the optimizer takes to stream state that lives at home

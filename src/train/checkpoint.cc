@@ -69,7 +69,51 @@ bool is_atomic_file_temporary(const std::string& name, const std::string& file) 
   return name.size() == prefix.size() + 6 && name.starts_with(prefix);
 }
 
+// optimizer.safetensors: both moments of every tensor, as fp32.
+SafetensorsWriter moments_writer(const CheckpointState& state) {
+  SafetensorsWriter moments;
+  const std::vector<model::ParameterSpec> specs = model::parameter_specs(state.config);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const auto n = static_cast<size_t>(specs[i].shape.numel());
+    for (StatePart part : {StatePart::m, StatePart::v}) {
+      moments.add((part == StatePart::m ? "exp_avg." : "exp_avg_sq.") + specs[i].name, DType::f32, specs[i].shape,
+                  [&state, part, i, n](std::span<std::byte> out) {
+                    state.read(part, i, std::span<float>(reinterpret_cast<float*>(out.data()), n));
+                  });
+    }
+  }
+  moments.add_metadata("steps_taken", std::to_string(state.optimizer_steps));
+  return moments;
+}
+
+model::ParameterReader master_reader(const CheckpointState& state) {
+  return [&state](size_t i, std::span<float> out) { state.read(StatePart::master, i, out); };
+}
+
 }  // namespace
+
+CheckpointState host_checkpoint_state(const model::LlamaWeights& weights, const AdamW& optimizer) {
+  CheckpointState state;
+  state.config = weights.config();
+  state.optimizer_steps = optimizer.steps_taken;
+  state.read = [&weights, &optimizer](StatePart part, size_t i, std::span<float> out) {
+    const model::LlamaWeights& from = part == StatePart::master ? weights : part == StatePart::m ? optimizer.m : optimizer.v;
+    if (from.tensors().empty()) {  // moments never made: a run that took no step keeps them zero
+      std::fill(out.begin(), out.end(), 0.0f);
+      return;
+    }
+    const std::vector<float>& data = from.tensors()[i].data;
+    SPW_CHECK(data.size() == out.size(), from.tensors()[i].name, "holds ", data.size(), " values; the checkpoint expects ",
+              out.size());
+    std::copy(data.begin(), data.end(), out.begin());
+  };
+  return state;
+}
+
+void walk_checkpoint_reads(const CheckpointState& state) {
+  model::walk_llama_reads(state.config, master_reader(state));
+  moments_writer(state).walk();
+}
 
 void remove_stale_temporaries(const std::string& run_dir) {
   const fs::path run(run_dir);
@@ -114,30 +158,21 @@ void remove_checkpoints(const std::string& run_dir) {
   remove_stale_temporaries(run_dir);
 }
 
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
-                            const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
-                            int64_t keep) {
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointState& state,
+                            const Tokenizer& tokenizer, const nlohmann::json& trainer_state, int64_t keep) {
   const fs::path run(run_dir);
   fs::create_directories(run);
   const fs::path final_dir = run / step_folder_name(step);
   const fs::path temp_dir = run / (step_folder_name(step) + ".tmp." + std::to_string(::getpid()));
   fs::remove_all(temp_dir);
   try {
-    model::save_llama(temp_dir.string(), weights);
+    model::save_llama(temp_dir.string(), state.config, master_reader(state));
     save_tokenizer_files(tokenizer, temp_dir.string());
-    SafetensorsWriter moments;
-    for (size_t i = 0; i < weights.tensors().size(); ++i) {
-      const auto& name = weights.tensors()[i].name;
-      const auto& shape = weights.tensors()[i].shape;
-      moments.add("exp_avg." + name, DType::f32, shape, optimizer.m.tensors()[i].data.data());
-      moments.add("exp_avg_sq." + name, DType::f32, shape, optimizer.v.tensors()[i].data.data());
-    }
-    moments.add_metadata("steps_taken", std::to_string(optimizer.steps_taken));
-    moments.write((temp_dir / "optimizer.safetensors").string());
-    nlohmann::json state = trainer_state;
-    state["format"] = kTrainerStateFormat;
-    state["step"] = step;
-    write_text_file_atomically((temp_dir / "trainer_state.json").string(), state.dump(2) + "\n");
+    moments_writer(state).write((temp_dir / "optimizer.safetensors").string());
+    nlohmann::json trainer = trainer_state;
+    trainer["format"] = kTrainerStateFormat;
+    trainer["step"] = step;
+    write_text_file_atomically((temp_dir / "trainer_state.json").string(), trainer.dump(2) + "\n");
     fsync_directory(temp_dir.string());
     // A checkpoint of the same step from an abandoned run (one killed after
     // renaming its step folder into place, before `latest` named it).

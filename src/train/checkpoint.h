@@ -14,6 +14,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -21,17 +23,40 @@
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
+#include "train/state_part.h"
 
 namespace spillway::train {
 
 inline constexpr const char* kTrainerStateFormat = "spillway-trainer-state/1";
 
+// The training state a checkpoint holds, read tensor by tensor while its
+// files are written (from an engine that may keep it on a device), so a
+// checkpoint never needs a second copy of it in host memory.
+struct CheckpointState {
+  model::LlamaConfig config;
+  // Tensor `i` (model::parameter_specs's order) of `part` into `out`.
+  std::function<void(StatePart part, size_t i, std::span<float> out)> read;
+  int64_t optimizer_steps = 0;  // AdamW's steps_taken
+  // AdamW's hyperparameters are the run's, saved with its options.
+};
+
+// What a checkpoint reads of weights and an optimizer in host memory.
+CheckpointState host_checkpoint_state(const model::LlamaWeights& weights, const AdamW& optimizer);
+
 // Writes the checkpoint of `step` and points RUN/latest at it; keeps the
 // newest `keep` step folders (0: all) and removes older ones. Returns the
 // folder.
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
-                            const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
-                            int64_t keep = 2);
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointState& state,
+                            const Tokenizer& tokenizer, const nlohmann::json& trainer_state, int64_t keep = 2);
+inline std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
+                                   const AdamW& optimizer, const Tokenizer& tokenizer,
+                                   const nlohmann::json& trainer_state, int64_t keep = 2) {
+  return save_checkpoint(run_dir, step, host_checkpoint_state(weights, optimizer), tokenizer, trainer_state, keep);
+}
+// Makes every read save_checkpoint would make of `state`, in its order, and
+// writes nothing: the part of a data-parallel rank that does not write but
+// whose reads are collectives the writer's join.
+void walk_checkpoint_reads(const CheckpointState& state);
 
 // Removes what killed runs left in the run folder RUN: checkpoints half
 // written (`step-N.tmp.<pid>`) or half deleted (`step-N.deleting`), and the

@@ -30,6 +30,9 @@ class CpuEngine final : public Engine {
     // only where asked for.
     if (o.shard == StateSharding::optimizer && data_parallel_size(o) > 1) {
       sharded_ = std::make_unique<CpuShardedAdamW>(weights_, optimizer_, *o.data_parallel);
+    } else if (optimizer_.m.tensors().empty()) {  // a fresh run: the trainer makes no moments
+      optimizer_.m = model::LlamaWeights::zeros(weights_.config());
+      optimizer_.v = model::LlamaWeights::zeros(weights_.config());
     }
   }
 
@@ -73,6 +76,7 @@ class CpuEngine final : public Engine {
       if (profiling_) ++profiled_steps_;
       stats.updated = update_is_finite(stats);
       if (stats.updated) sharded_->step(weights_, lr, scale, comm);
+      moments_gathered_ = false;
       return stats;
     }
     if (ranks > 1) {
@@ -104,8 +108,19 @@ class CpuEngine final : public Engine {
   std::string device_name() const override { return "cpu"; }
   bool on_gpu() const override { return false; }
   void sync_to_host() override {
-    if (sharded_) sharded_->sync_to_host(device_->stream(StreamKind::comm));
+    if (sharded_ && !moments_gathered_) sharded_->sync_to_host(device_->stream(StreamKind::comm));
+    moments_gathered_ = true;
   }
+  // The CPU trains on the caller's arrays; sharded moments are gathered
+  // into them at the first read after a step.
+  void read_state(StatePart part, size_t i, std::span<float> out) override {
+    if (part != StatePart::master) sync_to_host();
+    const model::LlamaWeights& from = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
+    const std::vector<float>& data = from.tensors().at(i).data;
+    SPW_CHECK(data.size() == out.size(), from.tensors()[i].name, "holds ", data.size(), " values, not ", out.size());
+    std::copy(data.begin(), data.end(), out.begin());
+  }
+  bool reads_are_collective() const override { return sharded_ != nullptr; }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
     if (auto* e = dynamic_cast<exec::Executor*>(&step_->program())) e->set_profiling(on);
@@ -143,6 +158,7 @@ class CpuEngine final : public Engine {
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer
   bool profiling_ = false;
   int profiled_steps_ = 0;
+  bool moments_gathered_ = false;  // the caller's moments hold the shares' (sharded)
 };
 
 }  // namespace

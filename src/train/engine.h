@@ -19,6 +19,7 @@
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
+#include "train/state_part.h"
 
 namespace spillway::train {
 
@@ -87,8 +88,17 @@ class Engine {
   // `values` summed over the data-parallel ranks, in place (as they are
   // without data parallelism). Every rank must call it.
   virtual void sum_over_ranks(std::span<double> values) = 0;
-  // Makes the host weights and optimizer handed to the engine current.
+  // Makes the host weights and optimizer handed to the engine current and
+  // whole (an engine may have let go of their arrays while it holds the
+  // state itself).
   virtual void sync_to_host() = 0;
+  // Tensor `i` (model::parameter_specs's order) of the state's `part`, as
+  // fp32, into `out`: a checkpoint's reads, one tensor at a time, so the
+  // state never needs a second whole copy in host memory. Where
+  // reads_are_collective(), every rank must make the same reads in the same
+  // order.
+  virtual void read_state(StatePart part, size_t i, std::span<float> out) = 0;
+  virtual bool reads_are_collective() const { return false; }
   virtual uint64_t peak_device_bytes() const = 0;
 
   // Per-op timing of the training step (synchronizing after every op, so

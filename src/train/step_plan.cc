@@ -23,7 +23,8 @@ int64_t largest_tensor(const model::LlamaConfig& config) {
 // on the device first: each micro-batch would move them whole, the
 // embedding's for the few rows it touches and lm_head's at the loss, where
 // memory is scarcest.
-plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaConfig& config, bool bf16_moments) {
+plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaConfig& config, bool bf16_moments,
+                                         bool caller_moments) {
   plan::TrainingStateSpec spec;
   const graph::Graph& g = s.step.graph;
   for (graph::Value w : s.model.parameters) {
@@ -37,10 +38,10 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
   spec.master_bytes = kMasterRestBytes;
   spec.optimizer_bytes = adamw_moment_bytes(bf16_moments);
   spec.staging_bytes = OptimizerStaging(largest_tensor(config)).device_bytes();
-  // The trainer's fp32 masters, and its fp32 moments (with bf16 moments the
-  // engine keeps its own and the trainer none).
+  // The trainer's fp32 masters (at start-up, until the state has split them,
+  // and at the end), and the fp32 moments a resumed run reads.
   spec.caller_master_bytes = sizeof(float);
-  spec.caller_optimizer_bytes = bf16_moments ? 0 : adamw_moment_bytes(false);
+  spec.caller_optimizer_bytes = caller_moments ? adamw_moment_bytes(false) : 0;
   return spec;
 }
 
@@ -75,7 +76,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     PlannedStep p;
     p.step = build_llama_step(r.config, r.batch, r.seq, fused, {.backward = true, .recompute = policy}, DType::bf16,
                               r.weighted_loss);
-    p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments);
+    p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
     plan::TrainingPlanRequest with_reserve = req;
     if (r.device_reserved) with_reserve.device_reserved = r.device_reserved(*p.step);

@@ -30,7 +30,10 @@ struct LlamaStep {
 };
 
 // LLaMA's parameters and AdamW's state beside them, as the planner sees them.
-plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::LlamaConfig& config, bool bf16_moments);
+// `caller_moments`: the caller brings fp32 moments (a resumed run), held
+// until the state has taken them.
+plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::LlamaConfig& config, bool bf16_moments,
+                                         bool caller_moments = false);
 
 // `recipe.backward` false gives the forward step alone (evaluation).
 // `weighted_loss`: the loss weighted per token (model::LlamaGraphOptions).
@@ -49,6 +52,7 @@ struct StepPlanRequest {
   std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
   bool bf16_moments = false;
   bool weighted_loss = false;  // the step takes per-token loss weights (instruction data)
+  bool caller_moments = false;  // the caller brings fp32 moments (adamw_state_spec)
   plan::OffloadMode offload = plan::OffloadMode::automatic;
   // Ranks that sum their gradient sums every step (on the device), and how
   // many shares of the optimizer's state each keeps one of.

@@ -187,6 +187,18 @@ class JsonLog {
   std::ofstream out_;
 };
 
+// The engine's master weights into `weights` (whose arrays it may have let
+// go of); a rank that does not `keep` them reads through one tensor's room.
+void read_masters(Engine& engine, model::LlamaWeights& weights, bool keep) {
+  std::vector<float> scratch;
+  for (size_t i = 0; i < weights.tensors().size(); ++i) {
+    model::NamedTensor& t = weights.tensors()[i];
+    std::vector<float>& to = keep ? t.data : scratch;
+    to.resize(static_cast<size_t>(t.shape.numel()));
+    engine.read_state(StatePart::master, i, to);
+  }
+}
+
 }  // namespace
 
 void check_run_folder(const RunConfig& o) {
@@ -304,9 +316,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
               data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
   }
-  // With bf16 moments the GPU engine keeps its own; fp32 ones are made only
-  // when a checkpoint needs them.
-  if (optimizer.m.tensors().empty() && !o.memory.bf16_moments) optimizer = AdamW(config);
+  // A fresh run brings no moments: each engine starts its own at zero.
   optimizer.weight_decay = o.optimizer.weight_decay;
   optimizer.beta1 = o.optimizer.beta1;
   optimizer.beta2 = o.optimizer.beta2;
@@ -358,15 +368,22 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   log.write({{"event", "start"}, {"step", start_step}, {"parameters", model::parameter_count(config)},
              {"options", checkpointed_json(o)}, {"unigram_entropy", data.unigram_entropy}});
 
+  // Checkpoints read the state from the engine tensor by tensor.
+  CheckpointState engine_state;
+  engine_state.config = config;
+  engine_state.read = [&](StatePart part, size_t i, std::span<float> out) { engine->read_state(part, i, out); };
   auto save = [&](int64_t steps_done) {
-    engine->sync_to_host();
-    if (!lead) return std::string();
+    engine_state.optimizer_steps = optimizer.steps_taken;
+    if (!lead) {
+      if (engine->reads_are_collective()) walk_checkpoint_reads(engine_state);
+      return std::string();
+    }
     TrainerState st;
     st.skipped_steps = skipped_steps;
     st.sampler = sampler.state();
     st.curves = curves;
     st.options = checkpointed_json(o);
-    std::string dir = save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer,
+    std::string dir = save_checkpoint(o.run.out, steps_done, engine_state, *data.tokenizer,
                                       trainer_state_json(st), s.keep_checkpoints);
     log.write({{"event", "checkpoint"}, {"step", steps_done}, {"path", dir}});
     return dir;
@@ -469,8 +486,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   result.tokens_per_second = progress.tokens_per_second();
 
   if (lead) write_text_file_atomically((run / "loss.svg").string(), loss_plot_svg(curves));
-  engine->sync_to_host();
   result.peak_device_bytes = engine->peak_device_bytes();
+  if (sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
+    // The final weights, read back (every rank: the reads may be
+    // collectives), and the engine's state let go before the lead samples.
+    if (lead || engine->reads_are_collective()) read_masters(*engine, weights, lead);
+    engine.reset();
+  }
   if (lead && sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
     result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});

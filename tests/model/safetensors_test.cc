@@ -511,3 +511,42 @@ TEST_F(SafetensorsTest, FifoIsRefusedWithoutHanging) {
 
 }  // namespace
 }  // namespace spillway
+
+namespace spillway {
+namespace {
+
+// Tensors made on demand (state read from a device tensor by tensor) give
+// the bytes of the same tensors handed over whole, and walk() makes them in
+// the order write() does, writing nothing.
+TEST_F(SafetensorsTest, TensorsMadeOnDemandWriteTheSameBytesInOneOrder) {
+  const std::vector<std::pair<std::string, DType>> tensors = {
+      {"b.weight", DType::f32}, {"a.bias", DType::bf16}, {"c.table", DType::f64}, {"a.weight", DType::f32}};
+  std::vector<std::string> contents;
+  contents.reserve(tensors.size());  // the writer references the bytes
+  SafetensorsWriter whole, made;
+  std::vector<std::string> filled;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& [name, dtype] = tensors[i];
+    contents.push_back(random_tensor_bytes(dtype, 6, 40 + i));
+    whole.add(name, dtype, Shape{2, 3}, contents.back().data());
+    made.add(name, dtype, Shape{2, 3}, [&, i](std::span<std::byte> out) {
+      ASSERT_EQ(out.size(), contents[i].size());
+      std::memcpy(out.data(), contents[i].data(), out.size());
+      filled.push_back(tensors[i].first);
+    });
+  }
+  const std::string a = file("whole.safetensors"), b = file("made.safetensors");
+  whole.write(a);
+  made.write(b);
+  EXPECT_EQ(read_bytes(a), read_bytes(b));
+  // Widest first, then by name: where each tensor sits in the data buffer.
+  const std::vector<std::string> order = {"c.table", "a.weight", "b.weight", "a.bias"};
+  EXPECT_EQ(filled, order);
+  filled.clear();
+  made.walk();
+  EXPECT_EQ(filled, order);
+  EXPECT_EQ(listing(), (std::vector<std::string>{"made.safetensors", "whole.safetensors"}));
+}
+
+}  // namespace
+}  // namespace spillway

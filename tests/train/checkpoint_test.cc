@@ -195,5 +195,35 @@ TEST_F(Checkpoint, ForeignStateFieldsAreOneLineErrors) {
   }
 }
 
+// A checkpoint read tensor by tensor from an engine (CheckpointState) holds
+// what one of the same state in host memory does, and the reads a rank
+// that does not write makes (walk_checkpoint_reads) are the writer's, in
+// its order: with sharded state each is a collective both must join.
+TEST_F(Checkpoint, StateReadTensorByTensorIsTheCheckpointOfTheSameState) {
+  optimizer_.m = model::LlamaWeights::random(config(), 2);
+  optimizer_.v = model::LlamaWeights::random(config(), 3);
+  optimizer_.steps_taken = 7;
+  const std::string whole = save(1);
+  const CheckpointState host = host_checkpoint_state(weights_, optimizer_);
+  std::vector<std::pair<StatePart, size_t>> written, walked;
+  std::vector<std::pair<StatePart, size_t>>* log = &written;
+  CheckpointState engine{config(), [&](StatePart part, size_t i, std::span<float> out) {
+                           log->emplace_back(part, i);
+                           host.read(part, i, out);
+                         },
+                         7};
+  const std::string read = save_checkpoint(run_.string(), 2, engine, tokenizer_, {{"options", nlohmann::json::object()}});
+  for (const char* file : {"model.safetensors", "optimizer.safetensors"}) {
+    std::ifstream a(fs::path(whole) / file, std::ios::binary), b(fs::path(read) / file, std::ios::binary);
+    const std::string x((std::istreambuf_iterator<char>(a)), {}), y((std::istreambuf_iterator<char>(b)), {});
+    EXPECT_FALSE(x.empty());
+    EXPECT_EQ(x, y) << file;
+  }
+  EXPECT_EQ(written.size(), 3 * weights_.tensors().size());  // each tensor's master and moments, once
+  log = &walked;
+  walk_checkpoint_reads(engine);
+  EXPECT_EQ(walked, written);
+}
+
 }  // namespace
 }  // namespace spillway::train

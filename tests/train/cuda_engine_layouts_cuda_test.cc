@@ -5,6 +5,7 @@
 // numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -27,6 +28,10 @@ struct TrainedRun {
   AdamW optimizer;
   std::string description;
   uint64_t peak = 0;
+  // Whether the engine let go of the caller's masters once it held them.
+  bool masters_let_go = false;
+  // The state as read_state gives it, tensor by tensor, after the steps.
+  model::LlamaWeights read_master, read_m, read_v;
 };
 
 // Three steps of o.micro_batches micro-batches each, then an evaluation.
@@ -38,6 +43,8 @@ TrainedRun train(EngineOptions o, bool tied = false) {
   if (!o.memory.bf16_moments) r.optimizer = AdamW(config);
   auto engine = make_engine(r.weights, r.optimizer, o);
   r.description = engine->description();
+  r.masters_let_go = std::all_of(r.weights.tensors().begin(), r.weights.tensors().end(),
+                                 [](const model::NamedTensor& t) { return t.data.empty(); });
   const size_t n = static_cast<size_t>(o.batch * o.seq * micro_batches);
   for (int step = 0; step < 3; ++step) {
     auto tokens = testing::random_tokens(2 * n, 40 + step, 1000);
@@ -50,6 +57,14 @@ TrainedRun train(EngineOptions o, bool tied = false) {
   auto tokens = testing::random_tokens(2 * m, 77, 1000);
   r.eval = engine->eval_loss(std::vector<int32_t>(tokens.begin(), tokens.begin() + m),
                              std::vector<int32_t>(tokens.begin() + m, tokens.end()));
+  r.read_master = model::LlamaWeights::zeros(config);
+  r.read_m = model::LlamaWeights::zeros(config);
+  r.read_v = model::LlamaWeights::zeros(config);
+  for (size_t i = 0; i < r.read_master.tensors().size(); ++i) {
+    engine->read_state(StatePart::master, i, r.read_master.tensors()[i].data);
+    engine->read_state(StatePart::m, i, r.read_m.tensors()[i].data);
+    engine->read_state(StatePart::v, i, r.read_v.tensors()[i].data);
+  }
   engine->sync_to_host();
   r.peak = engine->peak_device_bytes();
   return r;
@@ -179,6 +194,24 @@ TEST(CudaOffloadEngine, UnderATightBudgetWeightsStreamAndActivationsGoHome) {
   EXPECT_LE(b.peak, tight.memory.device_mem);
   expect_same_training(a, b);
   EXPECT_NEAR(b.eval, a.eval, 1e-6 * a.eval);
+}
+
+// The engine keeps the state once: it lets go of the caller's masters at
+// start-up, and what it reads back tensor by tensor (a checkpoint's reads)
+// is what sync_to_host makes whole, in every layout.
+TEST(CudaOffloadEngine, TheStateIsKeptOnceAndReadsBackAsSyncGivesIt) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  EngineOptions bf16 = options(OffloadMode::on), tight = options(OffloadMode::stream);
+  bf16.memory.bf16_moments = true;
+  tight.memory.device_mem = 150ull << 20;
+  for (const EngineOptions& o : {options(OffloadMode::off), options(OffloadMode::on), bf16, tight}) {
+    TrainedRun r = train(o);
+    SCOPED_TRACE(r.description);
+    EXPECT_TRUE(r.masters_let_go);
+    EXPECT_TRUE(same_bits(r.read_master, r.weights));
+    EXPECT_TRUE(same_bits(r.read_m, r.optimizer.m));
+    EXPECT_TRUE(same_bits(r.read_v, r.optimizer.v));
+  }
 }
 
 TEST(CudaOffloadEngine, Bf16MomentsTrackFp32Moments) {

@@ -219,6 +219,8 @@ class CudaEngine final : public Engine {
     state_->sync_to_host();
     host_current_ = true;
   }
+  void read_state(StatePart part, size_t i, std::span<float> out) override { state_->read(part, i, out); }
+  bool reads_are_collective() const override { return sharded_; }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   bool replays_cuda_graph() const override { return train_->replays(); }
@@ -283,8 +285,9 @@ class CudaEngine final : public Engine {
                         : held + static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes())) / ranks;
     // The caller's arrays the plan counts itself (adamw_state_spec); the
     // rest of what is held is the runtime's.
+    r.caller_moments = !optimizer_.m.tensors().empty();
     const uint64_t arrays = static_cast<uint64_t>(model::parameter_count(weights_.config())) *
-                            (sizeof(float) + (options_.memory.bf16_moments ? 0 : adamw_moment_bytes(false)));
+                            (sizeof(float) + (r.caller_moments ? adamw_moment_bytes(false) : 0));
     r.host_reserved = held > arrays ? held - arrays : 0;
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = data_parallel_size(options_);
@@ -506,7 +509,7 @@ class CudaEngine final : public Engine {
   std::vector<std::vector<GradBucket>> buckets_by_node_;
   bool overlapped_ = false;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
-  bool host_current_ = true;  // the caller's masters hold the engine's
+  bool host_current_ = false;  // the caller's arrays hold the engine's state (sync_to_host)
   bool profiling_ = false;
   int profiled_steps_ = 0;
   double optimizer_seconds_ = 0;

@@ -19,12 +19,14 @@ constexpr uint64_t kStackAlign = 128;
 // Pinned room for one piece of a tensor's working copy, master rest and one
 // moment on their way between the caller's arrays and the device.
 struct PieceStaging {
+  int64_t piece;
   PinnedBuffer buffer;
   bf16* working;
   uint16_t* remainder;
   char* moment;
-  explicit PieceStaging(int64_t piece)
-      : buffer(static_cast<uint64_t>(piece) * 8),
+  explicit PieceStaging(int64_t n)
+      : piece(n),
+        buffer(static_cast<uint64_t>(n) * 8),
         working(buffer.as<bf16>()),
         remainder(reinterpret_cast<uint16_t*>(working + piece)),
         moment(reinterpret_cast<char*>(remainder + piece)) {}
@@ -76,6 +78,11 @@ Overlap overlap(uint64_t first, uint64_t n, uint64_t lo, uint64_t hi) {
 
 }  // namespace
 
+// The staging of the state's reads, kept from one read to the next.
+struct CudaTrainingState::ReadStaging : PieceStaging {
+  using PieceStaging::PieceStaging;
+};
+
 CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer,
                                      const std::vector<std::vector<int>>& parts, const plan::TrainingPlan& plan,
                                      bool bf16_moments, Device& device, Communicator* shard_over)
@@ -89,7 +96,13 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   const auto& named = weights_.tensors();
   SPW_CHECK(parts.size() == plan.grad_resident.size(), "training state", "the plan places ",
             plan.grad_resident.size(), " gradient sums for ", parts.size(), " parameters");
-  if (optimizer_.m.tensors().empty() && !bf16_moments_) optimizer_ = AdamW(weights_.config());
+  // fp32 moments at home are the caller's arrays, made zero for a fresh
+  // run; elsewhere the state's own arrays start at zero.
+  const bool moments_are_callers = !optimizer_on_device_ && !bf16_moments_;
+  if (moments_are_callers && optimizer_.m.tensors().empty()) {
+    optimizer_.m = model::LlamaWeights::zeros(weights_.config());
+    optimizer_.v = model::LlamaWeights::zeros(weights_.config());
+  }
   std::vector<int64_t> numel;
   tensors_.resize(named.size());
   for (size_t i = 0; i < named.size(); ++i) {
@@ -189,6 +202,14 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   } else {
     upload();
   }
+  // The state lives here now: the caller's copies would be a second one (for
+  // LLaMA-3-8B, 32 GB of masters and 64 GB of moments in host memory).
+  for (model::NamedTensor& w : weights_.tensors()) std::vector<float>().swap(w.data);
+  for (Tensor& t : tensors_) t.master = nullptr;
+  if (!moments_are_callers) {
+    optimizer_.m = model::LlamaWeights();
+    optimizer_.v = model::LlamaWeights();
+  }
 }
 
 CudaTrainingState::~CudaTrainingState() {
@@ -257,46 +278,107 @@ void CudaTrainingState::copy_moment(size_t i, int which, int64_t off, int64_t n,
 }
 
 void CudaTrainingState::sync_to_host() {
+  const model::LlamaConfig& config = weights_.config();
   if (optimizer_.m.tensors().empty()) {
-    optimizer_.m = model::LlamaWeights::zeros(weights_.config());
-    optimizer_.v = model::LlamaWeights::zeros(weights_.config());
+    optimizer_.m = model::LlamaWeights::zeros(config);
+    optimizer_.v = model::LlamaWeights::zeros(config);
   }
-  device_.synchronize();
-  if (shard_over_) {
-    sync_shares_to_host();
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    std::vector<float>& master = weights_.tensors()[i].data;
+    master.resize(static_cast<size_t>(tensors_[i].n));
+    read(StatePart::master, i, master);
+    read(StatePart::m, i, optimizer_.m.tensors()[i].data);
+    read(StatePart::v, i, optimizer_.v.tensors()[i].data);
+  }
+}
+
+void CudaTrainingState::read(StatePart part, size_t i, std::span<float> out) {
+  SPW_CHECK(i < tensors_.size() && out.size() == static_cast<size_t>(tensors_[i].n), "training state",
+            "a read of tensor ", i, " into ", out.size(), " values does not match the state");
+  if (!staging_) staging_ = std::make_unique<ReadStaging>(OptimizerStaging(largest_).chunk);
+  device_.synchronize();  // the step's updates are complete
+  const bool callers_moments = !bf16_moments_ && !optimizer_on_device_;
+  if (part != StatePart::master && callers_moments) {
+    // fp32 moments at home: the caller's own arrays, whose page-straddling
+    // ends the copies keep in shadows until written back.
+    pinned_in_place_.write_back();
+    const std::vector<float>& home = (part == StatePart::m ? optimizer_.m : optimizer_.v).tensors()[i].data;
+    if (home.data() != out.data()) std::copy(home.begin(), home.end(), out.begin());
     return;
   }
-  const bool fp32_at_home = !bf16_moments_ && !optimizer_on_device_;
-  if (fp32_at_home) pinned_in_place_.write_back();
-  Stream& stream = device_.stream(StreamKind::compute);
-  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
-                                                const PieceStaging& staging) {
-    const auto count = static_cast<size_t>(len);
-    const bf16* w = t.working + off;
-    const uint16_t* r = t.remainder + off;
-    if (weights_on_device_) {
-      device_.copy_async(staging.working, w, count * 2, stream);
-      w = staging.working;
+  const Tensor& t = tensors_[i];
+  const int64_t piece = staging_->piece;
+  for (int64_t off = 0; off < t.n; off += piece) {
+    const int64_t len = std::min(piece, t.n - off);
+    if (part == StatePart::master) {
+      read_master_piece(t, off, len, out.data() + off);
+    } else {
+      read_moment_piece(t, part == StatePart::m ? 0 : 1, off, len, out.data() + off);
     }
+  }
+  if (shard_over_) {
+    // The shares were gathered through the gradient sums' block, whose gaps
+    // must stay zero.
+    Stream& comm = device_.stream(StreamKind::comm);
+    device_.zero_async(device_grads_, std::min<uint64_t>(device_grad_bytes_, static_cast<uint64_t>(piece) * 4), comm);
+    comm.synchronize();
+  }
+}
+
+// With sharded state the pieces of the masters' rest and the moments come
+// from every rank (gather_shares), through the gradient sums' block, which
+// holds nothing between optimizer steps (a step's first micro-batch writes
+// it whole).
+void CudaTrainingState::read_master_piece(const Tensor& t, int64_t off, int64_t len, float* out) {
+  const ReadStaging& staging = *staging_;
+  const auto count = static_cast<uint64_t>(len);
+  Stream& stream = device_.stream(shard_over_ ? StreamKind::comm : StreamKind::compute);
+  const bf16* w = t.working + off;
+  if (weights_on_device_) {
+    device_.copy_async(staging.working, w, count * 2, stream);
+    w = staging.working;
+  }
+  const uint16_t* r = t.remainder ? t.remainder + off : nullptr;
+  if (shard_over_) {
+    char* gathered = reinterpret_cast<char*>(device_grads_);
+    // The master's low halves travel as 16-bit values: bf16 is NCCL's word for them.
+    gather_shares(arrays_.remainder, 2, DType::bf16, t.at + static_cast<uint64_t>(off), count, gathered, stream);
+    device_.copy_async(staging.remainder, gathered, count * 2, stream);
+    shard_over_->wait(stream);
+    r = staging.remainder;
+  } else {
     if (optimizer_on_device_) {
       device_.copy_async(staging.remainder, r, count * 2, stream);
       r = staging.remainder;
     }
     stream.synchronize();
-    ops::join_master(w, r, t.master + off, len);
-    if (fp32_at_home) return;  // the caller's own arrays, written back above
-    for (int k = 0; k < 2; ++k) {
-      const char* from = static_cast<const char*>(k == 0 ? t.m : t.v) + static_cast<size_t>(off) * moment_bytes;
-      float* to = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off;
-      if (optimizer_on_device_) {
-        device_.copy_async(staging.moment, from, count * moment_bytes, stream);
-        stream.synchronize();
-        from = staging.moment;
-      }
-      widen_moment(from, to, len, bf16_moments_);
-    }
-  });
+  }
+  ops::join_master(w, r, out, len);
+}
+
+void CudaTrainingState::read_moment_piece(const Tensor& t, int which, int64_t off, int64_t len, float* out) {
+  const ReadStaging& staging = *staging_;
+  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
+  const auto count = static_cast<uint64_t>(len);
+  if (shard_over_) {
+    Stream& comm = device_.stream(StreamKind::comm);
+    const DType moment_type = bf16_moments_ ? DType::bf16 : DType::f32;
+    char* gathered = reinterpret_cast<char*>(device_grads_);
+    gather_shares(which == 0 ? arrays_.m : arrays_.v, moment_bytes, moment_type, t.at + static_cast<uint64_t>(off),
+                  count, gathered, comm);
+    device_.copy_async(staging.moment, gathered, count * moment_bytes, comm);
+    shard_over_->wait(comm);
+    widen_moment(staging.moment, out, len, bf16_moments_);
+    return;
+  }
+  const char* from = static_cast<const char*>(which == 0 ? t.m : t.v) + static_cast<uint64_t>(off) * moment_bytes;
+  if (optimizer_on_device_) {
+    Stream& stream = device_.stream(StreamKind::compute);
+    device_.copy_async(staging.moment, from, count * moment_bytes, stream);
+    stream.synchronize();
+    from = staging.moment;
+  }
+  widen_moment(from, out, len, bf16_moments_);
 }
 
 // This rank's share of the masters' rest and moments, and every working copy.
@@ -339,35 +421,6 @@ void CudaTrainingState::gather_shares(const void* share, uint64_t bytes, DType d
     }
     shard_over_->broadcast(to, part.count, dtype, r, stream);
   }
-}
-
-// Every rank's share gathered piece by piece through the gradient sums'
-// block, which holds nothing between optimizer steps (a step's first
-// micro-batch writes it whole), and zeroed after, as its gaps must be.
-void CudaTrainingState::sync_shares_to_host() {
-  Stream& comm = device_.stream(StreamKind::comm);
-  const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  const DType moment_type = bf16_moments_ ? DType::bf16 : DType::f32;
-  char* gathered = reinterpret_cast<char*>(device_grads_);
-  for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
-                                                const PieceStaging& staging) {
-    const uint64_t first = t.at + static_cast<uint64_t>(off), count = static_cast<uint64_t>(len);
-    device_.copy_async(staging.working, t.working + off, count * 2, comm);
-    // The master's low halves travel as 16-bit values: bf16 is NCCL's word for them.
-    gather_shares(arrays_.remainder, 2, DType::bf16, first, count, gathered, comm);
-    device_.copy_async(staging.remainder, gathered, count * 2, comm);
-    shard_over_->wait(comm);
-    ops::join_master(staging.working, staging.remainder, t.master + off, len);
-    for (int k = 0; k < 2; ++k) {
-      gather_shares(k == 0 ? arrays_.m : arrays_.v, moment_bytes, moment_type, first, count, gathered, comm);
-      device_.copy_async(staging.moment, gathered, count * moment_bytes, comm);
-      shard_over_->wait(comm);
-      widen_moment(staging.moment, (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off, len,
-                   bf16_moments_);
-    }
-  });
-  device_.zero_async(device_grads_, device_grad_bytes_, comm);
-  comm.synchronize();
 }
 
 }  // namespace spillway::train

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "base/dtype.h"
@@ -30,6 +31,7 @@
 #include "model/llama_weights.h"
 #include "plan/training_plan.h"
 #include "train/optimizer.h"
+#include "train/state_part.h"
 
 namespace spillway::train {
 
@@ -39,7 +41,7 @@ class CudaTrainingState {
     int64_t n = 0;
     uint64_t at = 0;                     // where it starts in the one layout
     bool decay = false;                  // a matrix: AdamW decays it
-    float* master = nullptr;             // the caller's fp32 master
+    float* master = nullptr;             // the caller's fp32 master, until start-up has split it
     bf16* working = nullptr;             // the master's bf16 rounding, which the step reads
     uint16_t* remainder = nullptr;       // the rest of the master
     float* grad = nullptr;               // the sum of this optimizer step's micro-batch gradients
@@ -96,14 +98,21 @@ class CudaTrainingState {
   enum class Towards { device, home };
   void copy_moment(size_t i, int which, int64_t off, int64_t n, void* device, Towards towards, Stream& stream) const;
 
-  // Makes the caller's masters and moments hold the state. With sharded
-  // state every rank must call it: the shares travel to every rank.
+  // Makes the caller's masters and moments hold the state, whole (after
+  // start-up the state lets go of them, except fp32 moments at home, which
+  // are the caller's arrays). With sharded state every rank must call it:
+  // the shares travel to every rank.
   void sync_to_host();
+  // Tensor `i` of the state's `part`, as fp32, into `out` (Engine::read_state).
+  // With sharded state every rank must make the same reads in the same order.
+  void read(StatePart part, size_t i, std::span<float> out);
 
  private:
+  struct ReadStaging;
   void upload();
   void upload_share();
-  void sync_shares_to_host();
+  void read_master_piece(const Tensor& t, int64_t off, int64_t len, float* out);
+  void read_moment_piece(const Tensor& t, int which, int64_t off, int64_t len, float* out);
   // Elements [first, first + n) of a sharded array (`bytes` each, this
   // rank's share at `share`) into `device` on every rank, each owner
   // broadcasting its part.
@@ -125,6 +134,7 @@ class CudaTrainingState {
   // bf16 moments; and the caller's fp32 moments pinned in place.
   std::vector<std::unique_ptr<PinnedBuffer>> host_owned_;
   PinnedArrays pinned_in_place_;  // m then v of each tensor
+  std::unique_ptr<ReadStaging> staging_;  // made at the first read
 };
 
 }  // namespace spillway::train

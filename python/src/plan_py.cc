@@ -45,8 +45,9 @@ void bind_plan(nb::module_& m) {
       .def_prop_ro("stacked_projections", [](const RunPlan& r) { return r.chosen.step->fused_projections; },
                    "q|k|v and gate|up each one matmul over stacked weights.")
       .def_prop_ro("recompute", [](const RunPlan& r) {
-            return std::string(graph::recompute_policy_name(r.chosen.step->recompute));
-          })
+            const std::string remade = train::recompute_summary(*r.chosen.step);
+            return remade.empty() ? std::string("none") : remade;
+          }, "What the backward pass remakes: none, a policy's name, or the kinds of values the planner chose.")
       .def_prop_ro("sharded", [](const RunPlan& r) { return r.chosen.state.state_shards > 1; },
                    "AdamW's state and the masters' rest split over the GPUs.")
       // memory

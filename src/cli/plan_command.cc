@@ -30,7 +30,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   const uint64_t reserved = planned.reserved;
   const plan::TrainingPlan& p = chosen.plan;
   const graph::Graph& g = chosen.step->step.graph;
-  const graph::RecomputePolicy recompute = chosen.step->recompute;
+  const std::string recompute = train::recompute_summary(*chosen.step);
   const std::string per_gpu = a.gpus > 1 ? " per GPU" : "";
   const std::string& name = planned.name;
   std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step%s\n",
@@ -54,29 +54,26 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
-              recompute == graph::RecomputePolicy::none
-                  ? ""
-                  : ("; recomputation: " + std::string(graph::recompute_policy_name(recompute))).c_str());
+              recompute.empty() ? "" : ("; recomputation: " + recompute).c_str());
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(planned.minimum_device_budget).c_str());
   std::printf("device%s: %s resident + %s planned peak + %s workspaces of %s\n", per_gpu.c_str(),
               format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
               format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
-  // The process's own: the fp32 masters the trainer starts from (until the
-  // state has taken them) and the runtime.
-  const std::string own = format_bytes(p.host_process_bytes) + " the process's own (fp32 masters at start-up, runtime " +
-                          format_bytes(req.host_reserved) + ")";
+  // The offloaded values take the room of the fp32 masters the trainer
+  // starts from, which the state has let go of before any step.
+  const std::string shared_room = "runtime " + format_bytes(req.host_reserved) + " + the larger of " +
+                                  format_bytes(p.placement.host_peak) + " offloaded values and " +
+                                  format_bytes(p.host_startup_bytes) + " fp32 masters at start-up, of " +
+                                  format_bytes(req.host_budget);
   if (p.optimizer_resident) {
-    std::printf("host%s: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s offloaded values "
-                "+ %s of %s\n",
-                per_gpu.c_str(), m.bf16_moments ? "bf16" : "fp32", format_bytes(p.placement.host_peak).c_str(),
-                own.c_str(), format_bytes(req.host_budget).c_str());
+    std::printf("host%s: no state (fp32 masters' remainders and %s AdamW moments on the device) + %s\n", per_gpu.c_str(),
+                m.bf16_moments ? "bf16" : "fp32", shared_room.c_str());
   } else {
-    std::printf("host%s: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s offloaded values + %s of %s\n",
-                per_gpu.c_str(), format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
-                p.weights_resident ? "" : ", bf16 weights", format_bytes(p.placement.host_peak).c_str(), own.c_str(),
-                format_bytes(req.host_budget).c_str());
+    std::printf("host%s: %s state (fp32 masters' remainders, %s AdamW moments%s) + %s\n", per_gpu.c_str(),
+                format_bytes(p.host_state_bytes).c_str(), m.bf16_moments ? "bf16" : "fp32",
+                p.weights_resident ? "" : ", bf16 weights", shared_room.c_str());
   }
   std::printf("moved per micro-batch: %s host->device, %s device->host\n",
               format_bytes(p.placement.bytes_loaded).c_str(), format_bytes(p.placement.bytes_stored).c_str());

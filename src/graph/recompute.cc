@@ -1,5 +1,6 @@
 #include "graph/recompute.h"
 
+#include <algorithm>
 #include <string>
 
 #include "base/status.h"
@@ -146,6 +147,22 @@ KeepRule keep_rule(RecomputePolicy policy) {
       };
   }
   throw Error("recompute", "unknown policy");
+}
+
+std::string recompute_kind(const Graph& g, Value v) {
+  const ValueInfo& info = g.value(v);
+  if (info.producer < 0 || crosses_layer_boundary(g, v)) return {};
+  const std::string& node = g.nodes()[static_cast<size_t>(info.producer)].name;
+  const std::string_view scope = layer_scope(node);
+  return std::string(std::string_view(node).substr(scope.size() + 1));
+}
+
+KeepRule keep_rule(std::vector<std::string> dropped_kinds) {
+  std::sort(dropped_kinds.begin(), dropped_kinds.end());
+  return [dropped = std::move(dropped_kinds)](const Graph& g, Value v) {
+    const std::string kind = recompute_kind(g, v);
+    return kind.empty() || !std::binary_search(dropped.begin(), dropped.end(), kind);
+  };
 }
 
 Recomputed recompute(const Graph& graph, const KeepRule& keep) { return Transform(graph, keep).run(); }

@@ -11,7 +11,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -41,6 +43,18 @@ RecomputePolicy parse_recompute_policy(std::string_view name);  // throws Error 
 // outputs are always kept and never asked about.
 using KeepRule = std::function<bool(const Graph& graph, Value v)>;
 KeepRule keep_rule(RecomputePolicy policy);
+
+// The kind of a forward value that `layers` drops: the name of the node
+// that makes it with its transformer layer's scope taken off ("mlp.swiglu"
+// for "model.layers.3.mlp.swiglu"), the same in every layer and for every
+// output of the node (remaking one remakes them all, so they are dropped
+// together: a norm's output and its rstd, the attention's and its
+// log-sum-exp). Empty for values every rule keeps (made outside a layer, or
+// crossing a layer's boundary).
+std::string recompute_kind(const Graph& graph, Value v);
+// Keeps every value but those of the given kinds (recompute_kind): the
+// recomputation the planner chooses value kind by value kind.
+KeepRule keep_rule(std::vector<std::string> dropped_kinds);
 
 // What a transform did, for `spillway plan`.
 struct RecomputeStats {

@@ -13,7 +13,9 @@ StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& para
   if (recipe.backward) step.grads = append_backward(b, loss, parameters, GradientOutput::accumulated);
   // Fusion comes before recomputation: see graph/fuse_step.h.
   step.graph = fuse_step(g);
-  if (recipe.recompute != RecomputePolicy::none) {
+  if (!recipe.recomputed_kinds.empty()) {
+    step.graph = recompute(step.graph, keep_rule(recipe.recomputed_kinds)).graph;
+  } else if (recipe.recompute != RecomputePolicy::none) {
     step.graph = recompute(step.graph, recipe.recompute).graph;
   } else {
     step.graph = fuse_matmul_rope(fuse_matmul_swiglu(step.graph).graph).graph;

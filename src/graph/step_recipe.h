@@ -13,6 +13,7 @@
 // step program.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "graph/autodiff.h"
@@ -24,6 +25,9 @@ namespace spillway::graph {
 struct StepRecipe {
   bool backward = true;  // false: the forward pass alone (evaluation)
   RecomputePolicy recompute = RecomputePolicy::none;
+  // Where not empty, instead of the policy: the kinds of values recomputed
+  // (graph::recompute_kind), as the planner chooses them.
+  std::vector<std::string> recomputed_kinds;
 };
 
 struct StepGraph {

@@ -85,8 +85,9 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
   // less.
   const bool moments_are_home_state =
       !layout.optimizer && s.caller_optimizer_bytes > 0 && s.caller_optimizer_bytes == s.optimizer_bytes;
-  p.host_process_bytes = total.elements * (s.caller_master_bytes + s.caller_optimizer_bytes) -
+  p.host_startup_bytes = total.elements * (s.caller_master_bytes + s.caller_optimizer_bytes) -
                          (moments_are_home_state ? total.optimizer : 0);
+  p.host_process_bytes = p.host_startup_bytes;
   out.resident = std::move(resident);
   return out;
 }
@@ -97,7 +98,8 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   const uint64_t taken = r.device_reserved + p.resident_bytes;
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
             " cannot hold the resident state and workspaces (", format_bytes(taken), ")");
-  const uint64_t host_taken = p.host_state_bytes + p.host_process_bytes;
+  // Beside the step's offloaded values: all but the caller's arrays.
+  const uint64_t host_taken = p.host_state_bytes + p.host_process_bytes - p.host_startup_bytes;
   p.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - host_taken, std::move(out.resident),
                                    r.rates, host_taken);
   SPW_CHECK(!out.layout.optimizer || r.offload != OffloadMode::off || p.placement.values_offloaded == 0,

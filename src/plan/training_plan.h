@@ -88,6 +88,11 @@ struct TrainingPlan {
   // The rest of the process's host memory: the caller's masters and
   // moments (TrainingStateSpec) and the request's host_reserved.
   uint64_t host_process_bytes = 0;
+  // Of host_process_bytes, the caller's arrays: held at start-up and let go
+  // of before the step's offloaded values take their room (the engine
+  // lets go of that room before the masters are read back at the end), so
+  // the two share it.
+  uint64_t host_startup_bytes = 0;
   StepPrediction micro;           // one micro-batch
   double optimizer_seconds = 0;   // the update, in place or streaming the state through the GPU
   // Data parallelism: what each rank sends its peers per optimizer step (the

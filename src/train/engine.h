@@ -99,6 +99,11 @@ class Engine {
   // order.
   virtual void read_state(StatePart part, size_t i, std::span<float> out) = 0;
   virtual bool reads_are_collective() const { return false; }
+  // Training is over: the engine lets go of what its steps need (the room
+  // of their offloaded values, which the planner lets the caller's masters
+  // share), keeping the state for read_state and peak_device_bytes; no
+  // step or evaluation may follow.
+  virtual void finish() {}
   virtual uint64_t peak_device_bytes() const = 0;
 
   // Per-op timing of the training step (synchronizing after every op, so

@@ -1,11 +1,13 @@
 #include "train/step_plan.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights.h"
 #include "train/adamw_state.h"
+#include "train/recompute_choice.h"
 
 namespace spillway::train {
 
@@ -55,7 +57,13 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
   s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
   s->fused_projections = fused_projections;
   s->recompute = recipe.recompute;
+  s->recomputed_kinds = recipe.recomputed_kinds;
   return s;
+}
+
+std::string recompute_summary(const LlamaStep& step) {
+  if (!step.recomputed_kinds.empty()) return recomputed_kinds_summary(step.recomputed_kinds);
+  return step.recompute == graph::RecomputePolicy::none ? "" : std::string(graph::recompute_policy_name(step.recompute));
 }
 
 PlannedStep plan_llama_step(const StepPlanRequest& r) {
@@ -72,10 +80,9 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
   req.flops_per_token = model::training_flops_per_token(r.config, r.seq);
 
-  auto plan_variant = [&](bool fused, graph::RecomputePolicy policy) {
+  auto plan_variant = [&](bool fused, const graph::StepRecipe& recipe) {
     PlannedStep p;
-    p.step = build_llama_step(r.config, r.batch, r.seq, fused, {.backward = true, .recompute = policy}, DType::bf16,
-                              r.weighted_loss);
+    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
     plan::TrainingPlanRequest with_reserve = req;
@@ -84,29 +91,56 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     return p;
   };
   // Stacked projections only where the plan copies nothing, unless asked for.
-  auto plan_policy = [&](graph::RecomputePolicy policy) {
-    if (r.fused_projections) return plan_variant(*r.fused_projections, policy);
+  auto plan_recipe = [&](const std::function<graph::StepRecipe(bool fused)>& recipe) {
+    if (r.fused_projections) return plan_variant(*r.fused_projections, recipe(*r.fused_projections));
     try {
-      PlannedStep fused = plan_variant(true, policy);
+      PlannedStep fused = plan_variant(true, recipe(true));
       if (fused.plan.all_on_device()) return fused;
     } catch (const Error&) {
       // The separate projections' plan says why, or fits.
     }
-    return plan_variant(false, policy);
+    return plan_variant(false, recipe(false));
+  };
+  auto plan_policy = [&](graph::RecomputePolicy policy) {
+    return plan_recipe([policy](bool) { return graph::StepRecipe{.backward = true, .recompute = policy}; });
   };
 
   if (r.recompute) return plan_policy(*r.recompute);
   std::optional<PlannedStep> best;
-  const graph::RecomputePolicy policies[] = {graph::RecomputePolicy::none, graph::RecomputePolicy::selective,
-                                             graph::RecomputePolicy::layers};
-  for (graph::RecomputePolicy policy : policies) {
+  std::optional<Error> frugal_error;  // why `layers`, which keeps the least, does not fit
+  auto consider = [&](const std::function<PlannedStep()>& plan, bool frugal = false) {
     try {
-      PlannedStep candidate = plan_policy(policy);
+      PlannedStep candidate = plan();
       if (!best || candidate.plan.step_seconds < best->plan.step_seconds) best = std::move(candidate);
-    } catch (const Error&) {
-      if (!best && policy == policies[std::size(policies) - 1]) throw;  // nothing fits: say why
+    } catch (const Error& e) {
+      if (frugal) frugal_error = e;
     }
+  };
+  for (graph::RecomputePolicy policy :
+       {graph::RecomputePolicy::none, graph::RecomputePolicy::selective, graph::RecomputePolicy::layers}) {
+    consider([&] { return plan_policy(policy); }, policy == graph::RecomputePolicy::layers);
   }
+  // The kinds `layers` remakes, cheapest per byte first (for each layout of
+  // the projections, whose values differ), and the steps that remake the
+  // cheapest 1, 2, ... of them; all of them is `layers`.
+  std::vector<RecomputeKindCost> ranked[2];
+  for (bool fused : {false, true}) {
+    const auto layers = build_llama_step(r.config, r.batch, r.seq, fused,
+                                         {.backward = true, .recompute = graph::RecomputePolicy::layers}, DType::bf16,
+                                         r.weighted_loss);
+    ranked[fused] = recompute_kinds_by_cost(layers->step.graph, r.rates);
+  }
+  for (size_t k = 1; k < ranked[0].size(); ++k) {
+    consider([&] {
+      return plan_recipe([&](bool fused) {
+        graph::StepRecipe recipe{.backward = true};
+        const auto& kinds = ranked[fused];
+        for (size_t i = 0; i < std::min(k, kinds.size()); ++i) recipe.recomputed_kinds.push_back(kinds[i].kind);
+        return recipe;
+      });
+    });
+  }
+  if (!best) throw *frugal_error;  // nothing fits: say why
   return std::move(*best);
 }
 

@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "graph/recompute.h"
 #include "graph/step_recipe.h"
@@ -27,7 +29,12 @@ struct LlamaStep {
   model::LlamaGraph model;
   bool fused_projections = false;
   graph::RecomputePolicy recompute = graph::RecomputePolicy::none;
+  std::vector<std::string> recomputed_kinds;  // where the plan chose kinds (graph::StepRecipe)
 };
+
+// What a step remakes in its backward pass, for a plan's description: ""
+// (nothing), a policy's name, or the kinds of values.
+std::string recompute_summary(const LlamaStep& step);
 
 // LLaMA's parameters and AdamW's state beside them, as the planner sees them.
 // `caller_moments`: the caller brings fp32 moments (a resumed run), held
@@ -48,7 +55,9 @@ struct StepPlanRequest {
   // separate (the planner places the smaller blocks better; see
   // docs/performance.md).
   std::optional<bool> fused_projections;
-  // Unset: the policy with the fastest predicted step.
+  // Unset: the recomputation with the fastest predicted step, of the
+  // policies and the kinds of values ranked by their cost to remake
+  // (train/recompute_choice.h).
   std::optional<graph::RecomputePolicy> recompute = graph::RecomputePolicy::none;
   bool bf16_moments = false;
   bool weighted_loss = false;  // the step takes per-token loss weights (instruction data)

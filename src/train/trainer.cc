@@ -490,6 +490,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   if (sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
     // The final weights, read back (every rank: the reads may be
     // collectives), and the engine's state let go before the lead samples.
+    engine->finish();
     if (lead || engine->reads_are_collective()) read_masters(*engine, weights, lead);
     engine.reset();
   }

@@ -27,13 +27,14 @@ model::LlamaConfig activation_heavy_config() {
   return testing::llama_config(16, 32, 64, 4, 4, 2);
 }
 
-enum class Rule { none, layers, selective, drop_everything };
+enum class Rule { none, layers, selective, kinds, drop_everything };
 
 std::string rule_name(Rule r) {
   switch (r) {
     case Rule::none: return "none";
     case Rule::layers: return "layers";
     case Rule::selective: return "selective";
+    case Rule::kinds: return "kinds";
     case Rule::drop_everything: return "drop_everything";
   }
   return "?";
@@ -41,11 +42,16 @@ std::string rule_name(Rule r) {
 
 void PrintTo(Rule r, std::ostream* os) { *os << rule_name(r); }
 
+// What Rule::kinds remakes: a matmul's output, an elementwise op's, a norm's,
+// in every layer, as the planner may choose them (train/recompute_choice.h).
+const std::vector<std::string> kDroppedKinds = {"self_attn.q_proj", "mlp.swiglu", "input_layernorm"};
+
 Recomputed transform(const Graph& g, Rule r) {
   switch (r) {
     case Rule::none: return recompute(g, RecomputePolicy::none);
     case Rule::layers: return recompute(g, RecomputePolicy::layers);
     case Rule::selective: return recompute(g, RecomputePolicy::selective);
+    case Rule::kinds: return recompute(g, keep_rule(kDroppedKinds));
     case Rule::drop_everything: return recompute(g, [](const Graph&, Value) { return false; });
   }
   throw Error("test", "unknown rule");
@@ -68,6 +74,14 @@ bool allowed_forward_read(const Graph& g, Value v, Rule r, int64_t layers) {
   for (int64_t i = 0; i < layers; ++i) {
     // The residual stream leaving layer i: the next layer's input, or the final norm's.
     if (v == g.find("model.layers." + std::to_string(i) + ".mlp_residual")) return true;
+  }
+  if (r == Rule::kinds) {
+    for (int64_t i = 0; i < layers; ++i) {
+      for (const std::string& kind : kDroppedKinds) {
+        if (g.value(v).name == "model.layers." + std::to_string(i) + "." + kind) return false;
+      }
+    }
+    return true;
   }
   return r == Rule::selective && (producer.kind == OpKind::matmul || producer.kind == OpKind::attention);
 }
@@ -203,7 +217,7 @@ TEST_P(Recompute, DroppedOriginalsDieInTheForwardPass) {
 
 INSTANTIATE_TEST_SUITE_P(TiedAndUntied, Recompute,
                          ::testing::Combine(::testing::Bool(),
-                                            ::testing::Values(Rule::none, Rule::layers, Rule::selective,
+                                            ::testing::Values(Rule::none, Rule::layers, Rule::selective, Rule::kinds,
                                                               Rule::drop_everything)),
                          [](const auto& info) {
                            return std::string(std::get<0>(info.param) ? "tied_" : "untied_") +
@@ -221,6 +235,16 @@ TEST(Recompute, LayersLowersThePeakAndSelectiveLiesBetween) {
   EXPECT_LT(layers, original);
   EXPECT_LT(selective, original);
   EXPECT_LE(layers, selective);
+}
+
+// A kind is a layer value's name without its layer; values every rule
+// keeps (outside the layers, or the residual stream crossing them) have none.
+TEST(Recompute, KindsNameLayerValuesAcrossLayers) {
+  const auto s = testing::build_llama_step<float>(tiny_config(false), 2, 7);
+  EXPECT_EQ(recompute_kind(s.graph, s.graph.find("model.layers.0.mlp.swiglu")), "mlp.swiglu");
+  EXPECT_EQ(recompute_kind(s.graph, s.graph.find("model.layers.1.mlp.swiglu")), "mlp.swiglu");
+  EXPECT_EQ(recompute_kind(s.graph, s.graph.find("model.layers.0.mlp_residual")), "");
+  EXPECT_EQ(recompute_kind(s.graph, s.graph.find("model.embed_tokens")), "");
 }
 
 TEST(Recompute, PolicyNamesRoundTrip) {

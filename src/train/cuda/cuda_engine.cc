@@ -136,10 +136,8 @@ class CudaEngine final : public Engine {
     if (sharded_) {
       moments += "; masters and moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
     }
-    const graph::RecomputePolicy recompute = planned_.step->recompute;
-    const std::string remade = recompute == graph::RecomputePolicy::none
-                                   ? ""
-                                   : "; recomputation: " + std::string(graph::recompute_policy_name(recompute));
+    const std::string recompute = recompute_summary(*planned_.step);
+    const std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
     if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
              train_->runner().attention_summary() + ")";
@@ -153,6 +151,7 @@ class CudaEngine final : public Engine {
 
   StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
                        double lr) override {
+    SPW_CHECK(train_ != nullptr, "GPU engine", "a training step after finish()");
     const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
     StepStats stats;
     norm_->start_step();
@@ -210,6 +209,7 @@ class CudaEngine final : public Engine {
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
+    SPW_CHECK(eval_ != nullptr, "GPU engine", "an evaluation after finish()");
     check_token_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
     return eval_->run(inputs, targets, true);
   }
@@ -220,6 +220,12 @@ class CudaEngine final : public Engine {
     host_current_ = true;
   }
   void read_state(StatePart part, size_t i, std::span<float> out) override { state_->read(part, i, out); }
+  void finish() override {
+    device_->synchronize();
+    train_.reset();
+    eval_.reset();
+    host_pool_.reset();
+  }
   bool reads_are_collective() const override { return sharded_; }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }

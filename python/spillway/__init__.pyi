@@ -23,6 +23,7 @@ class DataSection:
     vocab_size: int
     validation_fraction: float
     format: Literal["auto", "text", "instruction"]
+    packing: bool
 
 class OptimizerSection:
     lr: float

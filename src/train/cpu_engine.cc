@@ -44,9 +44,10 @@ class CpuEngine final : public Engine {
     return d;
   }
 
-  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
-                       double lr) override {
-    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
+  using Engine::train_step;
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                       const PackedDocuments& documents, int64_t micro_batches, double lr) override {
+    const size_t n = micro_batch_tokens(options_, inputs, targets, documents, micro_batches);
     StepStats stats;
     const float share = 1.0f / static_cast<float>(micro_batches);
     const int ranks = data_parallel_size(options_);
@@ -61,7 +62,9 @@ class CpuEngine final : public Engine {
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto y = targets.subspan(micro * n, n);
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
-      stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), y, grads_, loss_weights_) * share;
+      const PackedDocuments docs = documents.subspan(micro * n, n);
+      stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), y, grads_, loss_weights_, docs.positions,
+                               docs.doc_starts) * share;
     }
     Stream& comm = device_->stream(StreamKind::comm);
     if (sharded_) {
@@ -123,15 +126,18 @@ class CpuEngine final : public Engine {
   EngineOptions options_;
   // A device budget plans the steps across the device's memory and its host
   // memory; without one they run in device memory alone.
-  // Evaluation keeps the plain mean: the trainer weighs its batches itself.
+  // Evaluation keeps the plain mean (the trainer weighs its batches itself)
+  // over rows of one example each.
   std::unique_ptr<TrainStep> make_step(bool with_backward) {
     const auto& c = weights_.config();
     const bool weighted = with_backward && options_.weighted_loss;
+    const bool documents = with_backward && options_.documents;
     if (options_.memory.device_mem) {
-      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted);
+      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted,
+                                         documents);
     }
     return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward,
-                                       weighted);
+                                       weighted, documents);
   }
 
   // Members are built in declaration order: the device before the steps.

@@ -116,6 +116,10 @@ struct DataConfig {
   double validation_fraction = 0.05;
   uint64_t seed = 1;  // which documents are held out; fixed, so that a resume finds the same split
   DataFormat format = DataFormat::automatic;
+  // Instruction data: several examples laid end to end in each training row
+  // (train/instruction_packing.h), RoPE positions and attention restarting
+  // at each, instead of one example a row and the rest padding.
+  bool packing = false;
 };
 
 struct OptimizerConfig {

@@ -67,6 +67,10 @@ const Field kFields[] = {
              "rendered through the model's chat template; the loss counts the assistant's tokens only), or auto "
              "(instruction where every --data file is such a .jsonl)",
      .commands = kTraining, .ref = at<&R::data, &DataConfig::format>},
+    {.key = "data.packing", .flag = "--packing",
+     .help = "instruction data: pack several examples into each training row, positions and attention restarting "
+             "at each (validation stays one example a row)",
+     .commands = kTraining, .ref = at<&R::data, &DataConfig::packing>, .checkpointed = true},
     {.key = "data.vocab_size", .flag = "--vocab", .help = "size of the BPE tokenizer trained on the data",
      .commands = T, .ref = at<&R::data, &DataConfig::vocab_size>, .min = 1, .max = limits::kMaxVocab},
     {.key = "data.validation_fraction", .flag = "--validation-fraction",

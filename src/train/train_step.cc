@@ -8,11 +8,11 @@
 namespace spillway::train {
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward,
-                     bool weighted_loss)
+                     bool weighted_loss, bool documents)
     : batch_(batch), seq_(seq) {
   graph::Graph forward;
   graph::Builder b(forward, DType::f32);
-  model_ = model::build_llama(b, config, batch, seq, {.weighted_loss = weighted_loss});
+  model_ = model::build_llama(b, config, batch, seq, {.weighted_loss = weighted_loss, .documents = documents});
   if (!with_backward) forward.mark_output(model_.logits);
   graph::StepGraph step = graph::make_step_graph(b, model_.loss, model_.parameters, {.backward = with_backward});
   graph_ = std::move(step.graph);
@@ -20,14 +20,14 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-                     bool with_backward, bool weighted_loss)
-    : TrainStep(config, batch, seq, with_backward, weighted_loss) {
+                     bool with_backward, bool weighted_loss, bool documents)
+    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents) {
   program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
-                     bool with_backward, bool weighted_loss)
-    : TrainStep(config, batch, seq, with_backward, weighted_loss) {
+                     bool with_backward, bool weighted_loss, bool documents)
+    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents) {
   device_ = &device;
   auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
   plan::Placement placement =
@@ -44,25 +44,28 @@ const plan::Placement* TrainStep::placement() const {
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
                       std::span<const int32_t> targets, model::LlamaWeights& grads,
-                      std::span<const float> loss_weights) {
+                      std::span<const float> loss_weights, std::span<const int32_t> positions,
+                      std::span<const int32_t> doc_starts) {
   SPW_CHECK(!grads_.of.empty(), "train step", "a forward-only step computes no gradients");
   auto& g = grads.tensors();
   SPW_CHECK(g.size() == model_.parameters.size(), "train step", "gradients hold ", g.size(),
             " tensors, the model has ", model_.parameters.size());
   for (size_t i = 0; i < g.size(); ++i) program_->bind(grads_[model_.parameters[i]], std::span<float>(g[i].data));
-  return run_bound(weights, tokens, targets, loss_weights);
+  return run_bound(weights, tokens, targets, loss_weights, positions, doc_starts);
 }
 
 double TrainStep::run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                      std::span<const int32_t> targets, std::span<const float> loss_weights) {
-  if (grads_.of.empty()) return run_bound(weights, tokens, targets, loss_weights);
+                      std::span<const int32_t> targets, std::span<const float> loss_weights,
+                      std::span<const int32_t> positions, std::span<const int32_t> doc_starts) {
+  if (grads_.of.empty()) return run_bound(weights, tokens, targets, loss_weights, positions, doc_starts);
   if (!own_grads_) own_grads_ = model::LlamaWeights::zeros(weights.config());
   for (auto& t : own_grads_->tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
-  return run(weights, tokens, targets, *own_grads_, loss_weights);
+  return run(weights, tokens, targets, *own_grads_, loss_weights, positions, doc_starts);
 }
 
 double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                            std::span<const int32_t> targets, std::span<const float> loss_weights) {
+                            std::span<const int32_t> targets, std::span<const float> loss_weights,
+                            std::span<const int32_t> positions, std::span<const int32_t> doc_starts) {
   const auto n = static_cast<size_t>(batch_ * seq_);
   SPW_CHECK(tokens.size() == n && targets.size() == n, "train step",
             "batch holds ", tokens.size(), " tokens and ", targets.size(), " targets, the step needs ", n);
@@ -77,6 +80,15 @@ double TrainStep::run_bound(model::LlamaWeights& weights, std::span<const int32_
     program_->bind(model_.loss_weights, loss_weights);
   } else {
     SPW_CHECK(loss_weights.empty(), "train step", "token weights given to a step whose loss is unweighted");
+  }
+  if (model_.positions.valid()) {
+    SPW_CHECK(positions.size() == n && doc_starts.size() == n, "train step", "packed rows got ", positions.size(),
+              " positions and ", doc_starts.size(), " document starts for ", n, " tokens");
+    program_->bind(model_.positions, positions);
+    program_->bind(model_.doc_starts, doc_starts);
+  } else {
+    SPW_CHECK(positions.empty() && doc_starts.empty(), "train step",
+              "positions or document starts given to a step whose rows are not packed");
   }
   for (size_t i = 0; i < tensors.size(); ++i) {
     program_->bind(model_.parameters[i], std::span<float>(tensors[i].data));

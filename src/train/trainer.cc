@@ -24,6 +24,7 @@
 #include "train/dataset.h"
 #include "train/instruction_batches.h"
 #include "train/instruction_data.h"
+#include "train/instruction_packing.h"
 #include "train/loss_plot.h"
 #include "train/loss_weights.h"
 #include "train/lr_schedule.h"
@@ -79,31 +80,57 @@ double evaluate(Engine& engine, int64_t batch, int64_t seq, const std::function<
 // count): the tokenizer's padding token, or its end of text.
 int32_t pad_id(const Tokenizer& t) { return t.roles().pad.value_or(t.eos_id()); }
 
-// The training batches: windows of a token file, or instruction examples.
+// The training batches: windows of a token file, or instruction examples
+// one a row or packed.
 class TrainingBatches {
  public:
-  TrainingBatches(const Dataset& data, const InstructionSet* chats, int64_t batch, int64_t seq, uint64_t seed) {
-    if (chats) {
+  TrainingBatches(const Dataset& data, const InstructionSet* chats, bool packing, int64_t batch, int64_t seq,
+                  uint64_t seed) {
+    if (chats && packing) {
+      packed_.emplace(chats->train, batch, seq, pad_id(*data.tokenizer), seed);
+    } else if (chats) {
       examples_.emplace(chats->train, batch, seq, pad_id(*data.tokenizer), seed);
     } else {
       windows_.emplace(*data.train, batch, seq, seed);
     }
   }
-  void next(std::span<int32_t> inputs, std::span<int32_t> targets) {
+  bool packed() const { return packed_.has_value(); }
+  // positions and doc_starts: filled for packed rows, else left alone.
+  void next(std::span<int32_t> inputs, std::span<int32_t> targets, std::span<int32_t> positions,
+            std::span<int32_t> doc_starts) {
+    if (packed_) return packed_->next(inputs, targets, positions, doc_starts);
     if (examples_) return examples_->next(inputs, targets);
     windows_->next(inputs, targets);
   }
-  SamplerState state() const { return examples_ ? examples_->state() : windows_->state(); }
+  SamplerState state() const {
+    return packed_ ? packed_->state() : examples_ ? examples_->state() : windows_->state();
+  }
   void restore(const SamplerState& s) {
+    if (packed_) return packed_->restore(s);
     if (examples_) return examples_->restore(s);
     windows_->restore(s);
   }
-  double epochs() const { return examples_ ? examples_->epochs() : windows_->epochs(); }
+  double epochs() const { return packed_ ? packed_->epochs() : examples_ ? examples_->epochs() : windows_->epochs(); }
 
  private:
   std::optional<BatchSampler> windows_;
   std::optional<InstructionSampler> examples_;
+  std::optional<PackingSampler> packed_;
 };
+
+// A packed sampler's state says nothing of how many rows it drew
+// (train/instruction_packing.h): the walk of `steps` optimizer steps is
+// replayed from the seed, and the saved state must be where it ends.
+void check_packed_state(const SamplerState& saved, const std::vector<InstructionExample>& examples,
+                        const ScheduleConfig& s, int32_t pad, int64_t steps, const std::string& path) {
+  PackingSampler replay(examples, s.batch, s.seq, pad, s.seed);
+  replay.skip(steps * s.grad_accum);
+  const SamplerState want = replay.state();
+  SPW_CHECK(saved.draws == want.draws && saved.tokens_consumed == want.tokens_consumed, path, "sampler.draws ",
+            saved.draws, " and sampler.tokens_consumed ", saved.tokens_consumed, " are not where ", steps,
+            " steps of packed rows end (", want.draws, " examples, ", want.tokens_consumed,
+            " counted targets): the state belongs to other data or was altered");
+}
 
 // Entropy (nats per token) of the unigram distribution of the targets the
 // training examples count: the loss of a model that knows only their
@@ -235,7 +262,10 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     restore_checkpointed(o, state.options, path);
     weights = model::load_llama(ckpt);
     optimizer = load_optimizer(ckpt, weights.config());
-    check_trainer_state(state, o.schedule, optimizer.steps_taken, !uses_instruction_data(o.data), path);
+    const SampledRows sampled = !uses_instruction_data(o.data) ? SampledRows::windows
+                                : o.data.packing                ? SampledRows::packed
+                                                                : SampledRows::examples;
+    check_trainer_state(state, o.schedule, optimizer.steps_taken, sampled, path);
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
@@ -270,9 +300,12 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     data.unigram_entropy = counted_unigram_entropy(chats->train);
     if (!o.run.quiet) {
       std::printf("instruction data: %zu training and %zu validation conversations; the loss counts the "
-                  "assistant's tokens\n", chats->train.size(), chats->validation.size());
+                  "assistant's tokens%s\n", chats->train.size(), chats->validation.size(),
+                  o.data.packing ? "; training rows packed with whole conversations" : "");
     }
   } else {
+    SPW_CHECK(!o.data.packing, "--packing", "packs instruction examples into rows; the data here is text, whose "
+              "rows are windows of the token stream already");
     data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
   }
   if (lead && ranks.size() > 1) ranks.barrier(kDataPreparationWait);
@@ -312,8 +345,14 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   optimizer.beta2 = o.optimizer.beta2;
   optimizer.eps = o.optimizer.eps;
 
-  TrainingBatches sampler(data, chats ? &*chats : nullptr, s.batch, s.seq, s.seed);
-  if (o.run.resume) sampler.restore(state.sampler);
+  TrainingBatches sampler(data, chats ? &*chats : nullptr, o.data.packing, s.batch, s.seq, s.seed);
+  if (o.run.resume) {
+    if (sampler.packed()) {
+      check_packed_state(state.sampler, chats->train, s, pad_id(*data.tokenizer), state.step,
+                         resolve_checkpoint(o.run.out) + "/trainer_state.json");
+    }
+    sampler.restore(state.sampler);
+  }
   LossCurves curves = state.curves;
   char title[96];
   std::snprintf(title, sizeof title, "spillway: %.1fM-parameter LLaMA", static_cast<double>(model::parameter_count(config)) / 1e6);
@@ -330,7 +369,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .shard = o.parallel.shard,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
-                                     .weighted_loss = chats.has_value()};
+                                     .weighted_loss = chats.has_value(),
+                                     .documents = sampler.packed()};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;
@@ -381,19 +421,26 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   StopSignals signals;
   const size_t micro_tokens = static_cast<size_t>(s.batch * s.seq);
   std::vector<int32_t> inputs(micro_tokens * static_cast<size_t>(s.grad_accum)), targets(inputs.size());
+  // Packed rows' positions and document starts, laid out as the inputs.
+  std::vector<int32_t> positions(sampler.packed() ? inputs.size() : 0), doc_starts(positions.size());
+  auto micro_batch = [&](std::vector<int32_t>& v, int64_t micro) {
+    return v.empty() ? std::span<int32_t>() : std::span<int32_t>(v).subspan(micro * micro_tokens, micro_tokens);
+  };
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < end_step; ++step) {
     for (int64_t micro = 0; micro < s.grad_accum; ++micro) {
-      sampler.next(std::span<int32_t>(inputs).subspan(micro * micro_tokens, micro_tokens),
-                   std::span<int32_t>(targets).subspan(micro * micro_tokens, micro_tokens));
+      sampler.next(micro_batch(inputs, micro), micro_batch(targets, micro), micro_batch(positions, micro),
+                   micro_batch(doc_starts, micro));
     }
     const double lr = schedule.at(step);
     // The step's micro-batches are drawn alike on every rank: this rank
     // trains on its share.
     const size_t share = micro_tokens * static_cast<size_t>(rank_micro_batches);
     const size_t first = share * static_cast<size_t>(ranks.rank());
+    const PackedDocuments documents =
+        PackedDocuments{positions, doc_starts}.subspan(first, share);
     const StepStats stats = engine->train_step(std::span<const int32_t>(inputs).subspan(first, share),
-                                               std::span<const int32_t>(targets).subspan(first, share),
+                                               std::span<const int32_t>(targets).subspan(first, share), documents,
                                                rank_micro_batches, lr);
     const double loss = stats.loss, norm = stats.grad_norm;
     progress.step(step, loss, lr, tokens_per_step);

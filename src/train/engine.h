@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "graph/graph.h"
 #include "model/llama_weights.h"
+#include "train/lora_state.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
 
@@ -64,6 +65,11 @@ struct EngineOptions {
   // (PackedDocuments), so RoPE restarts and attention stays inside each
   // example. Evaluation is one example a row and takes neither.
   bool documents = false;
+  // LoRA (model/lora.h): the adapters and their AdamW moments, which the
+  // engine trains in place, the weights frozen; the optimizer's own moments
+  // are then unused. Must outlive the engine. Null: every weight trains.
+  // The CPU engine only, so far.
+  LoraState* lora = nullptr;
 };
 
 // Packed rows' per-token positions and document starts

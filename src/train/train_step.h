@@ -15,6 +15,7 @@
 #include "graph/step_recipe.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
+#include "model/lora.h"
 
 namespace spillway::train {
 
@@ -24,15 +25,24 @@ class TrainStep {
   // values live in `space`. `weighted_loss`: the loss weighted per token
   // (model::LlamaGraphOptions), whose weights each run is given.
   // `documents`: packed rows, whose per-token positions and document starts
-  // each run is given (model::LlamaGraphOptions::documents).
+  // each run is given (model::LlamaGraphOptions::documents). `lora`: LoRA
+  // adapters on the frozen weights (model/lora.h), bound with bind_adapters;
+  // the step's gradients are then the adapters' alone.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-            bool with_backward = true, bool weighted_loss = false, bool documents = false);
+            bool with_backward = true, bool weighted_loss = false, bool documents = false,
+            const model::LoraConfig* lora = nullptr);
   // The step under a placement planned for `device`'s memory budgets
   // (plan/placement.h), run on its streams: values the device memory cannot
   // hold go home to its host memory and come back. Planning fails here,
   // before any work, when the budget is below the step's minimum.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
-            bool with_backward = true, bool weighted_loss = false, bool documents = false);
+            bool with_backward = true, bool weighted_loss = false, bool documents = false,
+            const model::LoraConfig* lora = nullptr);
+
+  // A LoRA step's adapters, and (for a step with a backward pass) where
+  // their gradients are accumulated, as TrainStep::run's `grads` are: every
+  // later run reads and adds to these. Both must outlive the step.
+  void bind_adapters(model::LoraWeights& adapters, model::LoraWeights* grads);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
@@ -50,8 +60,9 @@ class TrainStep {
              std::span<const int32_t> targets, model::LlamaWeights& grads,
              std::span<const float> loss_weights = {}, std::span<const int32_t> positions = {},
              std::span<const int32_t> doc_starts = {});
-  // Without a gradient buffer: a forward-only step, or a step whose gradients
-  // go to a set the step keeps (zeroed first) for write_gradients.
+  // Without a gradient buffer: a forward-only step, a LoRA step (its
+  // gradients go to the bound adapters' gradients), or a step whose
+  // gradients go to a set the step keeps (zeroed first) for write_gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
              std::span<const int32_t> targets, std::span<const float> loss_weights = {},
              std::span<const int32_t> positions = {}, std::span<const int32_t> doc_starts = {});
@@ -67,7 +78,7 @@ class TrainStep {
 
  private:
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward, bool weighted_loss,
-            bool documents);
+            bool documents, const model::LoraConfig* lora);
   // Binds tokens, targets, loss weights, documents and weights, runs,
   // returns the loss.
   double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
@@ -83,6 +94,8 @@ class TrainStep {
   std::unique_ptr<exec::StreamedNodeRunner> streamed_;
   std::unique_ptr<exec::StepProgram> program_;
   std::optional<model::LlamaWeights> own_grads_;  // for run() without a gradient buffer
+  std::vector<float> lora_scaling_;  // with LoRA: (alpha / r) I, [r, r]
+  bool adapters_bound_ = false;
 };
 
 }  // namespace spillway::train

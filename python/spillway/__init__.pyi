@@ -35,6 +35,12 @@ class OptimizerSection:
     beta2: float
     eps: float
 
+class LoraSection:
+    rank: int
+    alpha: float
+    dropout: float
+    targets: str
+
 class ScheduleSection:
     steps: int
     stop_after: int
@@ -91,6 +97,7 @@ class RunConfig:
     model: ModelSection
     data: DataSection
     optimizer: OptimizerSection
+    lora: LoraSection
     schedule: ScheduleSection
     memory: MemorySection
     kernels: KernelsSection

@@ -60,6 +60,11 @@ void save_peft_adapter(const std::string& dir, const LoraWeights& adapters, cons
   write_text_file_atomically(dir + "/adapter_config.json", config.dump(2) + "\n");
 }
 
+bool holds_peft_adapter(const std::string& dir) {
+  std::error_code ec;
+  return fs::is_regular_file(fs::path(dir) / "adapter_config.json", ec);
+}
+
 LoraWeights load_peft_adapter(const std::string& dir, const LlamaConfig& config) {
   const std::string path = dir + "/adapter_config.json";
   std::error_code ec;

@@ -25,6 +25,9 @@ inline constexpr const char* kPeftTensorPrefix = "base_model.model.";
 // base_model_name_or_path.
 void save_peft_adapter(const std::string& dir, const LoraWeights& adapters, const std::string& base_model);
 
+// Whether `dir` holds a PEFT adapter (its adapter_config.json).
+bool holds_peft_adapter(const std::string& dir);
+
 // The adapter in `dir` for a model of `config`. Inference ignores dropout,
 // so the LoraConfig returned has none.
 LoraWeights load_peft_adapter(const std::string& dir, const LlamaConfig& config);

@@ -20,6 +20,7 @@
 
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
+#include "train/lora_state.h"
 #include "train/optimizer.h"
 
 namespace spillway::train {
@@ -28,10 +29,12 @@ inline constexpr const char* kTrainerStateFormat = "spillway-trainer-state/1";
 
 // Writes the checkpoint of `step` and points RUN/latest at it; keeps the
 // newest `keep` step folders (0: all) and removes older ones. Returns the
-// folder.
+// folder. With `lora` the weights are the frozen base, the folder holds the
+// adapters as PEFT does (model/lora_io.h; `base_model` is recorded as the
+// model they adapt) and optimizer.safetensors the adapters' moments.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
                             const AdamW& optimizer, const Tokenizer& tokenizer, const nlohmann::json& trainer_state,
-                            int64_t keep = 2);
+                            int64_t keep = 2, const LoraState* lora = nullptr, const std::string& base_model = {});
 
 // Removes what killed runs left in the run folder RUN: checkpoints half
 // written (`step-N.tmp.<pid>`) or half deleted (`step-N.deleting`), and the
@@ -58,6 +61,10 @@ bool is_run_folder(const std::string& path);
 // The AdamW moments and step count saved beside the weights. Error naming
 // the file when it is absent or does not match the model.
 AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig& config);
+// A LoRA checkpoint's adapters and their moments, and the step count into
+// `optimizer` (whose own moments stay empty). Error naming the file.
+LoraState load_lora_checkpoint(const std::string& checkpoint_dir, const model::LlamaConfig& config,
+                               AdamW& optimizer);
 // trainer_state.json; Error naming the file when it is absent, not JSON, or
 // not a spillway trainer state (a foreign checkpoint).
 nlohmann::json load_trainer_state(const std::string& checkpoint_dir);

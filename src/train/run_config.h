@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "graph/recompute.h"
+#include "model/lora.h"
 #include "plan/training_plan.h"
 
 namespace spillway::train {
@@ -131,6 +132,15 @@ struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
 };
 
+// LoRA fine-tuning (model/lora.h): adapters of `rank` on the `targets`
+// projections train, the model's weights frozen; rank 0 trains every weight.
+struct LoraRunConfig {
+  int64_t rank = 0;
+  double alpha = 16;
+  double dropout = 0;  // only 0 so far
+  std::string targets = "q,k,v,o,gate,up,down";  // some of these, or "all"
+};
+
 struct ScheduleConfig {
   int64_t steps = 600;      // length of the schedule
   int64_t stop_after = -1;  // stop (with a checkpoint) after this many steps; -1: at the end
@@ -211,6 +221,7 @@ struct RunConfig {
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
+  LoraRunConfig lora;
   ScheduleConfig schedule;
   MemoryConfig memory;
   KernelConfig kernels;
@@ -237,6 +248,9 @@ RunConfig default_run_config(Command command);
 // them. Errors name the file and dotted key, the environment variable or
 // the flag that gave the value, in one line.
 RunConfig resolve_run_config(Command command, const RunSources& sources);
+
+// The adapters a run trains (rank 0: none), its targets parsed.
+model::LoraConfig lora_config(const RunConfig& config);
 
 // Checks the ranges of the fields `command` uses and that the run fits one
 // device; Error naming the field's flag.

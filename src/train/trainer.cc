@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
+#include "model/lora_io.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_vocab.h"
 #include "train/batch_sampler.h"
@@ -130,6 +131,18 @@ void check_packed_state(const SamplerState& saved, const std::vector<Instruction
             saved.draws, " and sampler.tokens_consumed ", saved.tokens_consumed, " are not where ", steps,
             " steps of packed rows end (", want.draws, " examples, ", want.tokens_consumed,
             " counted targets): the state belongs to other data or was altered");
+}
+
+// A resumed LoRA run's adapters must be the ones its options describe.
+void check_same_lora(const model::LoraConfig& saved, const model::LoraConfig& run, const std::string& path) {
+  auto described = [](const model::LoraConfig& l) {
+    std::string text = "rank " + std::to_string(l.rank) + ", alpha " + std::to_string(l.alpha) + " on";
+    for (const std::string& t : l.targets) text += " " + t;
+    return text;
+  };
+  SPW_CHECK(saved.rank == run.rank && saved.alpha == run.alpha && saved.targets == run.targets, path, "holds an ",
+            "adapter of ", described(saved), " but the run's options say ", described(run),
+            "; the checkpoint belongs to another run");
 }
 
 // Entropy (nats per token) of the unigram distribution of the targets the
@@ -253,6 +266,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   AdamW optimizer;
   std::unique_ptr<Tokenizer> start_tokenizer;
   TrainerState state;
+  std::optional<LoraState> lora;  // with --lora-rank: the adapters that train, the weights frozen
 
   check_run_folder(o);
   if (o.run.resume) {
@@ -261,7 +275,12 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     state = read_trainer_state(load_trainer_state(ckpt), path);
     restore_checkpointed(o, state.options, path);
     weights = model::load_llama(ckpt);
-    optimizer = load_optimizer(ckpt, weights.config());
+    if (o.lora.rank > 0) {
+      lora = load_lora_checkpoint(ckpt, weights.config(), optimizer);
+      check_same_lora(lora->adapters.lora(), lora_config(o), ckpt + "/adapter_config.json");
+    } else {
+      optimizer = load_optimizer(ckpt, weights.config());
+    }
     const SampledRows sampled = !uses_instruction_data(o.data) ? SampledRows::windows
                                 : o.data.packing                ? SampledRows::packed
                                                                 : SampledRows::examples;
@@ -271,6 +290,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   } else if (!o.model.init_from.empty()) {
     const std::string ckpt = resolve_checkpoint(o.model.init_from);
     weights = model::load_llama(ckpt);
+    // A LoRA run's checkpoint starts the next run as its tuned model.
+    if (model::holds_peft_adapter(ckpt)) weights = model::merge_lora(weights, model::load_peft_adapter(ckpt, weights.config()));
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   }
@@ -337,9 +358,11 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
               data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
   }
-  // With bf16 moments the GPU engine keeps its own; fp32 ones are made only
-  // when a checkpoint needs them.
-  if (optimizer.m.tensors().empty() && !o.memory.bf16_moments) optimizer = AdamW(config);
+  // LoRA trains adapters with moments of their own, the weights none. With
+  // bf16 moments the GPU engine keeps its own; fp32 ones are made only when
+  // a checkpoint needs them.
+  if (o.lora.rank > 0 && !lora) lora = LoraState::fresh(config, lora_config(o), s.seed);
+  if (!lora && optimizer.m.tensors().empty() && !o.memory.bf16_moments) optimizer = AdamW(config);
   optimizer.weight_decay = o.optimizer.weight_decay;
   optimizer.beta1 = o.optimizer.beta1;
   optimizer.beta2 = o.optimizer.beta2;
@@ -370,7 +393,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),
-                                     .documents = sampler.packed()};
+                                     .documents = sampler.packed(),
+                                     .lora = lora ? &*lora : nullptr};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;
@@ -407,7 +431,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     st.curves = curves;
     st.options = checkpointed_json(o);
     std::string dir = save_checkpoint(o.run.out, steps_done, weights, optimizer, *data.tokenizer,
-                                      trainer_state_json(st), s.keep_checkpoints);
+                                      trainer_state_json(st), s.keep_checkpoints, lora ? &*lora : nullptr,
+                                      o.model.init_from);
     log.write({{"event", "checkpoint"}, {"step", steps_done}, {"path", dir}});
     return dir;
   };
@@ -519,7 +544,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   engine->sync_to_host();
   result.peak_device_bytes = engine->peak_device_bytes();
   if (lead && sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
-    result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
+    result.sample = sample_text(lora ? model::merge_lora(weights, lora->adapters) : weights, *data.tokenizer, o.sample,
+                                s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});
   }
   log.write({{"event", "end"}, {"step", steps_done}, {"train_loss", result.train_loss},

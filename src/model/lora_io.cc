@@ -87,6 +87,10 @@ LoraWeights load_peft_adapter(const std::string& dir, const LlamaConfig& config)
   refuse_unless(j, "alpha_pattern", json::object(), path, "alphas per module are not supported");
   refuse_unless(j, "layers_to_transform", nullptr, path, "adapters on some layers only are not supported");
   refuse_unless(j, "modules_to_save", nullptr, path, "fully trained modules beside the adapters are not supported");
+  refuse_unless(j, "lora_bias", false, path, "adapters with a bias on B are not supported");
+  refuse_unless(j, "use_qalora", false, path, "QA-LoRA's pooled inputs are not supported");
+  refuse_unless(j, "trainable_token_indices", nullptr, path, "trained embedding rows are not supported");
+  refuse_unless(j, "target_parameters", nullptr, path, "adapters on parameters rather than modules are not supported");
 
   LoraConfig lora;
   lora.rank = j["r"].get<int64_t>();

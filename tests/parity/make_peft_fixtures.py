@@ -18,6 +18,18 @@ adapter weight's gradient, named as spillway names the adapters).
 As make_fixtures.py does, the model is saved in float32 and the reference
 numbers come from a float64 copy of the same weights, rounded to float32
 only when stored.
+
+The other mode checks the opposite direction, that PEFT reads an adapter
+spillway wrote: give it a LoRA run's checkpoint folder (base weights and
+adapter side by side, as `spillway finetune --lora-rank` writes them) and
+the logits spillway's Python module gives for some ids
+(spillway.Model.load(CHECKPOINT).logits(IDS), saved with numpy.save):
+
+    python3 tests/parity/make_peft_fixtures.py --check-spillway-adapter CHECKPOINT LOGITS.npy IDS_JSON
+
+It loads the base with transformers and the adapter with
+PeftModel.from_pretrained, and exits non-zero when the logits differ from
+spillway's by more than a relative 1e-5.
 """
 
 import argparse
@@ -89,10 +101,43 @@ def make(out: Path) -> None:
           f"transformers {__import__('transformers').__version__}, torch {torch.__version__}")
 
 
+def check_spillway_adapter(checkpoint: Path, logits_npy: Path, ids_json: Path) -> None:
+    import json
+
+    import numpy
+    from peft import PeftModel
+
+    # transformers would load an adapter it finds beside the weights by
+    # itself: the base and the adapter go to folders of their own.
+    with tempfile.TemporaryDirectory() as tmp:
+        base_dir, adapter_dir = Path(tmp) / "base", Path(tmp) / "adapter"
+        base_dir.mkdir()
+        adapter_dir.mkdir()
+        for f in ("config.json", "model.safetensors"):
+            shutil.copy(checkpoint / f, base_dir / f)
+        for f in ("adapter_config.json", "adapter_model.safetensors"):
+            shutil.copy(checkpoint / f, adapter_dir / f)
+        base = LlamaForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+        model = PeftModel.from_pretrained(base, adapter_dir)
+        ids = torch.tensor([json.loads(ids_json.read_text())["ids"]])
+        with torch.no_grad():
+            theirs = model(input_ids=ids).logits[0].double()
+    ours = torch.from_numpy(numpy.load(logits_npy)).double()
+    rel = ((theirs - ours).norm() / ours.norm()).item()
+    print(f"{checkpoint}: PEFT's logits against spillway's: relative difference {rel:.3g}; "
+          f"peft {__import__('peft').__version__}, transformers {__import__('transformers').__version__}")
+    sys.exit(0 if rel <= 1e-5 else 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", nargs="?", type=Path, default=OUT)
-    make(parser.parse_args().out)
+    parser.add_argument("--check-spillway-adapter", nargs=3, type=Path, metavar=("CHECKPOINT", "LOGITS_NPY", "IDS_JSON"))
+    args = parser.parse_args()
+    if args.check_spillway_adapter:
+        check_spillway_adapter(*args.check_spillway_adapter)
+    else:
+        make(args.out)
 
 
 if __name__ == "__main__":

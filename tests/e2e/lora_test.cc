@@ -104,6 +104,12 @@ TEST_F(LoraE2E, TunesAdaptersAloneAndWritesThemAsPeftDoes) {
   EXPECT_EQ(tuned, greedy_ids("-m " + merged));
   EXPECT_EQ(tuned, greedy_ids("-m " + *dir_ / "base" + " --adapter " + r.checkpoint));
   EXPECT_NE(tuned, greedy_ids("-m " + *dir_ / "base"));
+
+  // convert writes the tuned model as a plain folder, with no adapter left.
+  const CommandResult converted = run_spillway("convert --from " + r.checkpoint + " -o " + *dir_ / "converted");
+  ASSERT_EQ(converted.exit_code, 0) << converted.out;
+  EXPECT_FALSE(model::holds_peft_adapter(*dir_ / "converted"));
+  EXPECT_EQ(tuned, greedy_ids("-m " + *dir_ / "converted"));
 }
 
 TEST_F(LoraE2E, AResumedLoraRunContinuesBitIdentically) {

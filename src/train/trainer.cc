@@ -219,7 +219,9 @@ class JsonLog {
   }
   void write(const json& line) {
     if (!out_.is_open()) return;
-    out_ << line.dump() << "\n";
+    // A sample of a barely trained model may cut a character's bytes
+    // apart: such bytes are written as U+FFFD rather than ending the run.
+    out_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     out_.flush();
   }
 

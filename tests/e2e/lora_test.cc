@@ -104,6 +104,13 @@ TEST_F(LoraE2E, TunesAdaptersAloneAndWritesThemAsPeftDoes) {
   EXPECT_EQ(tuned, greedy_ids("-m " + merged));
   EXPECT_EQ(tuned, greedy_ids("-m " + *dir_ / "base" + " --adapter " + r.checkpoint));
   EXPECT_NE(tuned, greedy_ids("-m " + *dir_ / "base"));
+  // eval scores the tuned checkpoint as the base with its adapter.
+  const std::string data = " --data " + *dir_ / "corpus.txt" + " --seq 32 --json -t 2";
+  const CommandResult own = run_spillway("eval -m " + r.checkpoint + data);
+  const CommandResult given = run_spillway("eval -m " + *dir_ / "base" + " --adapter " + r.checkpoint + data);
+  ASSERT_EQ(own.exit_code, 0) << own.out;
+  EXPECT_EQ(own.out, given.out);
+  EXPECT_NE(own.out, run_spillway("eval -m " + *dir_ / "base" + data).out);
 
   // convert writes the tuned model as a plain folder, with no adapter left.
   const CommandResult converted = run_spillway("convert --from " + r.checkpoint + " -o " + *dir_ / "converted");

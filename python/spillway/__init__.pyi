@@ -23,6 +23,7 @@ class DataSection:
     vocab_size: int
     validation_fraction: float
     format: Literal["auto", "text", "instruction"]
+    packing: bool
 
 class OptimizerSection:
     lr: float
@@ -33,6 +34,12 @@ class OptimizerSection:
     beta1: float
     beta2: float
     eps: float
+
+class LoraSection:
+    rank: int
+    alpha: float
+    dropout: float
+    targets: str
 
 class ScheduleSection:
     steps: int
@@ -90,6 +97,7 @@ class RunConfig:
     model: ModelSection
     data: DataSection
     optimizer: OptimizerSection
+    lora: LoraSection
     schedule: ScheduleSection
     memory: MemorySection
     kernels: KernelsSection

@@ -10,6 +10,8 @@
 #include "model/gguf.h"
 #include "model/gguf_llama.h"
 #include "model/llama_weights_io.h"
+#include "model/lora.h"
+#include "model/lora_io.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_files.h"
 #include "model/tokenizer_vocab.h"
@@ -25,6 +27,7 @@ struct ConvertArgs {
   std::string from;
   std::string to;
   std::string type = "auto";
+  std::string adapter;
 };
 
 // The files of a model folder that hold its tokenizer and say how to use it:
@@ -66,7 +69,13 @@ int run_convert(const ConvertArgs& a) {
   const std::string kind =
       from_folder ? "model folder " + source : "GGUF v" + std::to_string(GgufFile(source).version()) + " file " + source;
   const DType stored = model::stored_dtype(source);
-  const model::LlamaWeights weights = model::load_llama(source);
+  model::LlamaWeights weights = model::load_llama(source);
+  // An adapter (given, or a LoRA run's own beside its weights) is merged:
+  // the output is the tuned model as a plain one.
+  const std::string adapter = !a.adapter.empty()                                     ? a.adapter
+                              : from_folder && model::holds_peft_adapter(source) ? source
+                                                                                   : std::string();
+  if (!adapter.empty()) weights = model::merge_lora(weights, model::load_peft_adapter(adapter, weights.config()));
   const bool tokenizer_there = has_tokenizer(source);
   // A folder's tokenizer files are copied; a GGUF's tokenizer, or one going
   // into a GGUF, is read.
@@ -124,6 +133,9 @@ Runner add_convert(CLI::App& app) {
                   "f16, bf16, or q8_0 (GGUF only)")
       ->check(CLI::IsMember({"auto", "f32", "f16", "bf16", "q8_0"}))
       ->capture_default_str();
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA adapter folder as PEFT saves one, merged into the weights (a LoRA run's checkpoint merges "
+                  "its own)");
   return [a] { return run_convert(*a); };
 }
 

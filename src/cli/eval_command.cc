@@ -27,6 +27,7 @@ namespace fs = std::filesystem;
 
 struct EvalArgs {
   std::string model;
+  std::string adapter;
   std::vector<std::string> data;
   int64_t seq = 0;
   ModelRunFlags run;
@@ -39,7 +40,7 @@ int run_eval(const EvalArgs& a) {
   // The data first: a bad path fails before the model is read.
   const bool prepared = a.data.size() == 1 && train::is_prepared_folder(a.data[0]);
   const std::vector<std::string> files = prepared ? std::vector<std::string>{} : train::expand_text_paths(a.data);
-  const infer::LoadedModel m = infer::load_model(source);
+  const infer::LoadedModel m = infer::load_model(source, a.adapter);
   const std::unique_ptr<Tokenizer>& tokenizer = m.tokenizer;
   const int64_t window = infer::eval_window(m.weights.config(), a.seq);
   std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(m.weights, window + 1, a.run.device);
@@ -76,6 +77,8 @@ Runner add_eval(CLI::App& app) {
   auto a = std::make_shared<EvalArgs>();
   CLI::App* cmd = app.add_subcommand("eval", "a model's mean loss and perplexity on text files or a tokenized folder");
   cmd->add_option("-m,--model", a->model, "model folder, run folder or GGUF file")->required();
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA adapter folder as PEFT saves one, merged into the model's weights");
   cmd->add_option("--data", a->data,
                   "text files or folders of them (each file scored whole), or a folder made by `spillway "
                   "tokenize` (its val.bin)")

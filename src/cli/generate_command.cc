@@ -20,6 +20,7 @@ namespace {
 
 struct GenerateArgs {
   std::string model;
+  std::string adapter;
   std::string prompt;
   int64_t max_tokens = 200;
   infer::SamplingOptions sampling;
@@ -31,7 +32,7 @@ struct GenerateArgs {
 
 int run_generate(const GenerateArgs& a) {
   a.run.apply();
-  const infer::LoadedModel m = infer::load_model(a.model);  // a folder, a run or a .gguf file
+  const infer::LoadedModel m = infer::load_model(a.model, a.adapter);  // a folder, a run or a .gguf file
   const Tokenizer& tok = *m.tokenizer;
   // With --chat the prompt is a user's message in the model's chat format,
   // and only the reply is printed.
@@ -86,6 +87,9 @@ Runner add_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a model, streaming tokens as they come");
   cmd->add_option("-m,--model", a->model, "model folder, run folder or GGUF file")->required();
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA adapter folder as PEFT saves one (adapter_config.json, adapter_model.safetensors), merged "
+                  "into the model's weights");
   cmd->add_option("-p,--prompt", a->prompt, "text to continue (default: start a new document)");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "tokens to generate at most")->capture_default_str();
   cmd->add_option("--temperature", a->sampling.temperature, "0 for greedy")->capture_default_str();

@@ -18,7 +18,9 @@ struct LoadedModel {
 };
 
 // Errors name the path and what is wrong: missing, corrupt, or a tokenizer
-// with ids the model's vocabulary lacks.
-LoadedModel load_model(const std::string& path);
+// with ids the model's vocabulary lacks. `adapter`, when given, is a PEFT
+// LoRA adapter folder (model/lora_io.h) merged into the weights; without
+// one, an adapter in the model folder itself (a LoRA run's checkpoint) is.
+LoadedModel load_model(const std::string& path, const std::string& adapter = {});
 
 }  // namespace spillway::infer

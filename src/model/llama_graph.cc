@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "base/status.h"
 #include "ops/add_op.h"
 #include "ops/attention_op.h"
 #include "ops/cross_entropy_op.h"
@@ -22,8 +23,15 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   const int64_t d = c.hidden_size, hd = c.head_dim();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
   int tensors = 0;  // checkpoint tensors named so far
+  const LoraConfig* lora = options.lora && options.lora->enabled() ? options.lora : nullptr;
+  if (lora) {
+    check_lora_config(*lora, "LoRA");
+    SPW_CHECK(!options.fused_projections, "LoRA", "adapters sit on separate q, k, v, gate and up projections; ",
+              "the stacked ones are not supported with them");
+  }
+  // With adapters the base weights are frozen: inputs that autodiff leaves alone.
   auto param = [&](const std::string& name, Shape shape) {
-    graph::Value v = b.parameter(name, std::move(shape));
+    graph::Value v = lora ? b.input(name, std::move(shape), b.dtype()) : b.parameter(name, std::move(shape));
     m.parameters.push_back(v);
     m.parameter_parts.push_back({tensors++});
     return v;
@@ -42,6 +50,23 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     return v;
   };
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(hd, c.rope_theta, c.rope_scaling));
+
+  if (lora) m.lora_scaling = b.input("lora_scaling", Shape{lora->rank, lora->rank}, b.dtype());
+  // x W^T for the projection `module` ("self_attn.q_proj"), plus its adapter's
+  // (alpha / r) (x A^T) B^T where LoRA targets it.
+  auto project = [&](graph::Value x, graph::Value w, const std::string& module) {
+    graph::Value y = ops::linear(b, x, w, module);
+    const std::string projection = module.substr(module.find('.') + 1);
+    if (!lora || !lora->targets_projection(projection)) return y;
+    const Shape& ws = b.info(w).shape;
+    graph::Value a = b.parameter(module + ".lora_A.weight", Shape{lora->rank, ws[1]});
+    graph::Value up = b.parameter(module + ".lora_B.weight", Shape{ws[0], lora->rank});
+    m.adapters.push_back(a);
+    m.adapters.push_back(up);
+    graph::Value down = ops::linear(b, x, a, module + ".lora_A");
+    graph::Value scaled = ops::linear(b, down, m.lora_scaling, module + ".lora_scaling");
+    return ops::add(b, y, ops::linear(b, scaled, up, module + ".lora_B"), module + ".lora_add");
+  };
 
   m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
   m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
@@ -68,15 +93,15 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
       graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value q = ops::rope(b, ops::linear(b, x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope",
+      graph::Value q = ops::rope(b, project(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope",
                                  0, m.positions);
-      graph::Value k = ops::rope(b, ops::linear(b, x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0,
+      graph::Value k = ops::rope(b, project(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0,
                                  "self_attn.k_rope", 0, m.positions);
-      graph::Value v = ops::linear(b, x, wv, "self_attn.v_proj");
+      graph::Value v = project(x, wv, "self_attn.v_proj");
       a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts);
     }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
-    h = ops::add(b, h, ops::linear(b, a, wo, "self_attn.o_proj"), "attn_residual");
+    h = ops::add(b, h, project(a, wo, "self_attn.o_proj"), "attn_residual");
     graph::Value ln2 = param("post_attention_layernorm.weight", Shape{d});
     graph::Value x = ops::rmsnorm(b, h, ln2, c.rms_norm_eps, "post_attention_layernorm");
     graph::Value act;
@@ -87,12 +112,12 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     } else {
       graph::Value wg = param("mlp.gate_proj.weight", Shape{c.intermediate_size, d});
       graph::Value wu = param("mlp.up_proj.weight", Shape{c.intermediate_size, d});
-      graph::Value gate = ops::linear(b, x, wg, "mlp.gate_proj");
-      graph::Value up = ops::linear(b, x, wu, "mlp.up_proj");
+      graph::Value gate = project(x, wg, "mlp.gate_proj");
+      graph::Value up = project(x, wu, "mlp.up_proj");
       act = ops::swiglu(b, gate, up, "mlp.swiglu");
     }
     graph::Value wd = param("mlp.down_proj.weight", Shape{d, c.intermediate_size});
-    h = ops::add(b, h, ops::linear(b, act, wd, "mlp.down_proj"), "mlp_residual");
+    h = ops::add(b, h, project(act, wd, "mlp.down_proj"), "mlp_residual");
   }
 
   graph::Value norm = param("model.norm.weight", Shape{d});

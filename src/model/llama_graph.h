@@ -6,6 +6,7 @@
 
 #include "graph/builder.h"
 #include "model/llama_config.h"
+#include "model/lora.h"
 
 namespace spillway::model {
 
@@ -24,6 +25,11 @@ struct LlamaGraphOptions {
   // RoPE) and `doc_starts` (where its example starts in the row, so that
   // attention stays inside it). Off: the graph has neither.
   bool documents = false;
+  // LoRA adapters (model/lora.h) on the projections it targets: each such
+  // projection adds (alpha / r) (x A^T) B^T to x W^T. The base weights are
+  // then graph inputs, frozen: autodiff differentiates the adapters alone
+  // (LlamaGraph::trainable). Separate projections only. Null: none.
+  const LoraConfig* lora = nullptr;
 };
 
 struct LlamaGraph {
@@ -34,7 +40,16 @@ struct LlamaGraph {
   graph::Value doc_starts;    // [batch, seq] i32, with documents; else invalid
   graph::Value logits;   // [batch, seq, vocab]
   graph::Value loss;     // mean cross-entropy (weighted: the weighted sum), one element
-  std::vector<graph::Value> parameters;  // in checkpoint order
+  // The base weights in checkpoint order: parameters, or with LoRA frozen
+  // inputs bound the same way.
+  std::vector<graph::Value> parameters;
+  // With LoRA: the adapters in lora_specs' order, and the [r, r] input that
+  // holds (alpha / r) times the identity (the scaling as a product: the
+  // graph has no scale op, and r x r is nothing beside the r x d products).
+  std::vector<graph::Value> adapters;
+  graph::Value lora_scaling;
+  // What training differentiates: the adapters with LoRA, else the parameters.
+  const std::vector<graph::Value>& trainable() const { return adapters.empty() ? parameters : adapters; }
   // parameter_parts[i]: the checkpoint tensors (their indices in checkpoint
   // order, LlamaWeights::tensors()) that parameters[i] stacks by rows, in
   // that order. One each, the same index, without fused projections; a

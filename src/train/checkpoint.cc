@@ -14,6 +14,7 @@
 #include "base/json_text.h"
 #include "base/status.h"
 #include "model/llama_weights_io.h"
+#include "model/lora_io.h"
 #include "model/safetensors.h"
 #include "model/tokenizer_files.h"
 
@@ -69,9 +70,18 @@ bool is_atomic_file_temporary(const std::string& name, const std::string& file) 
   return name.size() == prefix.size() + 6 && name.starts_with(prefix);
 }
 
-// optimizer.safetensors: both moments of every tensor, as fp32.
+// optimizer.safetensors: both moments of every trained tensor, as fp32.
 SafetensorsWriter moments_writer(const CheckpointState& state) {
   SafetensorsWriter moments;
+  if (state.lora) {  // AdamW's moments are the adapters'
+    const auto& trained = state.lora->adapters.tensors();
+    for (size_t i = 0; i < trained.size(); ++i) {
+      moments.add("exp_avg." + trained[i].name, DType::f32, trained[i].shape, state.lora->m.tensors()[i].data.data());
+      moments.add("exp_avg_sq." + trained[i].name, DType::f32, trained[i].shape, state.lora->v.tensors()[i].data.data());
+    }
+    moments.add_metadata("steps_taken", std::to_string(state.optimizer_steps));
+    return moments;
+  }
   const std::vector<model::ParameterSpec> specs = model::parameter_specs(state.config);
   for (size_t i = 0; i < specs.size(); ++i) {
     const auto n = static_cast<size_t>(specs[i].shape.numel());
@@ -169,6 +179,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
     model::save_llama(temp_dir.string(), state.config, master_reader(state));
     save_tokenizer_files(tokenizer, temp_dir.string());
     moments_writer(state).write((temp_dir / "optimizer.safetensors").string());
+    if (state.lora) model::save_peft_adapter(temp_dir.string(), state.lora->adapters, state.base_model);
     nlohmann::json trainer = trainer_state;
     trainer["format"] = kTrainerStateFormat;
     trainer["step"] = step;
@@ -230,26 +241,54 @@ std::string resolve_checkpoint(const std::string& path) {
   return dir.string();
 }
 
-AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig& config) {
-  const std::string path = (fs::path(checkpoint_dir) / "optimizer.safetensors").string();
-  SPW_CHECK(fs::exists(path), path, "missing: the checkpoint holds no optimizer state to resume from");
-  SafetensorsFile file(path);
-  AdamW opt(config);
-  for (size_t i = 0; i < opt.m.tensors().size(); ++i) {
-    auto& m = opt.m.tensors()[i];
-    auto& v = opt.v.tensors()[i];
-    file.read_tensor_as_f32("exp_avg." + m.name, m.shape, std::span<float>(m.data));
-    file.read_tensor_as_f32("exp_avg_sq." + v.name, v.shape, std::span<float>(v.data));
-  }
+namespace {
+
+// The optimizer's step count that optimizer.safetensors records.
+int64_t steps_taken(const SafetensorsFile& file) {
   auto it = file.metadata().find("steps_taken");
-  SPW_CHECK(it != file.metadata().end(), path, "metadata lacks steps_taken");
+  SPW_CHECK(it != file.metadata().end(), file.path(), "metadata lacks steps_taken");
   const std::string& taken = it->second;
   int64_t steps = -1;
   const auto [end, ec] = std::from_chars(taken.data(), taken.data() + taken.size(), steps);
-  SPW_CHECK(ec == std::errc() && end == taken.data() + taken.size() && steps >= 0, path, "metadata steps_taken is '",
-            taken, "'; expected a whole number >= 0");
-  opt.steps_taken = steps;
+  SPW_CHECK(ec == std::errc() && end == taken.data() + taken.size() && steps >= 0, file.path(),
+            "metadata steps_taken is '", taken, "'; expected a whole number >= 0");
+  return steps;
+}
+
+// Reads the moments of `params` into m and v, laid out alike.
+void read_moments(const SafetensorsFile& file, std::vector<model::NamedTensor>& m, std::vector<model::NamedTensor>& v) {
+  for (size_t i = 0; i < m.size(); ++i) {
+    file.read_tensor_as_f32("exp_avg." + m[i].name, m[i].shape, std::span<float>(m[i].data));
+    file.read_tensor_as_f32("exp_avg_sq." + v[i].name, v[i].shape, std::span<float>(v[i].data));
+  }
+}
+
+std::string optimizer_file(const std::string& checkpoint_dir) {
+  const std::string path = (fs::path(checkpoint_dir) / "optimizer.safetensors").string();
+  SPW_CHECK(fs::exists(path), path, "missing: the checkpoint holds no optimizer state to resume from");
+  return path;
+}
+
+}  // namespace
+
+AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig& config) {
+  SafetensorsFile file(optimizer_file(checkpoint_dir));
+  AdamW opt(config);
+  read_moments(file, opt.m.tensors(), opt.v.tensors());
+  opt.steps_taken = steps_taken(file);
   return opt;
+}
+
+LoraState load_lora_checkpoint(const std::string& checkpoint_dir, const model::LlamaConfig& config,
+                               AdamW& optimizer) {
+  LoraState state;
+  state.adapters = model::load_peft_adapter(checkpoint_dir, config);
+  state.m = model::LoraWeights::zeros(config, state.adapters.lora());
+  state.v = model::LoraWeights::zeros(config, state.adapters.lora());
+  SafetensorsFile file(optimizer_file(checkpoint_dir));
+  read_moments(file, state.m.tensors(), state.v.tensors());
+  optimizer.steps_taken = steps_taken(file);
+  return state;
 }
 
 nlohmann::json load_trainer_state(const std::string& checkpoint_dir) {

@@ -22,6 +22,7 @@
 
 #include "model/tokenizer.h"
 #include "model/llama_weights.h"
+#include "train/lora_state.h"
 #include "train/optimizer.h"
 #include "train/state_part.h"
 
@@ -38,6 +39,11 @@ struct CheckpointState {
   std::function<void(StatePart part, size_t i, std::span<float> out)> read;
   int64_t optimizer_steps = 0;  // AdamW's steps_taken
   // AdamW's hyperparameters are the run's, saved with its options.
+  // LoRA: the adapters and their moments (in host memory, where the CPU
+  // engine trains them), and the model they adapt; `read` then gives the
+  // frozen base as masters and no moments.
+  const LoraState* lora = nullptr;
+  std::string base_model;
 };
 
 // What a checkpoint reads of weights and an optimizer in host memory.
@@ -45,13 +51,20 @@ CheckpointState host_checkpoint_state(const model::LlamaWeights& weights, const 
 
 // Writes the checkpoint of `step` and points RUN/latest at it; keeps the
 // newest `keep` step folders (0: all) and removes older ones. Returns the
-// folder.
+// folder. With `state.lora` the masters are the frozen base, the folder
+// holds the adapters as PEFT does (model/lora_io.h; `state.base_model` is
+// recorded as the model they adapt) and optimizer.safetensors the adapters'
+// moments.
 std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointState& state,
                             const Tokenizer& tokenizer, const nlohmann::json& trainer_state, int64_t keep = 2);
 inline std::string save_checkpoint(const std::string& run_dir, int64_t step, const model::LlamaWeights& weights,
                                    const AdamW& optimizer, const Tokenizer& tokenizer,
-                                   const nlohmann::json& trainer_state, int64_t keep = 2) {
-  return save_checkpoint(run_dir, step, host_checkpoint_state(weights, optimizer), tokenizer, trainer_state, keep);
+                                   const nlohmann::json& trainer_state, int64_t keep = 2,
+                                   const LoraState* lora = nullptr, const std::string& base_model = {}) {
+  CheckpointState state = host_checkpoint_state(weights, optimizer);
+  state.lora = lora;
+  state.base_model = base_model;
+  return save_checkpoint(run_dir, step, state, tokenizer, trainer_state, keep);
 }
 // Makes every read save_checkpoint would make of `state`, in its order, and
 // writes nothing: the part of a data-parallel rank that does not write but
@@ -83,6 +96,10 @@ bool is_run_folder(const std::string& path);
 // The AdamW moments and step count saved beside the weights. Error naming
 // the file when it is absent or does not match the model.
 AdamW load_optimizer(const std::string& checkpoint_dir, const model::LlamaConfig& config);
+// A LoRA checkpoint's adapters and their moments, and the step count into
+// `optimizer` (whose own moments stay empty). Error naming the file.
+LoraState load_lora_checkpoint(const std::string& checkpoint_dir, const model::LlamaConfig& config,
+                               AdamW& optimizer);
 // trainer_state.json; Error naming the file when it is absent, not JSON, or
 // not a spillway trainer state (a foreign checkpoint).
 nlohmann::json load_trainer_state(const std::string& checkpoint_dir);

@@ -24,8 +24,18 @@ class CpuEngine final : public Engine {
         options_(o),
         device_(make_cpu_device(o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited)),
         step_(make_step(/*with_backward=*/true)),
-        eval_(make_step(/*with_backward=*/false)),
-        grads_(model::LlamaWeights::zeros(weights.config())) {
+        eval_(make_step(/*with_backward=*/false)) {
+    if (o.lora) {
+      // The weights are frozen: gradients and updates are the adapters' alone.
+      SPW_CHECK(o.shard != StateSharding::optimizer, "--shard optimizer",
+                "LoRA's state is small; it is not sharded");
+      const model::LoraWeights& adapters = o.lora->adapters;
+      adapter_grads_ = model::LoraWeights::zeros(weights.config(), adapters.lora());
+      step_->bind_adapters(o.lora->adapters, &adapter_grads_);
+      eval_->bind_adapters(o.lora->adapters, nullptr);
+      return;
+    }
+    grads_ = model::LlamaWeights::zeros(weights.config());
     // Host memory holds the CPU's whole state with room to spare: sharded
     // only where asked for.
     if (o.shard == StateSharding::optimizer && data_parallel_size(o) > 1) {
@@ -39,6 +49,11 @@ class CpuEngine final : public Engine {
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
     if (sharded_) d += "; AdamW's moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+    if (options_.lora) {
+      const model::LoraWeights& a = options_.lora->adapters;
+      d += "; LoRA rank " + std::to_string(a.lora().rank) + " on " + std::to_string(a.tensors().size() / 2) +
+           " projections (" + std::to_string(a.numel()) + " trained parameters, the weights frozen)";
+    }
     if (const plan::Placement* p = step_->placement()) {
       d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
            format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
@@ -47,9 +62,10 @@ class CpuEngine final : public Engine {
     return d;
   }
 
-  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
-                       double lr) override {
-    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
+  using Engine::train_step;
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                       const PackedDocuments& documents, int64_t micro_batches, double lr) override {
+    const size_t n = micro_batch_tokens(options_, inputs, targets, documents, micro_batches);
     StepStats stats;
     const float share = 1.0f / static_cast<float>(micro_batches);
     const int ranks = data_parallel_size(options_);
@@ -58,13 +74,19 @@ class CpuEngine final : public Engine {
       token_weight = step_token_weight(*this, targets, micro_batches, ranks);
       loss_weights_.resize(n);
     }
-    // The step adds each micro-batch's gradients into grads_; AdamW takes
-    // their mean, clipped, through one scale.
-    for (auto& t : grads_.tensors()) std::fill(t.data.begin(), t.data.end(), 0.0f);
+    // The step adds each micro-batch's gradients into grads_ (or the
+    // adapters'); AdamW takes their mean, clipped, through one scale.
+    std::vector<model::NamedTensor>& grads = trained_grads();
+    for (auto& t : grads) std::fill(t.data.begin(), t.data.end(), 0.0f);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto y = targets.subspan(micro * n, n);
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
-      stats.loss += step_->run(weights_, inputs.subspan(micro * n, n), y, grads_, loss_weights_) * share;
+      const PackedDocuments docs = documents.subspan(micro * n, n);
+      const auto x = inputs.subspan(micro * n, n);
+      const double loss = options_.lora
+                              ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
+                              : step_->run(weights_, x, y, grads_, loss_weights_, docs.positions, docs.doc_starts);
+      stats.loss += loss * share;
     }
     Stream& comm = device_->stream(StreamKind::comm);
     if (sharded_) {
@@ -80,17 +102,22 @@ class CpuEngine final : public Engine {
       return stats;
     }
     if (ranks > 1) {
-      for (auto& t : grads_.tensors()) {
+      for (auto& t : grads) {
         options_.data_parallel->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
       }
       sum_over_ranks(std::span<double>(&stats.loss, 1));  // waits for the sums above too
       stats.loss /= ranks;
     }
-    const double scale = accumulated_grad_scale(global_grad_norm(grads_), micro_batches * ranks, options_.grad_clip,
+    const double scale = accumulated_grad_scale(global_grad_norm(grads), micro_batches * ranks, options_.grad_clip,
                                                 &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
     stats.updated = update_is_finite(stats);
-    if (stats.updated) optimizer_.step(weights_, grads_, lr, scale);
+    if (stats.updated && options_.lora) {
+      LoraState& l = *options_.lora;
+      optimizer_.step(l.adapters.tensors(), grads, l.m.tensors(), l.v.tensors(), lr, scale);
+    } else if (stats.updated) {
+      optimizer_.step(weights_, grads_, lr, scale);
+    }
     return stats;
   }
 
@@ -136,24 +163,33 @@ class CpuEngine final : public Engine {
   model::LlamaWeights& weights_;
   AdamW& optimizer_;
   EngineOptions options_;
+  std::vector<model::NamedTensor>& trained_grads() {
+    return options_.lora ? adapter_grads_.tensors() : grads_.tensors();
+  }
+
   // A device budget plans the steps across the device's memory and its host
   // memory; without one they run in device memory alone.
-  // Evaluation keeps the plain mean: the trainer weighs its batches itself.
+  // Evaluation keeps the plain mean (the trainer weighs its batches itself)
+  // over rows of one example each.
   std::unique_ptr<TrainStep> make_step(bool with_backward) {
     const auto& c = weights_.config();
     const bool weighted = with_backward && options_.weighted_loss;
+    const bool documents = with_backward && options_.documents;
+    const model::LoraConfig* lora = options_.lora ? &options_.lora->adapters.lora() : nullptr;
     if (options_.memory.device_mem) {
-      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted);
+      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted,
+                                         documents, lora);
     }
     return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward,
-                                       weighted);
+                                       weighted, documents, lora);
   }
 
   // Members are built in declaration order: the device before the steps.
   std::unique_ptr<Device> device_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<TrainStep> eval_;
-  model::LlamaWeights grads_;  // the sum of the micro-batches' gradients
+  model::LlamaWeights grads_;  // the sum of the micro-batches' gradients (none with LoRA)
+  model::LoraWeights adapter_grads_;  // with LoRA: the sum of the adapters' gradients
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer
   bool profiling_ = false;

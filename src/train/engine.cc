@@ -82,10 +82,15 @@ std::string op_time_report(const graph::Graph& graph, const std::vector<double>&
 }
 
 size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t> inputs,
-                          std::span<const int32_t> targets, int64_t micro_batches) {
+                          std::span<const int32_t> targets, const PackedDocuments& documents,
+                          int64_t micro_batches) {
   const auto n = static_cast<size_t>(options.batch * options.seq);
   SPW_CHECK(inputs.size() == n * static_cast<size_t>(micro_batches) && targets.size() == inputs.size(),
             "train step", "got ", inputs.size(), " tokens for ", micro_batches, " micro-batches of ", n);
+  const size_t want = options.documents ? inputs.size() : 0;
+  SPW_CHECK(documents.positions.size() == want && documents.doc_starts.size() == want, "train step", "got ",
+            documents.positions.size(), " positions and ", documents.doc_starts.size(), " document starts for ",
+            inputs.size(), " tokens ", options.documents ? "of packed rows" : "of rows that are not packed");
   return n;
 }
 
@@ -120,6 +125,8 @@ std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
 }
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
+  SPW_CHECK(options.lora == nullptr || !picks_gpu(options.device), "--lora-rank",
+            "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
 #ifdef SPILLWAY_HAS_CUDA
   if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else

@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "graph/graph.h"
 #include "model/llama_weights.h"
+#include "train/lora_state.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
 #include "train/state_part.h"
@@ -60,6 +61,28 @@ struct EngineOptions {
   // for data whose micro-batches count different numbers of tokens
   // (instruction data). Evaluation is unchanged.
   bool weighted_loss = false;
+  // Packed rows (train/instruction_packing.h): each training step is given
+  // every token's position within its example and where its example starts
+  // (PackedDocuments), so RoPE restarts and attention stays inside each
+  // example. Evaluation is one example a row and takes neither.
+  bool documents = false;
+  // LoRA (model/lora.h): the adapters and their AdamW moments, which the
+  // engine trains in place, the weights frozen; the optimizer's own moments
+  // are then unused. Must outlive the engine. Null: every weight trains.
+  // The CPU engine only, so far.
+  LoraState* lora = nullptr;
+};
+
+// Packed rows' per-token positions and document starts
+// (model::LlamaGraphOptions::documents), laid out as the step's inputs;
+// both empty where each row is one example.
+struct PackedDocuments {
+  std::span<const int32_t> positions, doc_starts;
+  bool empty() const { return positions.empty() && doc_starts.empty(); }
+  PackedDocuments subspan(size_t first, size_t count) const {
+    if (empty()) return {};
+    return {positions.subspan(first, count), doc_starts.subspan(first, count)};
+  }
 };
 
 class Engine;
@@ -80,9 +103,15 @@ class Engine {
   virtual bool on_gpu() const = 0;
 
   // One optimizer step over `micro_batches` micro-batches laid end to end in
-  // inputs and targets (each micro-batch batch * seq tokens).
+  // inputs and targets (each micro-batch batch * seq tokens), and in
+  // `documents` as the inputs where the engine takes packed rows
+  // (EngineOptions::documents), else empty.
   virtual StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                               int64_t micro_batches, double lr) = 0;
+                               const PackedDocuments& documents, int64_t micro_batches, double lr) = 0;
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
+                       double lr) {
+    return train_step(inputs, targets, PackedDocuments{}, micro_batches, lr);
+  }
   // Mean loss of one batch, weights unchanged.
   virtual double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) = 0;
   // `values` summed over the data-parallel ranks, in place (as they are
@@ -126,9 +155,11 @@ class Engine {
 };
 
 // The tokens of one micro-batch (batch × seq), after checking that a step's
-// inputs and targets hold exactly `micro_batches` of them.
+// inputs and targets hold exactly `micro_batches` of them, and `documents`
+// as many where the engine takes packed rows, else none.
 size_t micro_batch_tokens(const EngineOptions& options, std::span<const int32_t> inputs,
-                          std::span<const int32_t> targets, int64_t micro_batches);
+                          std::span<const int32_t> targets, const PackedDocuments& documents,
+                          int64_t micro_batches);
 
 // Seconds by op kind (matmul split into forward/backward and lm_head) over
 // the nodes of `graph`, as a table.

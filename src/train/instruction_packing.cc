@@ -61,17 +61,26 @@ void PackingSampler::next(std::span<int32_t> inputs, std::span<int32_t> targets,
     const size_t first = static_cast<size_t>(r) * seq;
     const PackedRow row{inputs.subspan(first, seq), targets.subspan(first, seq), positions.subspan(first, seq),
                         doc_starts.subspan(first, seq)};
-    int64_t at = 0;
-    while (at < seq_) {
-      const InstructionExample& e = examples_[order_.at(state_.seed, state_.draws)];
-      // Whole examples only, except one longer than a row, which is cut.
-      if (at > 0 && at + packed_length(e, seq_) > seq_) break;
-      state_.draws++;
-      state_.tokens_consumed += static_cast<uint64_t>(counted_in_row(e, seq_));
-      at = place_example(e, at, row);
-    }
-    pad_packed_row(at, pad_, row);
+    take_row(&row);
   }
+}
+
+void PackingSampler::skip(int64_t batches) {
+  for (int64_t r = 0; r < batches * batch_; ++r) take_row(nullptr);
+}
+
+void PackingSampler::take_row(const PackedRow* row) {
+  int64_t at = 0;
+  while (at < seq_) {
+    const InstructionExample& e = examples_[order_.at(state_.seed, state_.draws)];
+    const int64_t n = packed_length(e, seq_);
+    // Whole examples only, except one longer than a row, which is cut.
+    if (at > 0 && at + n > seq_) break;
+    state_.draws++;
+    state_.tokens_consumed += static_cast<uint64_t>(counted_in_row(e, seq_));
+    at = row ? place_example(e, at, *row) : std::min(at + n, seq_);
+  }
+  if (row) pad_packed_row(at, pad_, *row);
 }
 
 double PackingSampler::epochs() const {

@@ -54,12 +54,22 @@ class PackingSampler {
   void next(std::span<int32_t> inputs, std::span<int32_t> targets, std::span<int32_t> positions,
             std::span<int32_t> doc_starts);
 
+  // Walks past `batches` batches without laying them out: where the
+  // sampler stands after them.
+  void skip(int64_t batches);
+
   // draws: examples placed in rows; tokens_consumed: targets that counted.
+  // Rows take a varying number of examples, so unlike the other samplers'
+  // a state says nothing of how many rows it drew: a caller that does not
+  // trust one replays the walk (skip) and compares.
   SamplerState state() const { return state_; }
   void restore(const SamplerState& state) { state_ = state; }
   double epochs() const;
 
  private:
+  // Takes one row's examples from the walk, laying them into `row` unless null.
+  void take_row(const PackedRow* row);
+
   const std::vector<InstructionExample>& examples_;
   int64_t batch_, seq_;
   int32_t pad_;

@@ -4,9 +4,11 @@
 
 namespace spillway::train {
 
-double global_grad_norm(const model::LlamaWeights& grads) {
+double global_grad_norm(const model::LlamaWeights& grads) { return global_grad_norm(grads.tensors()); }
+
+double global_grad_norm(const std::vector<model::NamedTensor>& grads) {
   double sum = 0;
-  for (const auto& t : grads.tensors()) {
+  for (const auto& t : grads) {
     for (float g : t.data) sum += static_cast<double>(g) * g;
   }
   return std::sqrt(sum);
@@ -50,12 +52,17 @@ ops::AdamWHyper AdamW::hyper(double lr, double grad_scale, bool matrix) const {
 }
 
 void AdamW::step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale) {
+  step(params.tensors(), grads.tensors(), m.tensors(), v.tensors(), lr, grad_scale);
+}
+
+void AdamW::step(std::vector<model::NamedTensor>& p, const std::vector<model::NamedTensor>& grads,
+                 std::vector<model::NamedTensor>& m_of, std::vector<model::NamedTensor>& v_of, double lr,
+                 double grad_scale) {
   ++steps_taken;
-  auto& p = params.tensors();
   for (size_t i = 0; i < p.size(); ++i) {
     const ops::AdamWHyper hp = hyper(lr, grad_scale, p[i].shape.rank() >= 2);
-    ops::adamw_update(p[i].data.data(), grads.tensors()[i].data.data(), m.tensors()[i].data.data(),
-                      v.tensors()[i].data.data(), p[i].shape.numel(), hp);
+    ops::adamw_update(p[i].data.data(), grads[i].data.data(), m_of[i].data.data(), v_of[i].data.data(),
+                      p[i].shape.numel(), hp);
   }
 }
 

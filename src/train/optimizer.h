@@ -12,6 +12,7 @@ namespace spillway::train {
 
 // L2 norm of all gradients together, summed in double in tensor order.
 double global_grad_norm(const model::LlamaWeights& grads);
+double global_grad_norm(const std::vector<model::NamedTensor>& grads);
 // What clipping multiplies gradients of global norm `norm` by:
 // max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm, else 1.
 double clip_factor(double norm, double max_norm);
@@ -32,6 +33,11 @@ class AdamW {
   // One update with learning rate `lr`, from grads * grad_scale (see
   // ops::AdamWHyper::grad_scale); counts steps itself.
   void step(model::LlamaWeights& params, const model::LlamaWeights& grads, double lr, double grad_scale = 1.0);
+  // The same over tensors whose moments the caller keeps (`m` and `v` laid
+  // out as `params`): LoRA's adapters (train/lora_state.h).
+  void step(std::vector<model::NamedTensor>& params, const std::vector<model::NamedTensor>& grads,
+            std::vector<model::NamedTensor>& m, std::vector<model::NamedTensor>& v, double lr,
+            double grad_scale = 1.0);
 
   // The kernel's arguments for one tensor at the current step: matrices
   // (rank >= 2) decay, vectors do not.

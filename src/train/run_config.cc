@@ -1,5 +1,6 @@
 #include "train/run_config.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <map>
 
@@ -80,6 +81,14 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
             ": spillway splits runs over ranks by data parallelism only so far; set --tp, --pp and --cp to 1");
   SPW_CHECK(command != Command::finetune || !config.model.init_from.empty(), "--model",
             "finetune needs the model or run folder to start from (--model, or model.init_from in a run file)");
+  const LoraRunConfig& l = config.lora;
+  if (l.rank > 0) {
+    SPW_CHECK(std::isfinite(l.alpha) && l.alpha > 0, blamed(blame, "lora.alpha", "--lora-alpha"), l.alpha,
+              " must be a positive number");
+    SPW_CHECK(l.dropout == 0, blamed(blame, "lora.dropout", "--lora-dropout"), l.dropout,
+              " is not supported yet: LoRA trains without dropout (0) for now");
+    model::parse_lora_targets(l.targets, blamed(blame, "lora.targets", "--lora-targets"));
+  }
 }
 
 }  // namespace
@@ -118,5 +127,12 @@ RunConfig resolve_run_config(Command command, const RunSources& sources) {
 }
 
 void check_run_config(const RunConfig& config, Command command) { check(config, command, {}); }
+
+model::LoraConfig lora_config(const RunConfig& config) {
+  const LoraRunConfig& l = config.lora;
+  if (l.rank <= 0) return {};
+  return {.rank = l.rank, .alpha = l.alpha, .dropout = l.dropout,
+          .targets = model::parse_lora_targets(l.targets, "--lora-targets")};
+}
 
 }  // namespace spillway::train

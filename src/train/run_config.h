@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "graph/recompute.h"
+#include "model/lora.h"
 #include "plan/training_plan.h"
 
 namespace spillway::train {
@@ -116,6 +117,10 @@ struct DataConfig {
   double validation_fraction = 0.05;
   uint64_t seed = 1;  // which documents are held out; fixed, so that a resume finds the same split
   DataFormat format = DataFormat::automatic;
+  // Instruction data: several examples laid end to end in each training row
+  // (train/instruction_packing.h), RoPE positions and attention restarting
+  // at each, instead of one example a row and the rest padding.
+  bool packing = false;
 };
 
 struct OptimizerConfig {
@@ -125,6 +130,15 @@ struct OptimizerConfig {
   double weight_decay = 0.1;
   double grad_clip = 1.0;  // <= 0: no clipping
   double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+};
+
+// LoRA fine-tuning (model/lora.h): adapters of `rank` on the `targets`
+// projections train, the model's weights frozen; rank 0 trains every weight.
+struct LoraRunConfig {
+  int64_t rank = 0;
+  double alpha = 16;
+  double dropout = 0;  // only 0 so far
+  std::string targets = "q,k,v,o,gate,up,down";  // some of these, or "all"
 };
 
 struct ScheduleConfig {
@@ -207,6 +221,7 @@ struct RunConfig {
   ModelConfig model;
   DataConfig data;
   OptimizerConfig optimizer;
+  LoraRunConfig lora;
   ScheduleConfig schedule;
   MemoryConfig memory;
   KernelConfig kernels;
@@ -233,6 +248,9 @@ RunConfig default_run_config(Command command);
 // them. Errors name the file and dotted key, the environment variable or
 // the flag that gave the value, in one line.
 RunConfig resolve_run_config(Command command, const RunSources& sources);
+
+// The adapters a run trains (rank 0: none), its targets parsed.
+model::LoraConfig lora_config(const RunConfig& config);
 
 // Checks the ranges of the fields `command` uses and that the run fits one
 // device; Error naming the field's flag.

@@ -67,6 +67,10 @@ const Field kFields[] = {
              "rendered through the model's chat template; the loss counts the assistant's tokens only), or auto "
              "(instruction where every --data file is such a .jsonl)",
      .commands = kTraining, .ref = at<&R::data, &DataConfig::format>},
+    {.key = "data.packing", .flag = "--packing",
+     .help = "instruction data: pack several examples into each training row, positions and attention restarting "
+             "at each (validation stays one example a row)",
+     .commands = kTraining, .ref = at<&R::data, &DataConfig::packing>, .checkpointed = true},
     {.key = "data.vocab_size", .flag = "--vocab", .help = "size of the BPE tokenizer trained on the data",
      .commands = T, .ref = at<&R::data, &DataConfig::vocab_size>, .min = 1, .max = limits::kMaxVocab},
     {.key = "data.validation_fraction", .flag = "--validation-fraction",
@@ -92,6 +96,18 @@ const Field kFields[] = {
      .ref = at<&R::optimizer, &OptimizerConfig::beta2>, .checkpointed = true},
     {.key = "optimizer.eps", .flag = "--eps", .help = "AdamW's epsilon beside the second moment's root",
      .commands = kTraining, .ref = at<&R::optimizer, &OptimizerConfig::eps>, .checkpointed = true},
+    // lora
+    {.key = "lora.rank", .flag = "--lora-rank",
+     .help = "fine-tune LoRA adapters of this rank on --lora-targets, the model's weights frozen (0: every weight "
+             "trains)",
+     .commands = F, .ref = at<&R::lora, &LoraRunConfig::rank>, .min = 0, .max = 65536, .checkpointed = true},
+    {.key = "lora.alpha", .flag = "--lora-alpha", .help = "LoRA's alpha: the adapters' product is scaled by alpha / rank",
+     .commands = F, .ref = at<&R::lora, &LoraRunConfig::alpha>, .checkpointed = true},
+    {.key = "lora.dropout", .flag = "--lora-dropout", .help = "dropout on the adapters' input (only 0 so far)",
+     .commands = F, .ref = at<&R::lora, &LoraRunConfig::dropout>, .checkpointed = true},
+    {.key = "lora.targets", .flag = "--lora-targets",
+     .help = "the projections that get adapters: some of q,k,v,o,gate,up,down, or all", .commands = F,
+     .ref = at<&R::lora, &LoraRunConfig::targets>, .checkpointed = true},
     // schedule
     {.key = "schedule.steps", .flag = "--steps", .help = "optimizer steps in the schedule", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::steps>,

@@ -49,11 +49,13 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
 
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
-                                            bool weighted_loss) {
+                                            bool weighted_loss, bool documents) {
   auto s = std::make_unique<LlamaStep>();
   graph::Graph g;
   graph::Builder b(g, dtype);
-  s->model = model::build_llama(b, config, batch, seq, {.fused_projections = fused_projections, .weighted_loss = weighted_loss});
+  s->model = model::build_llama(
+      b, config, batch, seq,
+      {.fused_projections = fused_projections, .weighted_loss = weighted_loss, .documents = documents});
   s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
   s->fused_projections = fused_projections;
   s->recompute = recipe.recompute;
@@ -82,7 +84,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
 
   auto plan_variant = [&](bool fused, const graph::StepRecipe& recipe) {
     PlannedStep p;
-    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss);
+    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
     plan::TrainingPlanRequest with_reserve = req;
@@ -127,7 +129,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   for (bool fused : {false, true}) {
     const auto layers = build_llama_step(r.config, r.batch, r.seq, fused,
                                          {.backward = true, .recompute = graph::RecomputePolicy::layers}, DType::bf16,
-                                         r.weighted_loss);
+                                         r.weighted_loss, r.documents);
     ranked[fused] = recompute_kinds_by_cost(layers->step.graph, r.rates);
   }
   for (size_t k = 1; k < ranked[0].size(); ++k) {

@@ -43,10 +43,11 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::Lla
                                          bool caller_moments = false);
 
 // `recipe.backward` false gives the forward step alone (evaluation).
-// `weighted_loss`: the loss weighted per token (model::LlamaGraphOptions).
+// `weighted_loss`: the loss weighted per token; `documents`: packed rows
+// (both model::LlamaGraphOptions).
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
-                                            bool weighted_loss = false);
+                                            bool weighted_loss = false, bool documents = false);
 
 struct StepPlanRequest {
   model::LlamaConfig config;
@@ -62,6 +63,7 @@ struct StepPlanRequest {
   bool bf16_moments = false;
   bool weighted_loss = false;  // the step takes per-token loss weights (instruction data)
   bool caller_moments = false;  // the caller brings fp32 moments (adamw_state_spec)
+  bool documents = false;      // the step takes packed rows' positions and document starts
   plan::OffloadMode offload = plan::OffloadMode::automatic;
   // Ranks that sum their gradient sums every step (on the device), and how
   // many shares of the optimizer's state each keeps one of.

@@ -15,6 +15,7 @@
 #include "graph/step_recipe.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
+#include "model/lora.h"
 
 namespace spillway::train {
 
@@ -23,20 +24,33 @@ class TrainStep {
   // `with_backward` false gives a forward-only step (evaluation). Its
   // values live in `space`. `weighted_loss`: the loss weighted per token
   // (model::LlamaGraphOptions), whose weights each run is given.
+  // `documents`: packed rows, whose per-token positions and document starts
+  // each run is given (model::LlamaGraphOptions::documents). `lora`: LoRA
+  // adapters on the frozen weights (model/lora.h), bound with bind_adapters;
+  // the step's gradients are then the adapters' alone.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-            bool with_backward = true, bool weighted_loss = false);
+            bool with_backward = true, bool weighted_loss = false, bool documents = false,
+            const model::LoraConfig* lora = nullptr);
   // The step under a placement planned for `device`'s memory budgets
   // (plan/placement.h), run on its streams: values the device memory cannot
   // hold go home to its host memory and come back. Planning fails here,
   // before any work, when the budget is below the step's minimum.
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
-            bool with_backward = true, bool weighted_loss = false);
+            bool with_backward = true, bool weighted_loss = false, bool documents = false,
+            const model::LoraConfig* lora = nullptr);
+
+  // A LoRA step's adapters, and (for a step with a backward pass) where
+  // their gradients are accumulated, as TrainStep::run's `grads` are: every
+  // later run reads and adds to these. Both must outlive the step.
+  void bind_adapters(model::LoraWeights& adapters, model::LoraWeights* grads);
 
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
 
   // tokens and targets are [batch, seq]; so are loss_weights, which a step
-  // with a weighted loss needs and any other refuses. Returns the loss. The step's
+  // with a weighted loss needs and any other refuses, and positions and
+  // doc_starts, which a step with documents needs and any other refuses.
+  // Returns the loss. The step's
   // parameter gradients are accumulated into caller memory
   // (graph::GradientOutput::accumulated): this run adds each gradient into
   // `grads`, laid out as the weights. The caller zeroes `grads` before the
@@ -44,11 +58,14 @@ class TrainStep {
   // gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
              std::span<const int32_t> targets, model::LlamaWeights& grads,
-             std::span<const float> loss_weights = {});
-  // Without a gradient buffer: a forward-only step, or a step whose gradients
-  // go to a set the step keeps (zeroed first) for write_gradients.
+             std::span<const float> loss_weights = {}, std::span<const int32_t> positions = {},
+             std::span<const int32_t> doc_starts = {});
+  // Without a gradient buffer: a forward-only step, a LoRA step (its
+  // gradients go to the bound adapters' gradients), or a step whose
+  // gradients go to a set the step keeps (zeroed first) for write_gradients.
   double run(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-             std::span<const int32_t> targets, std::span<const float> loss_weights = {});
+             std::span<const int32_t> targets, std::span<const float> loss_weights = {},
+             std::span<const int32_t> positions = {}, std::span<const int32_t> doc_starts = {});
 
   // grads[i] (+)= scale * gradient of parameter i from the last run without
   // a gradient buffer.
@@ -60,10 +77,13 @@ class TrainStep {
   const plan::Placement* placement() const;
 
  private:
-  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward, bool weighted_loss);
-  // Binds tokens, targets, loss weights and weights, runs, returns the loss.
+  TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward, bool weighted_loss,
+            bool documents, const model::LoraConfig* lora);
+  // Binds tokens, targets, loss weights, documents and weights, runs,
+  // returns the loss.
   double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,
-                   std::span<const int32_t> targets, std::span<const float> loss_weights);
+                   std::span<const int32_t> targets, std::span<const float> loss_weights,
+                   std::span<const int32_t> positions, std::span<const int32_t> doc_starts);
 
   int64_t batch_, seq_;
   graph::Graph graph_;
@@ -74,6 +94,8 @@ class TrainStep {
   std::unique_ptr<exec::StreamedNodeRunner> streamed_;
   std::unique_ptr<exec::StepProgram> program_;
   std::optional<model::LlamaWeights> own_grads_;  // for run() without a gradient buffer
+  std::vector<float> lora_scaling_;  // with LoRA: (alpha / r) I, [r, r]
+  bool adapters_bound_ = false;
 };
 
 }  // namespace spillway::train

@@ -17,6 +17,7 @@
 #include "base/status.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
+#include "model/lora_io.h"
 #include "model/tokenizer.h"
 #include "model/tokenizer_vocab.h"
 #include "train/batch_sampler.h"
@@ -24,6 +25,7 @@
 #include "train/dataset.h"
 #include "train/instruction_batches.h"
 #include "train/instruction_data.h"
+#include "train/instruction_packing.h"
 #include "train/loss_plot.h"
 #include "train/loss_weights.h"
 #include "train/lr_schedule.h"
@@ -79,31 +81,69 @@ double evaluate(Engine& engine, int64_t batch, int64_t seq, const std::function<
 // count): the tokenizer's padding token, or its end of text.
 int32_t pad_id(const Tokenizer& t) { return t.roles().pad.value_or(t.eos_id()); }
 
-// The training batches: windows of a token file, or instruction examples.
+// The training batches: windows of a token file, or instruction examples
+// one a row or packed.
 class TrainingBatches {
  public:
-  TrainingBatches(const Dataset& data, const InstructionSet* chats, int64_t batch, int64_t seq, uint64_t seed) {
-    if (chats) {
+  TrainingBatches(const Dataset& data, const InstructionSet* chats, bool packing, int64_t batch, int64_t seq,
+                  uint64_t seed) {
+    if (chats && packing) {
+      packed_.emplace(chats->train, batch, seq, pad_id(*data.tokenizer), seed);
+    } else if (chats) {
       examples_.emplace(chats->train, batch, seq, pad_id(*data.tokenizer), seed);
     } else {
       windows_.emplace(*data.train, batch, seq, seed);
     }
   }
-  void next(std::span<int32_t> inputs, std::span<int32_t> targets) {
+  bool packed() const { return packed_.has_value(); }
+  // positions and doc_starts: filled for packed rows, else left alone.
+  void next(std::span<int32_t> inputs, std::span<int32_t> targets, std::span<int32_t> positions,
+            std::span<int32_t> doc_starts) {
+    if (packed_) return packed_->next(inputs, targets, positions, doc_starts);
     if (examples_) return examples_->next(inputs, targets);
     windows_->next(inputs, targets);
   }
-  SamplerState state() const { return examples_ ? examples_->state() : windows_->state(); }
+  SamplerState state() const {
+    return packed_ ? packed_->state() : examples_ ? examples_->state() : windows_->state();
+  }
   void restore(const SamplerState& s) {
+    if (packed_) return packed_->restore(s);
     if (examples_) return examples_->restore(s);
     windows_->restore(s);
   }
-  double epochs() const { return examples_ ? examples_->epochs() : windows_->epochs(); }
+  double epochs() const { return packed_ ? packed_->epochs() : examples_ ? examples_->epochs() : windows_->epochs(); }
 
  private:
   std::optional<BatchSampler> windows_;
   std::optional<InstructionSampler> examples_;
+  std::optional<PackingSampler> packed_;
 };
+
+// A packed sampler's state says nothing of how many rows it drew
+// (train/instruction_packing.h): the walk of `steps` optimizer steps is
+// replayed from the seed, and the saved state must be where it ends.
+void check_packed_state(const SamplerState& saved, const std::vector<InstructionExample>& examples,
+                        const ScheduleConfig& s, int32_t pad, int64_t steps, const std::string& path) {
+  PackingSampler replay(examples, s.batch, s.seq, pad, s.seed);
+  replay.skip(steps * s.grad_accum);
+  const SamplerState want = replay.state();
+  SPW_CHECK(saved.draws == want.draws && saved.tokens_consumed == want.tokens_consumed, path, "sampler.draws ",
+            saved.draws, " and sampler.tokens_consumed ", saved.tokens_consumed, " are not where ", steps,
+            " steps of packed rows end (", want.draws, " examples, ", want.tokens_consumed,
+            " counted targets): the state belongs to other data or was altered");
+}
+
+// A resumed LoRA run's adapters must be the ones its options describe.
+void check_same_lora(const model::LoraConfig& saved, const model::LoraConfig& run, const std::string& path) {
+  auto described = [](const model::LoraConfig& l) {
+    std::string text = "rank " + std::to_string(l.rank) + ", alpha " + std::to_string(l.alpha) + " on";
+    for (const std::string& t : l.targets) text += " " + t;
+    return text;
+  };
+  SPW_CHECK(saved.rank == run.rank && saved.alpha == run.alpha && saved.targets == run.targets, path, "holds an ",
+            "adapter of ", described(saved), " but the run's options say ", described(run),
+            "; the checkpoint belongs to another run");
+}
 
 // Entropy (nats per token) of the unigram distribution of the targets the
 // training examples count: the loss of a model that knows only their
@@ -179,7 +219,9 @@ class JsonLog {
   }
   void write(const json& line) {
     if (!out_.is_open()) return;
-    out_ << line.dump() << "\n";
+    // A sample of a barely trained model may cut a character's bytes
+    // apart: such bytes are written as U+FFFD rather than ending the run.
+    out_ << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     out_.flush();
   }
 
@@ -238,6 +280,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   AdamW optimizer;
   std::unique_ptr<Tokenizer> start_tokenizer;
   TrainerState state;
+  std::optional<LoraState> lora;  // with --lora-rank: the adapters that train, the weights frozen
 
   check_run_folder(o);
   if (o.run.resume) {
@@ -246,13 +289,23 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     state = read_trainer_state(load_trainer_state(ckpt), path);
     restore_checkpointed(o, state.options, path);
     weights = model::load_llama(ckpt);
-    optimizer = load_optimizer(ckpt, weights.config());
-    check_trainer_state(state, o.schedule, optimizer.steps_taken, !uses_instruction_data(o.data), path);
+    if (o.lora.rank > 0) {
+      lora = load_lora_checkpoint(ckpt, weights.config(), optimizer);
+      check_same_lora(lora->adapters.lora(), lora_config(o), ckpt + "/adapter_config.json");
+    } else {
+      optimizer = load_optimizer(ckpt, weights.config());
+    }
+    const SampledRows sampled = !uses_instruction_data(o.data) ? SampledRows::windows
+                                : o.data.packing                ? SampledRows::packed
+                                                                : SampledRows::examples;
+    check_trainer_state(state, o.schedule, optimizer.steps_taken, sampled, path);
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
     const std::string ckpt = resolve_checkpoint(o.model.init_from);
     weights = model::load_llama(ckpt);
+    // A LoRA run's checkpoint starts the next run as its tuned model.
+    if (model::holds_peft_adapter(ckpt)) weights = model::merge_lora(weights, model::load_peft_adapter(ckpt, weights.config()));
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   }
@@ -282,9 +335,12 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     data.unigram_entropy = counted_unigram_entropy(chats->train);
     if (!o.run.quiet) {
       std::printf("instruction data: %zu training and %zu validation conversations; the loss counts the "
-                  "assistant's tokens\n", chats->train.size(), chats->validation.size());
+                  "assistant's tokens%s\n", chats->train.size(), chats->validation.size(),
+                  o.data.packing ? "; training rows packed with whole conversations" : "");
     }
   } else {
+    SPW_CHECK(!o.data.packing, "--packing", "packs instruction examples into rows; the data here is text, whose "
+              "rows are windows of the token stream already");
     data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
   }
   if (lead && ranks.size() > 1) ranks.barrier(kDataPreparationWait);
@@ -316,14 +372,22 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     SPW_CHECK(config.vocab_size >= data.train->vocab_size(), data.train->path(), "token ids reach ",
               data.train->vocab_size(), " but the model's vocabulary has ", config.vocab_size);
   }
-  // A fresh run brings no moments: each engine starts its own at zero.
+  // LoRA trains adapters with moments of their own, the weights none. A
+  // fresh run brings no moments: each engine starts its own at zero.
+  if (o.lora.rank > 0 && !lora) lora = LoraState::fresh(config, lora_config(o), s.seed);
   optimizer.weight_decay = o.optimizer.weight_decay;
   optimizer.beta1 = o.optimizer.beta1;
   optimizer.beta2 = o.optimizer.beta2;
   optimizer.eps = o.optimizer.eps;
 
-  TrainingBatches sampler(data, chats ? &*chats : nullptr, s.batch, s.seq, s.seed);
-  if (o.run.resume) sampler.restore(state.sampler);
+  TrainingBatches sampler(data, chats ? &*chats : nullptr, o.data.packing, s.batch, s.seq, s.seed);
+  if (o.run.resume) {
+    if (sampler.packed()) {
+      check_packed_state(state.sampler, chats->train, s, pad_id(*data.tokenizer), state.step,
+                         resolve_checkpoint(o.run.out) + "/trainer_state.json");
+    }
+    sampler.restore(state.sampler);
+  }
   LossCurves curves = state.curves;
   char title[96];
   std::snprintf(title, sizeof title, "spillway: %.1fM-parameter LLaMA", static_cast<double>(model::parameter_count(config)) / 1e6);
@@ -340,7 +404,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .shard = o.parallel.shard,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
-                                     .weighted_loss = chats.has_value()};
+                                     .weighted_loss = chats.has_value(),
+                                     .documents = sampler.packed(),
+                                     .lora = lora ? &*lora : nullptr};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;
@@ -372,6 +438,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   CheckpointState engine_state;
   engine_state.config = config;
   engine_state.read = [&](StatePart part, size_t i, std::span<float> out) { engine->read_state(part, i, out); };
+  engine_state.lora = lora ? &*lora : nullptr;
+  engine_state.base_model = o.model.init_from;
   auto save = [&](int64_t steps_done) {
     engine_state.optimizer_steps = optimizer.steps_taken;
     if (!lead) {
@@ -398,19 +466,26 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   StopSignals signals;
   const size_t micro_tokens = static_cast<size_t>(s.batch * s.seq);
   std::vector<int32_t> inputs(micro_tokens * static_cast<size_t>(s.grad_accum)), targets(inputs.size());
+  // Packed rows' positions and document starts, laid out as the inputs.
+  std::vector<int32_t> positions(sampler.packed() ? inputs.size() : 0), doc_starts(positions.size());
+  auto micro_batch = [&](std::vector<int32_t>& v, int64_t micro) {
+    return v.empty() ? std::span<int32_t>() : std::span<int32_t>(v).subspan(micro * micro_tokens, micro_tokens);
+  };
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = start_step; step < end_step; ++step) {
     for (int64_t micro = 0; micro < s.grad_accum; ++micro) {
-      sampler.next(std::span<int32_t>(inputs).subspan(micro * micro_tokens, micro_tokens),
-                   std::span<int32_t>(targets).subspan(micro * micro_tokens, micro_tokens));
+      sampler.next(micro_batch(inputs, micro), micro_batch(targets, micro), micro_batch(positions, micro),
+                   micro_batch(doc_starts, micro));
     }
     const double lr = schedule.at(step);
     // The step's micro-batches are drawn alike on every rank: this rank
     // trains on its share.
     const size_t share = micro_tokens * static_cast<size_t>(rank_micro_batches);
     const size_t first = share * static_cast<size_t>(ranks.rank());
+    const PackedDocuments documents =
+        PackedDocuments{positions, doc_starts}.subspan(first, share);
     const StepStats stats = engine->train_step(std::span<const int32_t>(inputs).subspan(first, share),
-                                               std::span<const int32_t>(targets).subspan(first, share),
+                                               std::span<const int32_t>(targets).subspan(first, share), documents,
                                                rank_micro_batches, lr);
     const double loss = stats.loss, norm = stats.grad_norm;
     progress.step(step, loss, lr, tokens_per_step);
@@ -495,7 +570,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     engine.reset();
   }
   if (lead && sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
-    result.sample = sample_text(weights, *data.tokenizer, o.sample, s.seed);
+    result.sample = sample_text(lora ? model::merge_lora(weights, lora->adapters) : weights, *data.tokenizer, o.sample,
+                                s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});
   }
   log.write({{"event", "end"}, {"step", steps_done}, {"train_loss", result.train_loss},

@@ -77,7 +77,7 @@ TrainerState read_trainer_state(const json& j, const std::string& path) {
 }
 
 void check_trainer_state(const TrainerState& s, const ScheduleConfig& schedule, int64_t optimizer_steps,
-                         bool windows, const std::string& path) {
+                         SampledRows sampled, const std::string& path) {
   SPW_CHECK(s.sampler.seed == schedule.seed, path, "sampler.seed is ", s.sampler.seed, " but the run's seed is ",
             schedule.seed);
   // Every rank draws every micro-batch's rows (each trains on its share),
@@ -85,9 +85,12 @@ void check_trainer_state(const TrainerState& s, const ScheduleConfig& schedule, 
   // the options were checked when restored.
   const auto rows = static_cast<unsigned __int128>(s.step) * static_cast<uint64_t>(schedule.grad_accum) *
                     static_cast<uint64_t>(schedule.batch);
-  SPW_CHECK(rows == s.sampler.draws, path, "sampler.draws is ", s.sampler.draws, " but ", s.step, " steps of ",
-            schedule.grad_accum, " micro-batches of ", schedule.batch, " rows draw ", static_cast<uint64_t>(rows));
+  const bool packed = sampled == SampledRows::packed;
+  SPW_CHECK(packed ? rows <= s.sampler.draws : rows == s.sampler.draws, path, "sampler.draws is ", s.sampler.draws,
+            " but ", s.step, " steps of ", schedule.grad_accum, " micro-batches of ", schedule.batch, " rows draw ",
+            packed ? "at least " : "", static_cast<uint64_t>(rows));
   const unsigned __int128 tokens = rows * static_cast<uint64_t>(schedule.seq);
+  const bool windows = sampled == SampledRows::windows;
   const bool fits = windows ? tokens == s.sampler.tokens_consumed : tokens >= s.sampler.tokens_consumed;
   SPW_CHECK(fits, path, "sampler.tokens_consumed is ", s.sampler.tokens_consumed, " but ",
             static_cast<uint64_t>(rows), " rows of ", schedule.seq, " tokens are ", windows ? "" : "at most ",

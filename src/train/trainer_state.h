@@ -26,6 +26,13 @@ struct TrainerState {
   nlohmann::json options;  // run_config_fields.h's checkpointed_json
 };
 
+// How the sampler whose state is kept drew its rows.
+enum class SampledRows : uint8_t {
+  windows,   // a token file's windows: one draw a row, every target counted
+  examples,  // instruction examples one a row: one draw a row, some targets counted
+  packed,    // instruction examples packed (train/instruction_packing.h): one draw or more a row
+};
+
 // The JSON save_checkpoint writes (it adds the format and the step).
 nlohmann::json trainer_state_json(const TrainerState& state);
 
@@ -36,9 +43,10 @@ TrainerState read_trainer_state(const nlohmann::json& state, const std::string& 
 // Error naming `path` and the field when the state does not belong to a run
 // with `schedule` (the checkpointed options, restored) whose optimizer has
 // taken `optimizer_steps` updates: the sampler must have drawn exactly the
-// rows of `step` optimizer steps, and counted at most their tokens (all of
-// them where `windows`: a token file's windows, whose every target counts).
+// rows of `step` optimizer steps (packed: at least one example a row; the
+// trainer replays the walk for the exact count), and counted at most their
+// tokens (all of them for windows, whose every target counts).
 void check_trainer_state(const TrainerState& state, const ScheduleConfig& schedule, int64_t optimizer_steps,
-                         bool windows, const std::string& path);
+                         SampledRows sampled, const std::string& path);
 
 }  // namespace spillway::train

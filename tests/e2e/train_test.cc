@@ -127,5 +127,20 @@ TEST_F(TrainE2E, CommandLineTrainsGeneratesAndFinetunes) {
   EXPECT_TRUE(fs::exists(dir_ / "ft/step-0000004/tokenizer.json"));
 }
 
+// A barely trained model's sample may cut a character's bytes apart: the
+// log writes them as U+FFFD, and the run still ends as it should.
+TEST_F(TrainE2E, ASampleThatIsNotUtf8IsLoggedNotFatal) {
+  train::RunConfig o = options("broken_sample", 2);
+  o.sample.tokens = 4;
+  const train::TrainResult r = train::train_model(
+      o, [](const model::LlamaWeights&, const Tokenizer&, const train::SampleConfig&, uint64_t) {
+        return std::string("ok \xe2\x82 cut");
+      });
+  EXPECT_EQ(r.sample, "ok \xe2\x82 cut");
+  const std::string log = read_file(dir_ / "broken_sample/train_log.jsonl");
+  EXPECT_NE(log.find("\"text\":\"ok \xef\xbf\xbd cut\""), std::string::npos) << log;
+  EXPECT_NE(log.find("\"event\":\"end\""), std::string::npos) << log;
+}
+
 }  // namespace
 }  // namespace spillway::e2e

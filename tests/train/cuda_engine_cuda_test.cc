@@ -5,9 +5,12 @@
 #include <cmath>
 #include <string>
 
+#include "base/status.h"
 #include "device/cuda/cuda_device.h"
 #include "ops/gemm_hopper.h"
 #include "train/engine.h"
+#include "train/instruction_batches.h"
+#include "train/instruction_packing.h"
 #include "testing/llama.h"
 
 namespace spillway::train {
@@ -242,6 +245,71 @@ TEST(CudaEngine, WeightedLossOfUnevenMicroBatchesEqualsOneBatch) {
     EXPECT_NEAR(a.loss, c.loss, 1e-2 * c.loss) << "step " << step;
     EXPECT_NEAR(a.grad_norm, c.grad_norm, 3e-2 * c.grad_norm) << "step " << step;
   }
+}
+
+// Packed rows on the GPU (positions per token for RoPE, attention kept
+// inside each example by the own kernel's document mask): two rows holding
+// six examples step as the six examples one a row do, and as the CPU
+// engine's packed step.
+TEST(CudaEngine, PackedRowsStepAsTheirExamplesOneARow) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  constexpr int64_t kSeq = 64, kExamples = 6;
+  std::vector<InstructionExample> examples;
+  for (int e = 0; e < kExamples; ++e) {
+    InstructionExample x;
+    x.ids = testing::random_tokens(static_cast<size_t>(10 + 2 * e), 40 + e, 1000);  // rows of 33 and 51 pairs
+    for (size_t i = 0; i < x.ids.size(); ++i) x.trained.push_back(i >= 5 ? 1 : 0);  // a prompt of 5
+    examples.push_back(std::move(x));
+  }
+  const auto n = static_cast<size_t>(2 * kSeq);
+  std::vector<int32_t> inputs(n), targets(n), positions(n), doc_starts(n);
+  for (size_t r = 0; r < 2; ++r) {
+    const PackedRow row{std::span(inputs).subspan(r * kSeq, kSeq), std::span(targets).subspan(r * kSeq, kSeq),
+                        std::span(positions).subspan(r * kSeq, kSeq), std::span(doc_starts).subspan(r * kSeq, kSeq)};
+    int64_t at = 0;
+    for (size_t e = 3 * r; e < 3 * r + 3; ++e) at = place_example(examples[e], at, row);
+    ASSERT_LT(at, kSeq) << "row " << r << " must hold its examples whole";
+    pad_packed_row(at, 0, row);
+  }
+  std::vector<int32_t> row_inputs(kExamples * kSeq), row_targets(row_inputs.size());
+  for (size_t e = 0; e < kExamples; ++e) {
+    fill_instruction_row(examples[e], 0, std::span(row_inputs).subspan(e * kSeq, kSeq),
+                         std::span(row_targets).subspan(e * kSeq, kSeq));
+  }
+
+  EngineOptions packed;
+  packed.batch = 2;
+  packed.seq = kSeq;
+  packed.grad_clip = 0;
+  packed.weighted_loss = true;
+  packed.documents = true;
+  EngineOptions rows = packed;
+  rows.batch = kExamples;
+  rows.documents = false;
+  auto w_packed = model::LlamaWeights::random(config, 8, 0.05);
+  auto w_rows = w_packed, w_cpu = w_packed;
+  AdamW o_packed(config), o_rows(config), o_cpu(config);
+  auto gpu_packed = make_cuda_engine(w_packed, o_packed, packed);
+  auto gpu_rows = make_cuda_engine(w_rows, o_rows, rows);
+  auto cpu_packed = make_cpu_engine(w_cpu, o_cpu, packed);
+  const PackedDocuments documents{positions, doc_starts};
+  // A small rate: AdamW's first updates are about lr times the gradient's
+  // sign, so bf16's rounding in the two layouts moves the weights apart by
+  // up to 2 lr where a gradient is near zero.
+  for (int step = 0; step < 3; ++step) {
+    const StepStats a = gpu_packed->train_step(inputs, targets, documents, 1, 1e-4);
+    const StepStats b = gpu_rows->train_step(row_inputs, row_targets, 1, 1e-4);
+    const StepStats c = cpu_packed->train_step(inputs, targets, documents, 1, 1e-4);
+    EXPECT_NEAR(a.loss, b.loss, 2e-3 * b.loss) << "step " << step;
+    EXPECT_NEAR(a.grad_norm, b.grad_norm, 2e-2 * b.grad_norm) << "step " << step;
+    EXPECT_NEAR(a.loss, c.loss, 1e-2 * c.loss) << "step " << step;
+    EXPECT_NEAR(a.grad_norm, c.grad_norm, 3e-2 * c.grad_norm) << "step " << step;
+  }
+  // Rows that are not one run of documents are refused before a kernel sees them.
+  std::vector<int32_t> broken = doc_starts;
+  broken[10] = 3;
+  EXPECT_THROW(gpu_packed->train_step(inputs, targets, PackedDocuments{positions, broken}, 1, 1e-4), Error);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ ScheduleConfig schedule() {
 
 std::string error_of(const json& j, int64_t optimizer_steps = 4) {
   try {
-    check_trainer_state(read_trainer_state(j, kPath), schedule(), optimizer_steps, true, kPath);
+    check_trainer_state(read_trainer_state(j, kPath), schedule(), optimizer_steps, SampledRows::windows, kPath);
   } catch (const Error& e) {
     return e.what();
   }
@@ -87,6 +87,26 @@ TEST(TrainerState, EachDamageNamesTheField) {
   }
   EXPECT_EQ(error_of(saved(), 5), kPath + ": step 5 with 1 skipped updates does not match the optimizer's 5 updates "
                                           "(optimizer.safetensors steps_taken)");
+}
+
+// Packed rows take one example or more each: fewer draws than rows is
+// damage, more is not (the trainer replays the walk for the exact count).
+TEST(TrainerState, PackedRowsDrawAtLeastOneExampleEach) {
+  auto error_with_draws = [](uint64_t draws) -> std::string {
+    json j = saved();
+    j["sampler"]["draws"] = draws;
+    j["sampler"]["tokens_consumed"] = 100;
+    try {
+      check_trainer_state(read_trainer_state(j, kPath), schedule(), 4, SampledRows::packed, kPath);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_EQ(error_with_draws(40), "");
+  EXPECT_EQ(error_with_draws(97), "");
+  EXPECT_EQ(error_with_draws(39),
+            kPath + ": sampler.draws is 39 but 5 steps of 2 micro-batches of 4 rows draw at least 40");
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "device/cuda/cuda_pool.h"
 #include "device/cuda/pinned_host.h"
 #include "model/llama_config_json.h"
+#include "ops/attention.h"
 #include "plan/timeline_svg.h"
 #include "train/cuda/cuda_adamw.h"
 #include "train/cuda/cuda_step.h"
@@ -86,14 +87,19 @@ class CudaEngine final : public Engine {
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
     io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
     io_.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    // Tokens, targets, loss weights, the loss.
-    pinned_io_ = std::make_unique<PinnedBuffer>(3 * tokens * 4 + sizeof(float));
+    // Tokens, targets, loss weights, positions, document starts, the loss.
+    pinned_io_ = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float));
     io_.pinned_ids = pinned_io_->as<int32_t>();
     io_.pinned_loss_weights = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
-    io_.pinned_loss = io_.pinned_loss_weights + tokens;
+    io_.pinned_documents = io_.pinned_ids + 3 * tokens;
+    io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 5 * tokens);
     if (o.weighted_loss) {
       io_.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
       loss_weights_.resize(tokens);
+    }
+    if (o.documents) {
+      io_.device_positions = static_cast<int32_t*>(mem.allocate(tokens * 4, "positions"));
+      io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
     }
 
     if (o.data_parallel) scalars_ = mem.allocate(kScalarBytes, "data-parallel sums");
@@ -149,10 +155,11 @@ class CudaEngine final : public Engine {
   std::string device_name() const override { return "cuda:" + std::to_string(options_.gpu_ordinal) + " " + gpu_; }
   bool on_gpu() const override { return true; }
 
-  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t micro_batches,
-                       double lr) override {
+  using Engine::train_step;
+  StepStats train_step(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                       const PackedDocuments& documents, int64_t micro_batches, double lr) override {
     SPW_CHECK(train_ != nullptr, "GPU engine", "a training step after finish()");
-    const size_t n = micro_batch_tokens(options_, inputs, targets, micro_batches);
+    const size_t n = micro_batch_tokens(options_, inputs, targets, documents, micro_batches);
     StepStats stats;
     norm_->start_step();
     const int ranks = data_parallel_size(options_);
@@ -163,14 +170,18 @@ class CudaEngine final : public Engine {
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);
       check_token_ids(x, y, weights_.config().vocab_size, n);
+      const PackedDocuments docs = documents.subspan(micro * n, n);
+      // The kernels rely on contiguous documents and cannot throw.
+      if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       if (exec::PlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
         // The last micro-batch leaves each sum final on the device just
         // before it goes home: its squares are taken there.
         planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
       }
-      stats.loss +=
-          train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_) / static_cast<double>(micro_batches);
+      stats.loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_, docs.positions,
+                                docs.doc_starts) /
+                    static_cast<double>(micro_batches);
     }
     // Overlapped, the last micro-batch summed them over the ranks already.
     if (ranks > 1 && !overlapped_) sum_gradients_over_ranks();
@@ -278,6 +289,7 @@ class CudaEngine final : public Engine {
     r.recompute = recompute_policy(options_.memory.recompute);
     r.bf16_moments = options_.memory.bf16_moments;
     r.weighted_loss = options_.weighted_loss;
+    r.documents = options_.documents;
     r.offload = options_.memory.offload;
     r.device_budget = mem.budget();
     // --host-mem is the host's, shared evenly by its ranks, and a rank's
@@ -329,8 +341,11 @@ class CudaEngine final : public Engine {
     io_.targets = step.model.targets;
     io_.loss = step.model.loss;
     io_.loss_weights = step.model.loss_weights;
+    io_.positions = step.model.positions;
+    io_.doc_starts = step.model.doc_starts;
     StepIo eval_io = io_;
     eval_io.loss_weights = {};  // evaluation keeps the plain mean
+    eval_io.positions = eval_io.doc_starts = {};  // over rows of one example each
     eval_io.tokens = eval_graph_->model.tokens;
     eval_io.targets = eval_graph_->model.targets;
     eval_io.loss = eval_graph_->model.loss;

@@ -36,6 +36,10 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
   program_->bind(io_.tokens, io_.device_tokens);
   program_->bind(io_.targets, io_.device_targets);
   if (io_.loss_weights.valid()) program_->bind(io_.loss_weights, io_.device_loss_weights);
+  if (io_.positions.valid()) {
+    program_->bind(io_.positions, io_.device_positions);
+    program_->bind(io_.doc_starts, io_.device_doc_starts);
+  }
 }
 
 CudaStep::~CudaStep() {
@@ -50,7 +54,8 @@ CudaStep::~CudaStep() {
 }
 
 double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last,
-                     std::span<const float> loss_weights) {
+                     std::span<const float> loss_weights, std::span<const int32_t> positions,
+                     std::span<const int32_t> doc_starts) {
   Stream& compute = device_.stream(StreamKind::compute);
   // The previous micro-batch has finished with the pinned buffer: run()
   // returns synchronized.
@@ -63,6 +68,15 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
   if (!loss_weights.empty()) {
     std::copy(loss_weights.begin(), loss_weights.end(), io_.pinned_loss_weights);
     device_.copy_async(io_.device_loss_weights, io_.pinned_loss_weights, loss_weights.size_bytes(), compute);
+  }
+  const size_t documents = io_.positions.valid() ? tokens.size() : 0;
+  SPW_CHECK(positions.size() == documents && doc_starts.size() == documents, "GPU step", "got ", positions.size(),
+            " positions and ", doc_starts.size(), " document starts for ", tokens.size(), " tokens");
+  if (documents) {
+    std::copy(positions.begin(), positions.end(), io_.pinned_documents);
+    std::copy(doc_starts.begin(), doc_starts.end(), io_.pinned_documents + documents);
+    device_.copy_async(io_.device_positions, io_.pinned_documents, positions.size_bytes(), compute);
+    device_.copy_async(io_.device_doc_starts, io_.pinned_documents + documents, doc_starts.size_bytes(), compute);
   }
   enqueue(first, last && plain_ && hooks_.after_node);
   device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);

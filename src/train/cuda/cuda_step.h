@@ -30,11 +30,15 @@ namespace spillway::train {
 struct StepIo {
   graph::Value tokens, targets, loss;
   graph::Value loss_weights;  // a weighted loss's per-token weights (f32), else invalid
+  graph::Value positions, doc_starts;  // packed rows' (i32), else invalid
   int32_t* device_tokens = nullptr;
   int32_t* device_targets = nullptr;
   float* device_loss_weights = nullptr;
+  int32_t* device_positions = nullptr;
+  int32_t* device_doc_starts = nullptr;
   int32_t* pinned_ids = nullptr;  // room for a micro-batch's tokens, then its targets
   float* pinned_loss_weights = nullptr;  // room for a micro-batch's weights
+  int32_t* pinned_documents = nullptr;  // room for a micro-batch's positions, then its document starts
   float* pinned_loss = nullptr;
 };
 
@@ -80,9 +84,12 @@ class CudaStep {
   // of an optimizer step, whose nodes write the gradient sums instead of
   // adding to them (no zeroing pass); `last`: the last, which issues the
   // hooks. The ids must be checked already. `loss_weights`: one per token
-  // where the step's loss is weighted, else empty.
+  // where the step's loss is weighted, else empty; `positions` and
+  // `doc_starts` (checked already): one per token where its rows are
+  // packed, else empty.
   double run(std::span<const int32_t> tokens, std::span<const int32_t> targets, bool first, bool last = false,
-             std::span<const float> loss_weights = {});
+             std::span<const float> loss_weights = {}, std::span<const int32_t> positions = {},
+             std::span<const int32_t> doc_starts = {});
   // Whether the step is replayed from a captured CUDA graph (no capture has
   // failed).
   bool replays() const { return options_.cuda_graph && !planned_; }

@@ -233,9 +233,19 @@ put("token_file_fuzz", "uint32", token_input("uint32", [70000, 5], 128256))
 
 # --- trainer state and optimizer state --------------------------------------
 
-put("trainer_state_fuzz", "trainer_state", b"\x00" + json.dumps({
-    "format": "spillway-trainer-state/1", "step": 3, "tokens_seen": 96, "sampler": {"draws": 3, "seed": 1337},
-    "options": {"schedule": {"steps": 10, "batch": 2, "seq": 16}, "optimizer": {"lr": 0.001}}}).encode())
+# As save_checkpoint writes it, consistent throughout (3 steps of 2 rows of
+# 16 tokens), so that mutations reach the checks of the sampler's position.
+trainer_state = {
+    "format": "spillway-trainer-state/1", "step": 3, "skipped_steps": 1,
+    "sampler": {"draws": 6, "seed": 1337, "tokens_consumed": 96},
+    "options": {"schedule": {"steps": 10, "batch": 2, "seq": 16, "grad_accum": 1, "seed": 1337},
+                "optimizer": {"lr": 0.001, "warmup": 2}},
+    "train_curve": [[1.0, 5.5], [2.0, 5.25], [3.0, 5.0]], "validation_curve": [[2.0, 5.3]]}
+put("trainer_state_fuzz", "trainer_state", b"\x00" + json.dumps(trainer_state).encode())
+put("trainer_state_fuzz", "trainer_state_windows", b"\x02" + json.dumps(trainer_state).encode())
+put("trainer_state_fuzz", "trainer_state_flat_options", b"\x00" + json.dumps({
+    "format": "spillway-trainer-state/1", "step": 3, "sampler": {"draws": 3, "seed": 1337, "tokens_consumed": 30},
+    "options": {"steps": 10, "batch": 1, "seq": 16, "lr": 0.001}}).encode())
 shapes = [("model.embed_tokens.weight", [8, 8]), ("model.layers.0.input_layernorm.weight", [8]),
           ("model.layers.0.self_attn.q_proj.weight", [8, 8]), ("model.layers.0.self_attn.k_proj.weight", [4, 8]),
           ("model.layers.0.self_attn.v_proj.weight", [4, 8]), ("model.layers.0.self_attn.o_proj.weight", [8, 8]),

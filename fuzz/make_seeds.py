@@ -290,3 +290,28 @@ put("run_config_fuzz", "train_toml", b"\x01" + run_toml.encode())  # bit 0: TOML
 put("run_config_fuzz", "plan_json", b"\x06" + json.dumps({
     "model": {"config": "llama3-8b"}, "schedule": {"batch": 1, "seq": 8192},
     "memory": {"device_mem": "12GiB", "host_mem": 137438953472, "recompute": "selective"}}).encode())
+
+# --- the server's request bodies ----------------------------------------------
+# First byte: bit 0 chat, bits 1-3 the served tokenizer's chat format
+# (0 LLaMA-3, 1 ChatML, 2 LLaMA-2, 3 plain, 4 one spillway cannot render).
+
+put("openai_request_fuzz", "chat_llama3", b"\x01" + json.dumps({
+    "model": "m", "messages": [{"role": "developer", "content": "Be brief.", "name": "x"},
+                               {"role": "user", "content": [{"type": "text", "text": "the cat "},
+                                                            {"type": "text", "text": "sees"}]},
+                               {"role": "assistant", "content": "the moon"},
+                               {"role": "user", "content": "a dog"}],
+    "max_tokens": 20, "temperature": 0.5, "top_p": 0.9, "top_k": 4, "seed": 7, "stop": ["\n", "END"], "n": 2,
+    "stream": True, "stream_options": {"include_usage": True}, "frequency_penalty": 0, "user": "u1"}).encode())
+put("openai_request_fuzz", "chat_chatml", b"\x03" + json.dumps({
+    "messages": [{"role": "user", "content": "a dog likes her song"}], "max_completion_tokens": 50,
+    "logprobs": False, "response_format": {"type": "text"}, "ignore_eos": True}).encode())
+put("openai_request_fuzz", "chat_llama2", b"\x05" + json.dumps({
+    "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "12 + 30"}], "seed": -1}).encode())
+put("openai_request_fuzz", "completion_text", b"\x00" + json.dumps({
+    "model": "m", "prompt": "the cat sees", "max_tokens": 16, "temperature": 0, "stop": "moon", "echo": False,
+    "logit_bias": {}, "best_of": 1}).encode())
+put("openai_request_fuzz", "completion_prompts", b"\x06" + json.dumps({
+    "prompt": ["a dog", "her song"], "n": 3, "top_k": -1, "stream": False, "presence_penalty": 0.0}).encode())
+put("openai_request_fuzz", "completion_ids", b"\x00" + json.dumps({
+    "prompt": [[1, 2, 3], [40, 41]], "max_tokens": 90, "suffix": None, "top_p": 1}).encode())

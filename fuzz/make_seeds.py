@@ -287,6 +287,18 @@ device_mem = "8GiB"
 offload = "auto"
 """
 put("run_config_fuzz", "train_toml", b"\x01" + run_toml.encode())  # bit 0: TOML; bits 1-2: train
+# Non-ASCII text where TOML allows it, beside the multi-line string forms
+# whose backslashes make toml++ test characters for whitespace.
+put("run_config_fuzz", "text_toml", b"\x01" + """# caf\u00e9 \u3042
+[data]
+separator = "caf\u00e9 \u0416"
+paths = ['\u3042.txt', \"\"\"\\
+    \u3000 b\"\"\"]
+
+[run]
+out = \"\"\"runs/\\u00e9\\
+  x\"\"\"
+""".encode())
 put("run_config_fuzz", "plan_json", b"\x06" + json.dumps({
     "model": {"config": "llama3-8b"}, "schedule": {"batch": 1, "seq": 8192},
     "memory": {"device_mem": "12GiB", "host_mem": 137438953472, "recompute": "selective"}}).encode())

@@ -140,8 +140,9 @@ class Scanner {
     for (size_t i = 0; i < n && at_ < text_.size(); ++i) advance();
   }
 
-  // The code point that starts at `at` (a byte where the UTF-8 is broken,
-  // which toml++ reports itself) and its length in bytes.
+  // The code point that starts at `at` and its length in bytes; a length of
+  // 1 for a byte that starts none (broken UTF-8, which toml++ reports
+  // itself, or past U+FFFF, where its table has no gaps).
   uint32_t code_at(size_t at, size_t& length) const {
     const auto byte = [&](size_t i) { return static_cast<unsigned char>(text_[at + i]) & 0x3Fu; };
     const auto b0 = static_cast<unsigned char>(text_[at]);
@@ -168,7 +169,7 @@ class Scanner {
     size_t length = 1;
     while (at_ < text_.size()) {
       const uint32_t code = code_at(at_, length);
-      if (whitespace_test_breaks_on(code)) {
+      if (length > 1 && whitespace_test_breaks_on(code)) {
         char name[16];
         std::snprintf(name, sizeof name, "U+%04X", code);
         fail(std::string("the character ") + name +

@@ -233,9 +233,19 @@ put("token_file_fuzz", "uint32", token_input("uint32", [70000, 5], 128256))
 
 # --- trainer state and optimizer state --------------------------------------
 
-put("trainer_state_fuzz", "trainer_state", b"\x00" + json.dumps({
-    "format": "spillway-trainer-state/1", "step": 3, "tokens_seen": 96, "sampler": {"draws": 3, "seed": 1337},
-    "options": {"schedule": {"steps": 10, "batch": 2, "seq": 16}, "optimizer": {"lr": 0.001}}}).encode())
+# As save_checkpoint writes it, consistent throughout (3 steps of 2 rows of
+# 16 tokens), so that mutations reach the checks of the sampler's position.
+trainer_state = {
+    "format": "spillway-trainer-state/1", "step": 3, "skipped_steps": 1,
+    "sampler": {"draws": 6, "seed": 1337, "tokens_consumed": 96},
+    "options": {"schedule": {"steps": 10, "batch": 2, "seq": 16, "grad_accum": 1, "seed": 1337},
+                "optimizer": {"lr": 0.001, "warmup": 2}},
+    "train_curve": [[1.0, 5.5], [2.0, 5.25], [3.0, 5.0]], "validation_curve": [[2.0, 5.3]]}
+put("trainer_state_fuzz", "trainer_state", b"\x00" + json.dumps(trainer_state).encode())
+put("trainer_state_fuzz", "trainer_state_windows", b"\x02" + json.dumps(trainer_state).encode())
+put("trainer_state_fuzz", "trainer_state_flat_options", b"\x00" + json.dumps({
+    "format": "spillway-trainer-state/1", "step": 3, "sampler": {"draws": 3, "seed": 1337, "tokens_consumed": 30},
+    "options": {"steps": 10, "batch": 1, "seq": 16, "lr": 0.001}}).encode())
 shapes = [("model.embed_tokens.weight", [8, 8]), ("model.layers.0.input_layernorm.weight", [8]),
           ("model.layers.0.self_attn.q_proj.weight", [8, 8]), ("model.layers.0.self_attn.k_proj.weight", [4, 8]),
           ("model.layers.0.self_attn.v_proj.weight", [4, 8]), ("model.layers.0.self_attn.o_proj.weight", [8, 8]),
@@ -277,6 +287,43 @@ device_mem = "8GiB"
 offload = "auto"
 """
 put("run_config_fuzz", "train_toml", b"\x01" + run_toml.encode())  # bit 0: TOML; bits 1-2: train
+# Non-ASCII text where TOML allows it, beside the multi-line string forms
+# whose backslashes make toml++ test characters for whitespace.
+put("run_config_fuzz", "text_toml", b"\x01" + """# caf\u00e9 \u3042
+[data]
+separator = "caf\u00e9 \u0416"
+paths = ['\u3042.txt', \"\"\"\\
+    \u3000 b\"\"\"]
+
+[run]
+out = \"\"\"runs/\\u00e9\\
+  x\"\"\"
+""".encode())
 put("run_config_fuzz", "plan_json", b"\x06" + json.dumps({
     "model": {"config": "llama3-8b"}, "schedule": {"batch": 1, "seq": 8192},
     "memory": {"device_mem": "12GiB", "host_mem": 137438953472, "recompute": "selective"}}).encode())
+
+# --- the server's request bodies ----------------------------------------------
+# First byte: bit 0 chat, bits 1-3 the served tokenizer's chat format
+# (0 LLaMA-3, 1 ChatML, 2 LLaMA-2, 3 plain, 4 one spillway cannot render).
+
+put("openai_request_fuzz", "chat_llama3", b"\x01" + json.dumps({
+    "model": "m", "messages": [{"role": "developer", "content": "Be brief.", "name": "x"},
+                               {"role": "user", "content": [{"type": "text", "text": "the cat "},
+                                                            {"type": "text", "text": "sees"}]},
+                               {"role": "assistant", "content": "the moon"},
+                               {"role": "user", "content": "a dog"}],
+    "max_tokens": 20, "temperature": 0.5, "top_p": 0.9, "top_k": 4, "seed": 7, "stop": ["\n", "END"], "n": 2,
+    "stream": True, "stream_options": {"include_usage": True}, "frequency_penalty": 0, "user": "u1"}).encode())
+put("openai_request_fuzz", "chat_chatml", b"\x03" + json.dumps({
+    "messages": [{"role": "user", "content": "a dog likes her song"}], "max_completion_tokens": 50,
+    "logprobs": False, "response_format": {"type": "text"}, "ignore_eos": True}).encode())
+put("openai_request_fuzz", "chat_llama2", b"\x05" + json.dumps({
+    "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "12 + 30"}], "seed": -1}).encode())
+put("openai_request_fuzz", "completion_text", b"\x00" + json.dumps({
+    "model": "m", "prompt": "the cat sees", "max_tokens": 16, "temperature": 0, "stop": "moon", "echo": False,
+    "logit_bias": {}, "best_of": 1}).encode())
+put("openai_request_fuzz", "completion_prompts", b"\x06" + json.dumps({
+    "prompt": ["a dog", "her song"], "n": 3, "top_k": -1, "stream": False, "presence_penalty": 0.0}).encode())
+put("openai_request_fuzz", "completion_ids", b"\x00" + json.dumps({
+    "prompt": [[1, 2, 3], [40, 41]], "max_tokens": 90, "suffix": None, "top_p": 1}).encode())

@@ -6,10 +6,13 @@
 // end of a line), '}' where an array expects a value (`[1, }`), and a
 // non-ASCII character outside strings and comments (bare keys and every
 // other value are ASCII). All are invalid TOML. One more refusal does touch
-// valid TOML: toml++ 3.3 tests characters for whitespace, strings included,
-// with a table that sends U+00A1-U+0499 and U+FC06-U+FFFF (but U+FEFF) into
-// unreachable code, so those characters are refused anywhere in a TOML file,
-// with a line saying to write the file as JSON (which takes any text).
+// valid TOML: toml++ 3.3 tests characters for whitespace with a table that
+// sends U+00A1-U+0499, U+2C5E-U+3057 (but U+3000) and U+FB26-U+FEFE into
+// unreachable code. Outside strings such characters are refused as above;
+// inside strings it tests only in a multi-line basic string, the character
+// after a backslash and, after a line-ending backslash, the first one that
+// is not whitespace. There alone they are refused, with a line saying to
+// write the file as JSON (which takes any text).
 #pragma once
 
 #include <string>

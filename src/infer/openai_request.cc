@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "base/json_text.h"
+#include "base/status.h"
 
 namespace spillway::infer {
 
@@ -126,9 +127,12 @@ bool neutral(const std::string& key, const json& v) {
 ApiRequest parse_api_request(const std::string& body, bool chat) {
   json j;
   try {
-    j = json::parse(body);
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, "the body is not valid JSON: " + json_parse_problem(e));
+    // json_from_text, not json::parse: a number too large for a double
+    // (1e999) is another library exception than a syntax error, and one
+    // that escaped here was the client's fault answered as the server's 500.
+    j = json_from_text(body, "request", "the body is not valid JSON");
+  } catch (const Error& e) {
+    throw ApiError(400, e.problem());
   }
   if (!j.is_object()) throw ApiError(400, "the body must be a JSON object");
   ApiRequest r;

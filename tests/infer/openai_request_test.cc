@@ -83,5 +83,20 @@ TEST(OpenAiRequest, RefusesWhatItCannotHonour) {
   expect_error(R"({"prompt": {"text": "x"}})", false, "prompt", "must be a string");
 }
 
+// What the request fuzzer found: a number too large for a double is the
+// JSON library's out_of_range, not its parse_error, and escaped to the
+// server's handler of unexpected exceptions (a 500 naming the library).
+TEST(OpenAiRequest, ANumberTooLargeForADoubleIsTheClientsError) {
+  for (const bool chat : {false, true}) {
+    try {
+      parse_api_request(R"({"prompt": "x", "max_tokens": 1e999})", chat);
+      ADD_FAILURE() << "1e999 was accepted";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_EQ(std::string(e.what()), "the body is not valid JSON at line 1, column 31: the number 1e999 is too large");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spillway::infer

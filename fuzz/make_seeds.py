@@ -243,6 +243,7 @@ trainer_state = {
     "train_curve": [[1.0, 5.5], [2.0, 5.25], [3.0, 5.0]], "validation_curve": [[2.0, 5.3]]}
 put("trainer_state_fuzz", "trainer_state", b"\x00" + json.dumps(trainer_state).encode())
 put("trainer_state_fuzz", "trainer_state_windows", b"\x02" + json.dumps(trainer_state).encode())
+put("trainer_state_fuzz", "trainer_state_packed", b"\x04" + json.dumps(trainer_state).encode())
 put("trainer_state_fuzz", "trainer_state_flat_options", b"\x00" + json.dumps({
     "format": "spillway-trainer-state/1", "step": 3, "sampler": {"draws": 3, "seed": 1337, "tokens_consumed": 30},
     "options": {"steps": 10, "batch": 1, "seq": 16, "lr": 0.001}}).encode())

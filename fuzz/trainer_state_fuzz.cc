@@ -4,7 +4,8 @@
 // way train_model takes it: train/checkpoint.h's reader, then every field
 // read and range-checked, the checkpointed options restored over a run's
 // defaults and the sampler's position checked against them (bit 1 of the
-// first byte: a token file's windows, whose every token counts), since a
+// first byte: a token file's windows, whose every token counts; else bit
+// 2: packed instruction examples; else examples one a row), since a
 // state that passes the reader but hangs or overflows later is the bug the
 // issue found.
 #include <filesystem>
@@ -37,7 +38,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace spillway;
   if (size == 0) return 0;
   const bool optimizer = (data[0] & 1) != 0;
-  const bool windows = (data[0] & 2) != 0;
+  // How the sampler drew its rows: token windows, instruction examples one
+  // a row, or packed.
+  const train::SampledRows sampled = (data[0] & 2) != 0   ? train::SampledRows::windows
+                                     : (data[0] & 4) != 0 ? train::SampledRows::packed
+                                                          : train::SampledRows::examples;
   const std::string dir = fuzz::scratch_dir() + "/checkpoint";
   std::filesystem::create_directories(dir);
   std::filesystem::remove(dir + "/trainer_state.json");
@@ -54,7 +59,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     train::restore_checkpointed(config, state.options, path);
     // The optimizer's count as the state implies it: the check of the
     // sampler's position is what this reaches for.
-    train::check_trainer_state(state, config.schedule, state.step - state.skipped_steps, windows, path);
+    train::check_trainer_state(state, config.schedule, state.step - state.skipped_steps, sampled, path);
   });
   return 0;
 }

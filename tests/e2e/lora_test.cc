@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "e2e/e2e_util.h"
+#include "e2e/micro_base.h"
 #include "model/llama_weights_io.h"
 #include "model/lora.h"
 #include "model/lora_io.h"
@@ -22,21 +23,7 @@ class LoraE2E : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = new ScratchDir("lora_e2e");
-    write_file(*dir_ / "corpus.txt", make_corpus(200, 3));
-    write_file(*dir_ / "micro.json", micro_config_json());
-    train::RunConfig o;
-    o.run.out = *dir_ / "base";
-    o.model.config = *dir_ / "micro.json";
-    o.data.paths = {*dir_ / "corpus.txt"};
-    o.data.document_separator = "%";
-    o.data.vocab_size = 300;
-    o.schedule.steps = 1;
-    o.schedule.batch = 2;
-    o.schedule.seq = 32;
-    o.sample.tokens = 0;
-    o.run.quiet = true;
-    o.run.device = train::DeviceChoice::cpu;
-    train::train_model(o);
+    train_micro_base(*dir_);
   }
   static void TearDownTestSuite() {
     delete dir_;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "infer/batch_decoder.h"
+#include "infer/llama_cpu_layer.h"
 #include "model/llama_weights.h"
 
 namespace spillway::infer {
@@ -24,9 +25,8 @@ class LlamaBatchDecoder final : public BatchDecoder {
   std::string description() const override;
 
  private:
-  struct Layer {
-    const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *gate, *up, *down;
-    std::vector<float> k_pool, v_pool;  // [num_blocks, block_tokens, kv_heads * head_dim]
+  struct KvPool {
+    std::vector<float> k, v;  // [num_blocks, block_tokens, kv_heads * head_dim]
   };
 
   std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override;
@@ -36,7 +36,8 @@ class LlamaBatchDecoder final : public BatchDecoder {
   const float* embed_;
   const float* final_norm_;
   const float* lm_head_;
-  std::vector<Layer> layers_;
+  std::vector<LlamaLayerWeights> layers_;
+  std::vector<KvPool> pools_;  // by layer
 };
 
 }  // namespace spillway::infer

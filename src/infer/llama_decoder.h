@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/decoder.h"
+#include "infer/llama_cpu_layer.h"
 #include "model/llama_weights.h"
 
 namespace spillway::infer {
@@ -31,9 +32,8 @@ class LlamaDecoder final : public Decoder {
   std::string description() const override;
 
  private:
-  struct Layer {
-    const float *input_norm, *wq, *wk, *wv, *wo, *post_norm, *gate, *up, *down;
-    std::vector<float> k_cache, v_cache;  // [max_len, kv_heads * head_dim]
+  struct KvCache {
+    std::vector<float> k, v;  // [max_len, kv_heads * head_dim]
   };
 
   // Feeds `tokens`; logits for every row, or for the last one only.
@@ -45,7 +45,8 @@ class LlamaDecoder final : public Decoder {
   const float* embed_;
   const float* final_norm_;
   const float* lm_head_;
-  std::vector<Layer> layers_;
+  std::vector<LlamaLayerWeights> layers_;
+  std::vector<KvCache> caches_;  // by layer
   int64_t pos_ = 0;
 };
 

@@ -51,10 +51,13 @@ std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
 // keeping it whole. none: every rank keeps the whole training state and the
 // gradient sums are all-reduced; optimizer: each rank keeps 1/N of the
 // masters' rest and of AdamW's moments and updates that share of the
-// weights, which are then all-gathered (ZeRO-1); automatic: on GPUs,
-// optimizer wherever the whole state then stays on the device, on the CPU
-// none.
-enum class StateSharding : uint8_t { automatic, none, optimizer };
+// weights, which are then all-gathered (ZeRO-1); gradients: also 1/N of the
+// gradient sums, each micro-batch's gradients reduce-scattered into them as
+// the backward pass makes them (ZeRO-2); weights: also 1/N of the bf16
+// weights, each layer's gathered just ahead of its use, forward and
+// backward (ZeRO-3, FSDP). automatic: on GPUs, the least sharding with
+// which the whole state stays on the device, on the CPU none.
+enum class StateSharding : uint8_t { automatic, none, optimizer, gradients, weights };
 
 // What the data is: text (or token files) for next-token training, or
 // instruction records (train/instruction_data.h) whose loss counts the
@@ -91,7 +94,7 @@ struct EnumNames<DataFormat> {
 };
 template <>
 struct EnumNames<StateSharding> {
-  static constexpr std::array<std::string_view, 3> names{"auto", "none", "optimizer"};
+  static constexpr std::array<std::string_view, 5> names{"auto", "none", "optimizer", "gradients", "weights"};
   static constexpr std::string_view noun = "value";
 };
 template <>

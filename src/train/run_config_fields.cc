@@ -204,8 +204,9 @@ const Field kFields[] = {
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::timeout_s>, .min = 1},
     {.key = "parallel.shard", .flag = "--shard",
      .help = "data parallelism: none (every rank keeps the whole training state), optimizer (each rank keeps and "
-             "updates 1/N of the masters and AdamW's moments; ZeRO-1), or auto (on GPUs, optimizer where the whole "
-             "state then stays on the device; on the CPU, none)",
+             "updates 1/N of the masters and AdamW's moments; ZeRO-1), gradients (also 1/N of the gradient sums; "
+             "ZeRO-2), weights (also 1/N of the bf16 weights, gathered layer by layer; ZeRO-3/FSDP), or auto (on "
+             "GPUs, the least of these with which the whole state stays on the device; on the CPU, none)",
      .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::shard>},
     // run
     {.key = "run.device", .flag = "--device", .help = "auto (the GPU when there is one), cpu or cuda",

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Data parallelism with the optimizer's state sharded (--shard optimizer)
-# against replication (--shard none) and one GPU, on a lent machine with
-# NPROC GPUs (default 2), in one lease. Phases, named as arguments:
-#   tiny:  the default tiny model trained 30 steps on 1 GPU and on NPROC, both
-#          ways; losses, final weights and AdamW moments compared
+# Data parallelism with the state sharded (--shard optimizer, gradients,
+# weights: ZeRO-1/2/3) against replication (--shard none) and one GPU, on a
+# lent machine with NPROC GPUs (default 2), in one lease. Phases, named as
+# arguments:
+#   tiny:  the default tiny model trained 30 steps on 1 GPU and on NPROC, each
+#          way; losses, final weights and AdamW moments compared
 #   1b:    `spillway bench` of the 1B step (seq 4096, batch 4, 8 micro-batches
 #          a step over all ranks) on 1 GPU and on NPROC both ways
 #   weak:  the 1B step with 8 micro-batches per rank (grad-accum 8 x NPROC):
@@ -12,6 +13,9 @@
 #   profile: the 1B step on NPROC GPUs (1b's shape), sharded, with per-op
 #          times and the measured per-stream timeline ($OUT/1b-profile.svg)
 #   8b:    the same for LLaMA-3-8B at seq 8192 (the planner picks the layout)
+#   zero:  LLaMA-3-8B at seq 8192 on NPROC GPUs sharded each way the planner
+#          can keep on the devices (ZeRO-1, 2, 3)
+#   large: LLaMA-2-13B's shape at seq 4096 on NPROC GPUs, --shard weights
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
 #   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC
 #   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
@@ -61,7 +65,7 @@ phase_tiny() {
   make_corpus
   rm -rf $runs/tiny*
   $B train $tiny --out $runs/tiny1 > "$OUT/tiny1.log" 2>&1 || { tail -5 "$OUT/tiny1.log"; return 1; }
-  for shard in none optimizer; do
+  for shard in none optimizer gradients weights; do
     $B train $tiny --out $runs/tiny-$shard --nproc-per-node $NPROC --shard $shard > "$OUT/tiny-$shard.log" 2>&1 ||
       { tail -5 "$OUT/tiny-$shard.log"; return 1; }
     grep -m1 "^device:" "$OUT/tiny-$shard.log"
@@ -73,7 +77,8 @@ runs = sys.argv[1]
 def losses(run): return [j["loss"] for j in map(json.loads, open(f"{runs}/{run}/train_log.jsonl")) if "loss" in j]
 def load(run, f): return load_file(f"{runs}/{run}/step-0000030/{f}.safetensors")
 def diff(a, b): return max(float(abs(a[k].astype("float32") - b[k].astype("float32")).max()) for k in a)
-for a, b in [("tiny1", "tiny-none"), ("tiny1", "tiny-optimizer"), ("tiny-none", "tiny-optimizer")]:
+for a, b in [("tiny1", "tiny-none"), ("tiny1", "tiny-optimizer"), ("tiny-none", "tiny-optimizer"),
+             ("tiny-none", "tiny-gradients"), ("tiny-none", "tiny-weights")]:
     la, lb = losses(a), losses(b)
     print("%s vs %s: loss %.5f vs %.5f, largest step-loss difference %.2e, weights %.2e, AdamW state %.2e" % (
         a, b, la[-1], lb[-1], max(abs(x - y) for x, y in zip(la, lb)), diff(load(a, "model"), load(b, "model")),
@@ -124,6 +129,17 @@ phase_8b() {
   local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --steps 3 --warmup 1 --recompute auto"
   bench 8b-1gpu 1 none $a
   bench 8b-$NPROC-auto $NPROC auto $a
+}
+
+phase_zero() {
+  local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum $(( 2 * NPROC )) --steps 3 --warmup 1"
+  for shard in optimizer gradients weights; do bench 8b-zero-$NPROC-$shard $NPROC $shard $a; done
+}
+
+phase_large() {
+  local a="--config llama2-13b --seq 4096 --batch 1 --grad-accum $(( 2 * NPROC )) --steps 3 --warmup 1 --recompute auto"
+  $B plan $a --gpus $NPROC --shard weights 2>&1 | grep -E "^data parallel|^device|^predicted" | cut -c1-300
+  bench 13b-$NPROC-weights $NPROC weights $a
 }
 
 phase_ddp() {

@@ -38,19 +38,29 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
               a.batch_auto ? " (auto)" : "", static_cast<long long>(s.seq), static_cast<long long>(micro_batches),
               static_cast<long long>(batch * s.seq * micro_batches), per_gpu.c_str());
   if (a.gpus > 1) {
-    const bool sharded = chosen.state.state_shards > 1;
+    const plan::TrainingStateSpec& st = chosen.state;
+    const bool sharded = st.state_shards > 1;
     // As the GPU engine does: under the backward pass where nothing moves.
-    const std::string sums = p.all_on_device() ? "gradient sums all-reduced under the backward pass"
-                             : sharded         ? "gradient sums reduce-scattered after the backward pass"
-                                               : "gradient sums all-reduced after the backward pass";
+    const std::string sums = st.shard_gradients  ? "gradient sums reduce-scattered under each micro-batch's backward pass"
+                             : p.all_on_device() ? "gradient sums all-reduced under the backward pass"
+                             : sharded           ? "gradient sums reduce-scattered after the backward pass"
+                                                 : "gradient sums all-reduced after the backward pass";
+    const std::string kept =
+        st.shard_weights     ? "weights, gradient sums, masters' rest and AdamW's moments sharded, 1/N on each (ZeRO-3)"
+        : st.shard_gradients ? "gradient sums, masters' rest and AdamW's moments sharded, 1/N on each (ZeRO-2)"
+        : sharded            ? "the masters' rest and AdamW's moments sharded, 1/N on each (ZeRO-1)"
+                             : "every GPU keeps the whole training state";
+    const std::string rings = st.shard_gradients ? "; whole copies in rings of " + format_bytes(st.ring_bytes) : "";
+    const std::string gathered = st.shard_weights ? ", each layer's weights all-gathered ahead of its use forward and "
+                                                    "backward"
+                                 : sharded        ? ", weights all-gathered"
+                                                  : "";
     const std::string where = a.hosts > 1 ? " on " + std::to_string(a.hosts) + " hosts" : "";
-    std::printf("data parallel over %d GPUs%s: %s; each sends %s a step (%s%s) at %.0f GB/s (%s); the step waits "
+    std::printf("data parallel over %d GPUs%s: %s%s; each sends %s a step (%s%s) at %.0f GB/s (%s); the step waits "
                 "%.3f s for it\n",
-                a.gpus, where.c_str(),
-                sharded ? "the masters' rest and AdamW's moments sharded, 1/N on each"
-                        : "every GPU keeps the whole training state",
-                format_bytes(p.bytes_communicated).c_str(), sums.c_str(), sharded ? ", weights all-gathered" : "",
-                req.rates.collective_bytes / 1e9, planned.link_rate_source.c_str(), p.communication_seconds);
+                a.gpus, where.c_str(), kept.c_str(), rings.c_str(), format_bytes(p.bytes_communicated).c_str(),
+                sums.c_str(), gathered.c_str(), req.rates.collective_bytes / 1e9, planned.link_rate_source.c_str(),
+                p.communication_seconds);
   }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",

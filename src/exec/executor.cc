@@ -76,6 +76,7 @@ void Executor::run() {
       for (const auto& h : liveness_.handed_over_at[i]) {
         data_[static_cast<size_t>(h.to.id)] = data_[static_cast<size_t>(h.from.id)];
       }
+      if (before_node_) before_node_(i);
       if (profiling_) {
         runner_.synchronize();
         auto start = std::chrono::steady_clock::now();

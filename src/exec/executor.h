@@ -90,6 +90,10 @@ class Executor : public StepProgram {
   // that follows a node on its own stream, such as a collective over
   // gradient sums the node made final. Empty: none.
   void set_after_node(std::function<void(size_t node)> hook) { after_node_ = std::move(hook); }
+  // Called with each node's index just before the node is issued: where
+  // the caller makes the node wait for work on its own stream, such as the
+  // gather of weights the node reads.
+  void set_before_node(std::function<void(size_t node)> hook) { before_node_ = std::move(hook); }
 
  private:
   void release_outputs();
@@ -101,7 +105,7 @@ class Executor : public StepProgram {
   std::vector<void*> data_;  // by value id
   bool profiling_ = false;
   std::vector<double> node_seconds_;
-  std::function<void(size_t)> after_node_;
+  std::function<void(size_t)> before_node_, after_node_;
 };
 
 class CpuNodeRunner : public NodeRunner {

@@ -1,6 +1,7 @@
 #include "plan/training_plan.h"
 
 #include <algorithm>
+#include <utility>
 #include <optional>
 
 #include "base/bytes.h"
@@ -61,13 +62,30 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
     resident[static_cast<size_t>(v.id)] = true;
     p.resident_bytes += accounted(g.value(v).bytes());
   };
+  // Sharded sums and weights are bound to the rings: counted as their
+  // shares and the rings.
+  auto bind = [&](graph::Value v) { resident[static_cast<size_t>(v.id)] = true; };
   for (graph::Value v : s.inputs) keep(v);
+  const uint64_t shares = std::max<uint64_t>(1, s.state_shards);
+  if (s.shard_gradients) {
+    p.resident_bytes += s.ring_bytes + accounted(total.grads / shares) +
+                        (s.shard_weights ? 0 : accounted(total.weights / shares));
+  }
+  if (s.shard_weights) p.resident_bytes += accounted(total.weights / shares);
   for (const StateParameter& param : s.parameters) {
-    if (layout.weights) keep(param.weight);
+    if (layout.weights && s.shard_weights) {
+      bind(param.weight);
+    } else if (layout.weights) {
+      keep(param.weight);
+    }
     const bool grad_kept = layout.grads == Grads::all || (layout.grads == Grads::kept_first && param.grad_kept_first);
     p.grad_resident.push_back(grad_kept);
     if (grad_kept) {
-      keep(param.grad);
+      if (s.shard_gradients) {
+        bind(param.grad);
+      } else {
+        keep(param.grad);
+      }
     } else {
       p.grad_elements_at_home += static_cast<uint64_t>(g.value(param.grad).shape.numel());
       out.grad_bytes_at_home += g.value(param.grad).bytes();
@@ -92,8 +110,40 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
   return out;
 }
 
+// What each rank sends per optimizer step, and the time of it the step
+// waits for. Ring collectives: each rank sends (N-1)/N of the data per
+// pass. Where nothing moves (the plain executor), the sums are all-reduced
+// in buckets under the last micro-batch's backward pass, about two thirds
+// of it; otherwise after it, reduce-scattered where the state is sharded.
+// Sharded, the updated weights are all-gathered after the optimizer. With
+// the sums sharded, each micro-batch reduce-scatters them (and with the
+// weights sharded, all-gathers those twice) under its own compute, but for
+// the ring's tail.
+std::pair<double, double> communication(const StateBytes& total, const TrainingStateSpec& s,
+                                        const TrainingPlanRequest& r, const TrainingPlan& p) {
+  const int n = r.data_parallel;
+  const double rate = r.rates.collective_bytes;
+  const auto grads = static_cast<double>(total.grads), weights = static_cast<double>(total.weights);
+  if (s.shard_gradients) {
+    const double per_micro = ring_bytes_sent(Collective::reduce_scatter, grads, n) +
+                             (s.shard_weights ? 2 * ring_bytes_sent(Collective::all_gather, weights, n) : 0.0);
+    const double after = s.shard_weights ? 0.0 : ring_bytes_sent(Collective::all_gather, weights, n);
+    const double exposed = std::max(0.0, per_micro / rate - p.micro.step_seconds) + static_cast<double>(s.ring_tail_bytes) / rate;
+    const auto micro_batches = static_cast<double>(r.micro_batches);
+    return {micro_batches * per_micro + after, micro_batches * exposed + after / rate};
+  }
+  const bool sharded = total.shards > 1, overlapped = p.all_on_device();
+  const double summed =
+      ring_bytes_sent(overlapped || !sharded ? Collective::all_reduce : Collective::reduce_scatter, grads, n);
+  const double gathered = sharded ? ring_bytes_sent(Collective::all_gather, weights, n) : 0.0;
+  double summing = summed / rate;
+  if (overlapped) summing = std::max(0.0, summing - 2.0 / 3.0 * p.micro.step_seconds);
+  return {summed + gathered, summing + gathered / rate};
+}
+
 // Places the step graph around the state of `out` and predicts its time.
-void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanRequest& r, Planned& out) {
+void place(const graph::Graph& g, const TrainingStateSpec& s, const StateBytes& total, const TrainingPlanRequest& r,
+           Planned& out) {
   TrainingPlan& p = out.plan;
   const uint64_t taken = r.device_reserved + p.resident_bytes;
   SPW_CHECK(taken < r.device_budget, "--device-mem", "a budget of ", format_bytes(r.device_budget),
@@ -102,6 +152,9 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   const uint64_t host_taken = p.host_state_bytes + p.host_process_bytes - p.host_startup_bytes;
   p.placement = plan_gpu_placement(g, r.device_budget - taken, r.host_budget - host_taken, std::move(out.resident),
                                    r.rates, host_taken);
+  SPW_CHECK(!s.shard_gradients || p.placement.values_offloaded == 0, "--shard", "a budget of ",
+            format_bytes(r.device_budget), " holds the sharded state but not the step's activations: sharded gradient ",
+            "sums and weights need every activation on the device");
   SPW_CHECK(!out.layout.optimizer || r.offload != OffloadMode::off || p.placement.values_offloaded == 0,
             "--device-mem", "a budget of ", format_bytes(r.device_budget), " holds the training state but not the ",
             "step's activations with nothing offloaded (--offload off)");
@@ -109,21 +162,9 @@ void place(const graph::Graph& g, const StateBytes& total, const TrainingPlanReq
   p.optimizer_seconds =
       optimizer_seconds(total, p.optimizer_resident, p.weights_resident, out.grad_bytes_at_home, r.rates);
   if (r.data_parallel > 1) {
-    // Ring collectives: each rank sends (N-1)/N of the data per pass. Where
-    // nothing moves (the plain executor), the sums are all-reduced in
-    // buckets under the last micro-batch's backward pass, about two thirds
-    // of it; otherwise after it, reduce-scattered where the state is
-    // sharded. Sharded, the updated weights are all-gathered after the
-    // optimizer.
-    const bool sharded = total.shards > 1, overlapped = p.all_on_device();
-    const double summed = ring_bytes_sent(overlapped || !sharded ? Collective::all_reduce : Collective::reduce_scatter,
-                                          static_cast<double>(total.grads), r.data_parallel);
-    const double gathered =
-        sharded ? ring_bytes_sent(Collective::all_gather, static_cast<double>(total.weights), r.data_parallel) : 0.0;
-    p.bytes_communicated = static_cast<uint64_t>(summed + gathered);
-    double summing = summed / r.rates.collective_bytes;
-    if (overlapped) summing = std::max(0.0, summing - 2.0 / 3.0 * p.micro.step_seconds);
-    p.communication_seconds = summing + gathered / r.rates.collective_bytes;
+    const auto [bytes, seconds] = communication(total, s, r, p);
+    p.bytes_communicated = static_cast<uint64_t>(bytes);
+    p.communication_seconds = seconds;
   }
   p.step_seconds =
       static_cast<double>(r.micro_batches) * p.micro.step_seconds + p.communication_seconds + p.optimizer_seconds;
@@ -175,6 +216,8 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
     if (!allowed(layout, r.offload)) continue;
     if (r.gradient_sums_on_device && layout.grads != Grads::all) continue;
     if (layout.grads == Grads::kept_first && !any_kept_first) continue;
+    // Sharded sums and weights live on the device with everything else.
+    if (s.shard_gradients && !(layout.optimizer && layout.weights && layout.grads == Grads::all)) continue;
     Planned candidate = state_of(g, s, total, layout);
     candidate.plan.host_process_bytes += r.host_reserved;
     const uint64_t host_taken = candidate.plan.host_state_bytes + candidate.plan.host_process_bytes;
@@ -183,7 +226,7 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
       continue;
     }
     try {
-      place(g, total, r, candidate);
+      place(g, s, total, r, candidate);
       if (!best || candidate.plan.step_seconds < best->plan.step_seconds) best = std::move(candidate);
     } catch (const Error& e) {
       // Layouts are tried from the most to the least device memory: the

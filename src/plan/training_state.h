@@ -38,6 +38,14 @@ struct TrainingStateSpec {
   // Data parallelism that shards the master's rest and the optimizer's
   // state evenly over this many ranks: each keeps one share.
   uint64_t state_shards = 1;
+  // Sharded further: the gradient sums too (ZeRO-2), and the weights
+  // (ZeRO-3). They are then whole only in rings of `ring_bytes` on the
+  // device while a step runs; every micro-batch reduce-scatters the sums
+  // (and all-gathers the weights, forward and backward) under its compute,
+  // but for about `ring_tail_bytes` of them at its ends. Everything stays on
+  // the device.
+  bool shard_gradients = false, shard_weights = false;
+  uint64_t ring_bytes = 0, ring_tail_bytes = 0;
   // Host bytes per parameter element the caller holds at its peak (start-up,
   // before the state has taken its arrays): its master weights, and the
   // moments it brings. Where a layout keeps the moments at home and they are

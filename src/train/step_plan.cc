@@ -2,12 +2,16 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 
 #include "base/status.h"
+#include "device/communicator.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights.h"
 #include "train/adamw_state.h"
 #include "train/recompute_choice.h"
+#include "train/ring_schedule.h"
+#include "train/shard_layout.h"
 
 namespace spillway::train {
 
@@ -17,6 +21,41 @@ int64_t largest_tensor(const model::LlamaConfig& config) {
   int64_t largest = 1;
   for (const auto& spec : model::parameter_specs(config)) largest = std::max(largest, spec.shape.numel());
   return largest;
+}
+
+// What sharded gradient sums (and weights) need on the device beside their
+// shares: the engine's rings (train/cuda/shard_rings.h), laid out as the
+// engine lays out the state, and a checkpoint read's scratch.
+void add_rings(const LlamaStep& step, const model::LlamaConfig& config, int ranks, bool weights,
+               plan::TrainingStateSpec& spec) {
+  const auto specs = model::parameter_specs(config);
+  std::vector<int64_t> numel;
+  std::vector<bool> decayed_tensor;
+  for (const auto& t : specs) {
+    numel.push_back(t.shape.numel());
+    decayed_tensor.push_back(t.shape.rank() >= 2);
+  }
+  const graph::Graph& g = step.step.graph;
+  const auto& parts = step.model.parameter_parts;
+  std::vector<std::string> names;
+  std::vector<bool> decayed;
+  std::vector<graph::Value> grads;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    names.push_back(g.value(step.model.parameters[j]).name);
+    decayed.push_back(decayed_tensor[static_cast<size_t>(parts[j].front())]);
+    grads.push_back(step.step.grads[step.model.parameters[j]]);
+  }
+  const StateLayout layout =
+      lay_out_state(parts, numel, decayed_tensor, layer_region_keys(names, decayed), ranks, 0, kStateAlign);
+  spec.shard_gradients = true;
+  spec.shard_weights = weights;
+  spec.ring_bytes = reduce_schedule(g, ring_regions(layout, grads, 4)).bytes() +
+                    static_cast<uint64_t>(OptimizerStaging(largest_tensor(config)).chunk) * 4;
+  if (weights) spec.ring_bytes += gather_schedule(g, ring_regions(layout, step.model.parameters, 2)).bytes();
+  uint64_t largest = 0;
+  for (const auto& r : layout.shards.regions()) largest = std::max(largest, r.elements);
+  spec.ring_tail_bytes = static_cast<uint64_t>(
+      ring_bytes_sent(Collective::reduce_scatter, static_cast<double>(largest) * (weights ? 6 : 4), ranks));
 }
 
 }  // namespace
@@ -87,6 +126,9 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
     p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
+    if (r.shard_gradients && r.state_shards > 1) {
+      add_rings(*p.step, r.config, static_cast<int>(r.state_shards), r.shard_weights, p.state);
+    }
     plan::TrainingPlanRequest with_reserve = req;
     if (r.device_reserved) with_reserve.device_reserved = r.device_reserved(*p.step);
     p.plan = plan::plan_training(p.step->step.graph, p.state, with_reserve);
@@ -148,19 +190,34 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
 
 PlannedStep plan_data_parallel_step(StepPlanRequest r, StateSharding shard) {
   r.state_shards = 1;
+  r.shard_gradients = r.shard_weights = false;
   if (r.data_parallel <= 1 || shard == StateSharding::none) return plan_llama_step(r);
+  std::optional<PlannedStep> best;
   std::string why;
-  try {
+  for (StateSharding level : {StateSharding::optimizer, StateSharding::gradients, StateSharding::weights}) {
+    if (shard != StateSharding::automatic && shard != level) continue;
     StepPlanRequest sharded = r;
     sharded.state_shards = static_cast<uint64_t>(r.data_parallel);
-    PlannedStep p = plan_llama_step(sharded);
-    if (p.plan.optimizer_resident && p.plan.weights_resident) return p;
-    why = "it places: " + p.plan.layout();
-  } catch (const Error& e) {
-    why = e.what();
+    sharded.shard_gradients = level != StateSharding::optimizer;
+    sharded.shard_weights = level == StateSharding::weights;
+    try {
+      PlannedStep p = plan_llama_step(sharded);
+      if (!(p.plan.optimizer_resident && p.plan.weights_resident)) {
+        why = "it places: " + p.plan.layout();
+        continue;
+      }
+      // The least sharding with which nothing moves between device and
+      // host: each level further adds collectives to every micro-batch.
+      if (p.plan.all_on_device()) return p;
+      if (!best || p.plan.step_seconds < best->plan.step_seconds) best = std::move(p);
+    } catch (const Error& e) {
+      why = e.what();
+    }
   }
-  SPW_CHECK(shard != StateSharding::optimizer, "--shard optimizer", "the plan cannot keep the whole training state on ",
-            "the device even with ", r.data_parallel, " shares of it (", why, "); --shard none lets it offload");
+  if (best) return std::move(*best);
+  SPW_CHECK(shard == StateSharding::automatic, "--shard " + std::string(enum_name(shard)),
+            "the plan cannot keep the whole training state on the device even with ", r.data_parallel,
+            " shares of it (", why, "); --shard none lets it offload");
   return plan_llama_step(r);
 }
 

@@ -69,6 +69,9 @@ struct StepPlanRequest {
   // many shares of the optimizer's state each keeps one of.
   int data_parallel = 1;
   uint64_t state_shards = 1;
+  // Sharded further over the state_shards ranks: the gradient sums
+  // (ZeRO-2), and the weights too (ZeRO-3).
+  bool shard_gradients = false, shard_weights = false;
   uint64_t device_budget = 0, host_budget = 0;
   // Of host_budget (the process's), what the process holds beside the
   // state and the step's values (plan::TrainingPlanRequest::host_reserved).
@@ -90,11 +93,13 @@ struct PlannedStep {
 // variant fits.
 PlannedStep plan_llama_step(const StepPlanRequest& request);
 
-// Data parallelism over request.data_parallel ranks: the optimizer's state
-// sharded over them where `shard` allows and every rank then keeps its
-// share, the weights and the gradient sums on the device (the plan's
-// state.state_shards says so), else kept whole by every rank. Error naming
-// --shard when it demands sharding that cannot be.
+// Data parallelism over request.data_parallel ranks: the state sharded over
+// them as far as `shard` says, or (automatic) the least of the levels with
+// which the whole step stays on each device, else the fastest predicted of
+// those that keep every rank's share, the weights and the gradient sums on
+// its device (the plan's state says which), else kept whole by every rank,
+// offloading as the plan says. Error naming --shard
+// when it demands sharding that cannot be.
 PlannedStep plan_data_parallel_step(StepPlanRequest request, StateSharding shard);
 
 }  // namespace spillway::train

@@ -25,13 +25,14 @@ class DataParallelGpus : public ::testing::Test {
     write_file(dir_ / "micro.json", micro_config_json());
   }
   // Four micro-batches of 2 x 32 tokens an optimizer step, over any ranks.
-  std::string train_args(const std::string& out, int steps) {
+  std::string train_args(const std::string& out, int steps, int micro_batches = 4) {
     return "train --device cuda --config " + (dir_ / "micro.json") + " --vocab 300 --data " + (dir_ / "corpus.txt") +
-           " --separator % --batch 2 --seq 32 --grad-accum 4 --steps " + std::to_string(steps) +
+           " --separator % --batch 2 --seq 32 --grad-accum " + std::to_string(micro_batches) + " --steps " +
+           std::to_string(steps) +
            " --eval-every 5 --checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " + (dir_ / out);
   }
-  void train(const std::string& out, int steps, const std::string& more) {
-    const CommandResult r = run_spillway(train_args(out, steps) + " " + more);
+  void train(const std::string& out, int steps, const std::string& more, int micro_batches = 4) {
+    const CommandResult r = run_spillway(train_args(out, steps, micro_batches) + " " + more);
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
   std::string checkpoint(const std::string& run, int step) {
@@ -50,6 +51,41 @@ TEST_F(DataParallelGpus, ShardedStateTrainsTheSameBitsAsWholeState) {
   // The moments, gathered from the shares, are the whole state's.
   EXPECT_EQ(read_file(checkpoint("whole", 10) + "/optimizer.safetensors"),
             read_file(checkpoint("sharded", 10) + "/optimizer.safetensors"));
+}
+
+// Sharded gradient sums (ZeRO-2) and weights (ZeRO-3): with one
+// micro-batch a rank, each sum is the same two numbers added, so the bits
+// are whole state's; with two, each micro-batch's sums are reduced apart
+// ((a1 + b1) + (a2 + b2) for (a1 + a2) + (b1 + b2)), which rounding alone
+// tells apart.
+TEST_F(DataParallelGpus, ShardedSumsAndWeightsTrainWhatWholeStateTrains) {
+  train("whole", 10, "--nproc-per-node 2 --shard none", 2);
+  for (const char* level : {"gradients", "weights"}) {
+    SCOPED_TRACE(level);
+    const std::string run = std::string("sharded-") + level;
+    train(run, 10, std::string("--nproc-per-node 2 --shard ") + level, 2);
+    EXPECT_EQ(step_losses(dir_ / "whole"), step_losses(dir_ / run));
+    EXPECT_EQ(max_weight_difference(checkpoint("whole", 10), checkpoint(run, 10)), 0.0f);
+    EXPECT_EQ(read_file(checkpoint("whole", 10) + "/optimizer.safetensors"),
+              read_file(checkpoint(run, 10) + "/optimizer.safetensors"));
+  }
+  train("whole4", 10, "--nproc-per-node 2 --shard none");
+  train("weights4", 10, "--nproc-per-node 2 --shard weights");
+  const std::vector<double> a = step_losses(dir_ / "whole4"), b = step_losses(dir_ / "weights4");
+  ASSERT_EQ(a.size(), 10u);
+  ASSERT_EQ(b.size(), 10u);
+  EXPECT_EQ(a[0], b[0]);
+  for (size_t i = 1; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 2e-3 * a[i]) << "step " << i + 1;
+  // Saved sharded, resumed whole on one GPU: the same run goes on.
+  train("moved", 10, "--nproc-per-node 2 --shard weights --stop-after 5");
+  train("moved", 10, "--resume");
+  train("moved-straight", 10, "--nproc-per-node 2 --shard weights --stop-after 5");
+  train("moved-straight", 10, "--nproc-per-node 2 --shard weights --resume");
+  EXPECT_EQ(max_weight_difference(checkpoint("moved-straight", 10), checkpoint("weights4", 10)), 0.0f);
+  const std::vector<double> moved = step_losses(dir_ / "moved");
+  ASSERT_EQ(moved.size(), 10u);
+  for (size_t i = 0; i < 5; ++i) EXPECT_EQ(moved[i], b[i]);
+  for (size_t i = 5; i < 10; ++i) EXPECT_NEAR(moved[i], b[i], 2e-3 * b[i]) << "step " << i + 1;
 }
 
 TEST_F(DataParallelGpus, ShardedRunsResumeBitIdentically) {

@@ -111,5 +111,57 @@ TEST(DataParallelPlan, DemandedShardingThatCannotBeNamesTheFlag) {
   EXPECT_FALSE(offloaded.plan.optimizer_resident);
 }
 
+StepPlanRequest eight_b(int ranks, uint64_t device_budget) {
+  StepPlanRequest r = request(ranks, device_budget);
+  r.config = model::resolve_config("llama3-8b");
+  r.seq = 256;
+  return r;
+}
+
+// ZeRO-2 keeps 1/N of the fp32 gradient sums, ZeRO-3 of the bf16 weights
+// too; each holds its whole copies only in rings a few layers wide.
+TEST(DataParallelPlan, ShardingTheSumsAndWeightsKeepsLessOnEachDevice) {
+  const uint64_t roomy = 200ull << 30;
+  const PlannedStep zero1 = plan_data_parallel_step(eight_b(4, roomy), StateSharding::optimizer);
+  const PlannedStep zero2 = plan_data_parallel_step(eight_b(4, roomy), StateSharding::gradients);
+  const PlannedStep zero3 = plan_data_parallel_step(eight_b(4, roomy), StateSharding::weights);
+  ASSERT_TRUE(zero2.state.shard_gradients && !zero2.state.shard_weights);
+  ASSERT_TRUE(zero3.state.shard_gradients && zero3.state.shard_weights);
+  for (const PlannedStep* p : {&zero1, &zero2, &zero3}) ASSERT_TRUE(p->plan.all_on_device());
+  const double n = static_cast<double>(zero1.plan.parameters);
+  // A layer of LLaMA-3-8B is 1/37 of it; lm_head and the embedding 1/15 each.
+  EXPECT_LT(static_cast<double>(zero2.state.ring_bytes), 0.2 * 4 * n);
+  EXPECT_LT(static_cast<double>(zero3.state.ring_bytes - zero2.state.ring_bytes), 0.2 * 2 * n);
+  // ZeRO-2 drops 3/4 of the sums, keeping a share of the weights beside them.
+  const double saved2 = static_cast<double>(zero1.plan.resident_bytes) - static_cast<double>(zero2.plan.resident_bytes);
+  EXPECT_NEAR(saved2, 0.75 * 4 * n - 0.25 * 2 * n - static_cast<double>(zero2.state.ring_bytes), 0.01 * n);
+  const double saved3 = static_cast<double>(zero2.plan.resident_bytes) - static_cast<double>(zero3.plan.resident_bytes);
+  EXPECT_NEAR(saved3, 2 * n - static_cast<double>(zero3.state.ring_bytes - zero2.state.ring_bytes), 0.01 * n);
+
+  // Each micro-batch reduce-scatters the sums, and ZeRO-3 gathers the
+  // weights twice; ZeRO-2 gathers the updated weights once a step.
+  const double f = 0.75, micro = 2;
+  EXPECT_NEAR(static_cast<double>(zero2.plan.bytes_communicated), micro * f * 4 * n + f * 2 * n, 1e-6 * n);
+  EXPECT_NEAR(static_cast<double>(zero3.plan.bytes_communicated), micro * (f * 4 * n + 2 * f * 2 * n), 1e-6 * n);
+
+  // Automatic: the least sharding that keeps the whole step on the device.
+  EXPECT_FALSE(plan_data_parallel_step(eight_b(4, roomy), StateSharding::automatic).state.shard_gradients);
+  const uint64_t need1 = whole_state_on_device(zero1), need2 = whole_state_on_device(zero2),
+                 need3 = whole_state_on_device(zero3);
+  ASSERT_LT(need3, need2);
+  ASSERT_LT(need2, need1);
+  const PlannedStep chose2 = plan_data_parallel_step(eight_b(4, need2 + (need1 - need2) / 4), StateSharding::automatic);
+  EXPECT_TRUE(chose2.state.shard_gradients);
+  EXPECT_FALSE(chose2.state.shard_weights);
+  const PlannedStep chose3 = plan_data_parallel_step(eight_b(4, need3 + (need2 - need3) / 4), StateSharding::automatic);
+  EXPECT_TRUE(chose3.state.shard_weights);
+  try {
+    plan_data_parallel_step(eight_b(4, need3 - (1ull << 30)), StateSharding::weights);
+    FAIL() << "a budget below the sharded state was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.thing(), "--shard weights");
+  }
+}
+
 }  // namespace
 }  // namespace spillway::train

@@ -46,26 +46,22 @@ void CudaAdamW::update(const AdamW& adamw, double lr, double grad_scale) {
 void CudaAdamW::update_in_place(const AdamW& adamw, double lr, double grad_scale) {
   const auto& a = state_.device_arrays();
   cudaStream_t stream = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
-  const uint64_t lo = a.shard_first, hi = a.shard_first + a.shard_elements;
   auto update = [&](uint64_t first, uint64_t end, bool matrix) {
-    first = std::max(first, lo);
-    end = std::min(end, hi);
     if (first >= end) return;
     const ops::AdamWHyper hp = adamw.hyper(lr, grad_scale, matrix);
     const auto count = static_cast<int64_t>(end - first);
-    const uint64_t local = first - lo;
     if (state_.bf16_moments()) {
-      ops::adamw_update_split_bf16_moments_cuda(a.working + first, a.remainder + local, a.grads + first,
-                                                static_cast<bf16*>(a.m) + local, static_cast<bf16*>(a.v) + local,
+      ops::adamw_update_split_bf16_moments_cuda(a.working_share + first, a.remainder + first, a.grads_share + first,
+                                                static_cast<bf16*>(a.m) + first, static_cast<bf16*>(a.v) + first,
                                                 count, hp, stream);
     } else {
-      ops::adamw_update_split_cuda(a.working + first, a.remainder + local, a.grads + first,
-                                   static_cast<float*>(a.m) + local, static_cast<float*>(a.v) + local, count, hp,
+      ops::adamw_update_split_cuda(a.working_share + first, a.remainder + first, a.grads_share + first,
+                                   static_cast<float*>(a.m) + first, static_cast<float*>(a.v) + first, count, hp,
                                    stream);
     }
   };
-  update(0, a.decayed_elements, /*matrix=*/true);
-  update(a.decayed_elements, a.elements, /*matrix=*/false);
+  update(0, a.decayed_share, /*matrix=*/true);
+  update(a.decayed_share, a.share_elements, /*matrix=*/false);
   device_.stream(StreamKind::compute).synchronize();
 }
 

@@ -33,6 +33,7 @@
 #include "train/cuda/cuda_adamw.h"
 #include "train/cuda/cuda_step.h"
 #include "train/cuda/grad_norm.h"
+#include "train/cuda/shard_rings.h"
 #include "train/cuda/training_state.h"
 #include "train/adamw_state.h"
 #include "train/engine.h"
@@ -117,7 +118,7 @@ class CudaEngine final : public Engine {
     // planning had, below the state, as the plan's arena assumed.
     make_runners();
     state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.memory.bf16_moments, *device_,
-                                                 sharded_ ? o.data_parallel : nullptr);
+                                                 sharding());
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
@@ -131,6 +132,7 @@ class CudaEngine final : public Engine {
     }
     train_.reset();
     eval_.reset();
+    rings_.reset();
     adamw_.reset();
     norm_.reset();
     state_.reset();
@@ -140,7 +142,10 @@ class CudaEngine final : public Engine {
     const plan::TrainingPlan& p = planned_.plan;
     std::string moments = options_.memory.bf16_moments ? "; bf16 AdamW moments" : "";
     if (sharded_) {
-      moments += "; masters and moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+      const char* what = state_->weights_sharded()     ? "masters, moments, gradient sums and weights"
+                         : state_->gradients_sharded() ? "masters, moments and gradient sums"
+                                                       : "masters and moments";
+      moments += std::string("; ") + what + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
     }
     const std::string recompute = recompute_summary(*planned_.step);
     const std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
@@ -183,8 +188,9 @@ class CudaEngine final : public Engine {
                                 docs.doc_starts) /
                     static_cast<double>(micro_batches);
     }
-    // Overlapped, the last micro-batch summed them over the ranks already.
-    if (ranks > 1 && !overlapped_) sum_gradients_over_ranks();
+    // Overlapped (or through the rings), the micro-batches summed them over
+    // the ranks already.
+    if (ranks > 1 && !overlapped_ && !rings_) sum_gradients_over_ranks();
     const auto optimizer_start = std::chrono::steady_clock::now();
     // Sharded, each rank's sums of squares cover its share: summed with the loss.
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
@@ -198,7 +204,7 @@ class CudaEngine final : public Engine {
     if (stats.updated) {
       ++optimizer_.steps_taken;
       adamw_->update(optimizer_, lr, grad_scale);
-      if (sharded_) gather_weights();
+      if (sharded_ && !state_->weights_sharded()) gather_weights();
       host_current_ = false;
     }
     if (profiling_) {
@@ -235,6 +241,7 @@ class CudaEngine final : public Engine {
     device_->synchronize();
     train_.reset();
     eval_.reset();
+    rings_.reset();
     host_pool_.reset();
   }
   bool reads_are_collective() const override { return sharded_; }
@@ -268,13 +275,41 @@ class CudaEngine final : public Engine {
     planned_ = plan_data_parallel_step(plan_request(), options_.shard);
     sharded_ = planned_.state.state_shards > 1;
     if (ranks == 1) return;
-    double able = sharded_ ? 1 : 0;
-    sum_over_ranks(std::span<double>(&able, 1));
-    if (able == ranks || !sharded_) return;
-    SPW_CHECK(options_.shard != StateSharding::optimizer, "--shard optimizer", "a rank's plan cannot keep its share ",
-              "of the training state on its device; --shard none lets it offload");
+    // The ranks agree when their levels' sum squared is N times the sum of
+    // their squares.
+    const double level = !sharded_ ? 0 : planned_.state.shard_weights ? 3 : planned_.state.shard_gradients ? 2 : 1;
+    double sums[2] = {level, level * level};
+    sum_over_ranks(sums);
+    if (sums[0] * sums[0] == ranks * sums[1]) return;
+    SPW_CHECK(options_.shard == StateSharding::automatic, "--shard " + std::string(enum_name(options_.shard)),
+              "a rank's plan cannot keep its share of the training state on its device; --shard none lets it offload");
     sharded_ = false;
     planned_ = plan_data_parallel_step(plan_request(), StateSharding::none);
+  }
+
+  // How the state splits over the ranks: the planner's sharding, the
+  // regions it gathers and reduces by (by layer where the gradient sums or
+  // weights are sharded; else one).
+  CudaTrainingState::Sharding sharding() const {
+    CudaTrainingState::Sharding s;
+    if (!sharded_) return s;
+    s.over = options_.data_parallel;
+    s.gradients = planned_.state.shard_gradients;
+    s.weights = planned_.state.shard_weights;
+    const LlamaStep& step = *planned_.step;
+    const graph::Graph& g = step.step.graph;
+    if (!s.gradients) {
+      s.region_key.assign(step.model.parameters.size(), 0);
+      return s;
+    }
+    std::vector<std::string> names;
+    std::vector<bool> decayed;
+    for (size_t j = 0; j < step.model.parameters.size(); ++j) {
+      names.push_back(g.value(step.model.parameters[j]).name);
+      decayed.push_back(weights_.tensors()[static_cast<size_t>(step.model.parameter_parts[j].front())].shape.rank() >= 2);
+    }
+    s.region_key = layer_region_keys(names, decayed);
+    return s;
   }
 
   StepPlanRequest plan_request() {
@@ -382,8 +417,20 @@ class CudaEngine final : public Engine {
                                                     plan::rates_for_gpu(gpu_)),
                            host_pool_.get());
     }
-    bind(*train_, step, /*with_grads=*/true);
-    bind(*eval_, *eval_graph_, /*with_grads=*/false);
+    if (state_->gradients_sharded()) {
+      std::vector<const LlamaStep*> over{&step};
+      if (state_->weights_sharded()) over.push_back(eval_graph_.get());
+      rings_ = std::make_unique<CudaShardRings>(*state_, over, *device_, *options_.data_parallel);
+      rings_->attach(0, *train_);
+      if (state_->weights_sharded()) {
+        rings_->attach(1, *eval_);
+      } else {
+        bind(*eval_, *eval_graph_, /*with_grads=*/false);
+      }
+    } else {
+      bind(*train_, step, /*with_grads=*/true);
+      bind(*eval_, *eval_graph_, /*with_grads=*/false);
+    }
     if (data_parallel_size(options_) > 1) {
       grads_ready_ = device_->new_event();
       grads_summed_ = device_->new_event();
@@ -391,7 +438,7 @@ class CudaEngine final : public Engine {
       auto bounded = [comm](Stream& stream) { comm->wait(stream); };
       train_->set_waiter(bounded);
       eval_->set_waiter(bounded);
-      if (!train_->planned()) overlap_gradient_sums();
+      if (!train_->planned() && !rings_) overlap_gradient_sums();
     }
     std::vector<int> parameter_of(step.step.graph.values().size(), -1);
     for (size_t j = 0; j < step.model.parameters.size(); ++j) {
@@ -412,7 +459,7 @@ class CudaEngine final : public Engine {
     comm.wait(*grads_ready_);
     if (sharded_) {
       const auto& a = state_->device_arrays();
-      options_.data_parallel->reduce_scatter_sum(a.grads, a.grads + a.shard_first, a.shard_elements, DType::f32, comm);
+      options_.data_parallel->reduce_scatter_sum(a.grads, a.grads_share, a.share_elements, DType::f32, comm);
     } else {
       options_.data_parallel->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float),
                                              DType::f32, comm);
@@ -460,9 +507,9 @@ class CudaEngine final : public Engine {
     Stream& compute = device_->stream(StreamKind::compute);
     Stream& comm = device_->stream(StreamKind::comm);
     float* grads = state_->device_grads();
-    train_->set_last_micro_batch_hooks(
+    train_->set_micro_batch_hooks(
         {.after_node =
-             [this, &compute, &comm, grads](size_t node) {
+             [this, &compute, &comm, grads](size_t node, bool) {
                const std::vector<GradBucket>& ready = buckets_by_node_[node];
                if (ready.empty()) return;
                compute.record(*grads_ready_);
@@ -472,21 +519,24 @@ class CudaEngine final : public Engine {
                }
              },
          .at_end =
-             [this, &compute, &comm] {
+             [this, &compute, &comm](bool) {
                comm.record(*grads_summed_);
                compute.wait(*grads_summed_);
              }});
     overlapped_ = true;
   }
 
-  // Each rank's updated share of the working copies, to every rank.
+  // Each rank's updated share of the working copies, to every rank: one
+  // all-gather a region.
   void gather_weights() {
     Stream& compute = device_->stream(StreamKind::compute);
     Stream& comm = device_->stream(StreamKind::comm);
     const auto& a = state_->device_arrays();
     compute.record(*grads_ready_);
     comm.wait(*grads_ready_);
-    options_.data_parallel->all_gather(a.working + a.shard_first, a.working, a.shard_elements, DType::bf16, comm);
+    for (const ShardLayout::Region& r : state_->shard_layout().regions()) {
+      options_.data_parallel->all_gather(a.working_share + r.share_at, a.working + r.first, r.piece, DType::bf16, comm);
+    }
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
     options_.data_parallel->wait(comm);
@@ -515,6 +565,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<MemorySpace> host_pool_;
   std::unique_ptr<CudaStep> train_, eval_;
   std::unique_ptr<CudaAdamW> adamw_;
+  std::unique_ptr<CudaShardRings> rings_;  // sharded gradient sums (and weights)
   exec::PlannedExecutor::BeforeStore before_store_;
   std::unique_ptr<Event> grads_ready_, grads_summed_;
   static constexpr uint64_t kScalarBytes = 256;

@@ -78,7 +78,9 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
     device_.copy_async(io_.device_positions, io_.pinned_documents, positions.size_bytes(), compute);
     device_.copy_async(io_.device_doc_starts, io_.pinned_documents + documents, doc_starts.size_bytes(), compute);
   }
-  enqueue(first, last && plain_ && hooks_.after_node);
+  const bool hooked = plain_ && (hooks_.before_node || hooks_.after_node || hooks_.at_start || hooks_.at_end) &&
+                      (last || hooks_.every_micro_batch);
+  enqueue(first, hooked);
   device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
   if (wait_) {
     wait_(compute);
@@ -98,7 +100,7 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
 }
 
 void CudaStep::enqueue(bool first, bool hooked) {
-  runner_->set_overwrite_accumulated(first);
+  runner_->set_overwrite_accumulated(first || sums_written_each_);
   if (planned_) {
     // Sums at home start from zero with the step's first micro-batch.
     planned_->set_accumulators_zero(first);
@@ -110,26 +112,32 @@ void CudaStep::enqueue(bool first, bool hooked) {
   if (replay && !profiling_) {
     SPW_CUDA(cudaGraphLaunch(replay, stream_));
   } else if (options_.cuda_graph && !profiling_ && ran_eagerly) {
-    capture(replay, hooked);
+    capture(replay, first, hooked);
   } else {
-    run_program(hooked);
+    run_program(first, hooked);
     ran_eagerly = true;
   }
 }
 
-void CudaStep::run_program(bool hooked) {
-  plain_->set_after_node(hooked ? hooks_.after_node : nullptr);
+void CudaStep::run_program(bool first, bool hooked) {
+  auto around = [&](const std::function<void(size_t, bool)>& hook) -> std::function<void(size_t)> {
+    if (!hooked || !hook) return nullptr;
+    return [&hook, first](size_t node) { hook(node, first); };
+  };
+  plain_->set_before_node(around(hooks_.before_node));
+  plain_->set_after_node(around(hooks_.after_node));
+  if (hooked && hooks_.at_start) hooks_.at_start(first);
   program_->run();
-  if (hooked) hooks_.at_end();
+  if (hooked && hooks_.at_end) hooks_.at_end(first);
 }
 
 // A step that cannot be captured (a library call that refuses capture) runs
 // eagerly and stays eager, with a warning.
-void CudaStep::capture(cudaGraphExec_t& replay, bool hooked) {
+void CudaStep::capture(cudaGraphExec_t& replay, bool first, bool hooked) {
   cudaGraph_t graph = nullptr;
   try {
     SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    run_program(hooked);
+    run_program(first, hooked);
     SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
     SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
     SPW_CUDA(cudaGraphDestroy(graph));
@@ -145,7 +153,7 @@ void CudaStep::capture(cudaGraphExec_t& replay, bool hooked) {
     (void)cudaGetLastError();
     log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
     options_.cuda_graph = false;
-    run_program(hooked);
+    run_program(first, hooked);
     return;
   }
   SPW_CUDA(cudaGraphLaunch(replay, stream_));

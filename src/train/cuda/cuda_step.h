@@ -67,15 +67,22 @@ class CudaStep {
   exec::PlannedExecutor* planned() { return planned_; }
   const graph::Graph& graph() const { return graph_; }
 
-  // Work of the caller's that the last micro-batch of an optimizer step
-  // issues beside its own, on the plain executor only: after_node once each
-  // node is issued, at_end after the last (which must join every stream it
-  // forked back to the compute stream); a replayed step captures both.
-  struct LastMicroBatchHooks {
-    std::function<void(size_t node)> after_node;
-    std::function<void()> at_end;
+  // Work of the caller's issued beside a micro-batch's own, on the plain
+  // executor only: before_node and after_node around each node as it is
+  // issued, at_start before the first and at_end after the last (which must
+  // join every stream it forked back to the compute stream); a replayed
+  // step captures them. Each is told whether the micro-batch is its
+  // optimizer step's first. Issued on the last micro-batch of a step, or on
+  // every one. Empty functions are skipped.
+  struct MicroBatchHooks {
+    std::function<void(size_t node, bool first)> before_node, after_node;
+    std::function<void(bool first)> at_start, at_end;
+    bool every_micro_batch = false;
   };
-  void set_last_micro_batch_hooks(LastMicroBatchHooks hooks) { hooks_ = std::move(hooks); }
+  void set_micro_batch_hooks(MicroBatchHooks hooks) { hooks_ = std::move(hooks); }
+  // Every micro-batch writes the gradient sums afresh rather than adding to
+  // them (they are reduce-scattered elsewhere after each one).
+  void set_sums_written_each_micro_batch(bool on) { sums_written_each_ = on; }
   // How run() waits for its micro-batch to finish (default: the stream's
   // synchronize), e.g. a wait bounded in time where it holds collectives.
   void set_waiter(std::function<void(Stream&)> wait) { wait_ = std::move(wait); }
@@ -83,7 +90,7 @@ class CudaStep {
   // One micro-batch; returns its loss once it has run. `first`: the first
   // of an optimizer step, whose nodes write the gradient sums instead of
   // adding to them (no zeroing pass); `last`: the last, which issues the
-  // hooks. The ids must be checked already. `loss_weights`: one per token
+  // hooks (see MicroBatchHooks). The ids must be checked already. `loss_weights`: one per token
   // where the step's loss is weighted, else empty; `positions` and
   // `doc_starts` (checked already): one per token where its rows are
   // packed, else empty.
@@ -103,8 +110,8 @@ class CudaStep {
 
  private:
   void enqueue(bool first, bool hooked);
-  void run_program(bool hooked);
-  void capture(cudaGraphExec_t& replay, bool hooked);
+  void run_program(bool first, bool hooked);
+  void capture(cudaGraphExec_t& replay, bool first, bool hooked);
 
   const graph::Graph& graph_;
   StepIo io_;
@@ -124,7 +131,8 @@ class CudaStep {
   // first and whether it issues the hooks.
   bool ran_eagerly_[2][2] = {{false, false}, {false, false}};
   cudaGraphExec_t replay_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
-  LastMicroBatchHooks hooks_;
+  MicroBatchHooks hooks_;
+  bool sums_written_each_ = false;
   std::function<void(Stream&)> wait_;
 };
 

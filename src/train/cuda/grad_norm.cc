@@ -20,11 +20,11 @@ CudaGradNorm::CudaGradNorm(const CudaTrainingState& state, std::vector<std::vect
     // The gradients never move: the list is laid out once, of the parts of
     // each tensor in the share AdamW updates (all of them unless sharded).
     const auto& a = state_.device_arrays();
-    const uint64_t lo = a.shard_first, hi = a.shard_first + a.shard_elements;
     std::vector<ops::SquaresTensor> list;
     for (const auto& t : tensors) {
-      const uint64_t first = std::max(t.at, lo), end = std::min(t.at + static_cast<uint64_t>(t.n), hi);
-      if (first < end) list.push_back({t.grad + (first - t.at), static_cast<int64_t>(end - first)});
+      state_.shard_layout().for_each_mine(t.at, static_cast<uint64_t>(t.n), [&](uint64_t, uint64_t count, uint64_t at) {
+        list.push_back({a.grads_share + at, static_cast<int64_t>(count)});
+      });
     }
     workspace_ = mem.allocate(ops::SumOfSquaresList::device_bytes(list), "gradient norm");
     all_ = ops::SumOfSquaresList(list, workspace_, stream);

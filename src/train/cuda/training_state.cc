@@ -12,9 +12,7 @@ namespace spillway::train {
 
 namespace {
 
-// Elements each stack starts on: 256 bytes in bf16, which cuBLASLt's plans
-// assume of a matrix, and 512 in fp32.
-constexpr uint64_t kStackAlign = 128;
+constexpr uint64_t kStackAlign = kStateAlign;
 
 // Pinned room for one piece of a tensor's working copy, master rest and one
 // moment on their way between the caller's arrays and the device.
@@ -66,16 +64,6 @@ void widen_moment(const void* from, float* to, int64_t n, bool bf16_moments) {
   for (int64_t j = 0; j < n; ++j) to[j] = to_float(narrow[j]);
 }
 
-// The part of layout elements [first, first + n) inside [lo, hi): `skip`
-// elements in, `count` long.
-struct Overlap {
-  uint64_t skip = 0, count = 0;
-};
-Overlap overlap(uint64_t first, uint64_t n, uint64_t lo, uint64_t hi) {
-  const uint64_t a = std::max(first, lo), b = std::min(first + n, hi);
-  return a < b ? Overlap{a - first, b - a} : Overlap{};
-}
-
 }  // namespace
 
 // The staging of the state's reads, kept from one read to the next.
@@ -85,17 +73,19 @@ struct CudaTrainingState::ReadStaging : PieceStaging {
 
 CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer,
                                      const std::vector<std::vector<int>>& parts, const plan::TrainingPlan& plan,
-                                     bool bf16_moments, Device& device, Communicator* shard_over)
+                                     bool bf16_moments, Device& device, Sharding sharding)
     : weights_(weights),
       optimizer_(optimizer),
       device_(device),
-      shard_over_(shard_over && shard_over->size() > 1 ? shard_over : nullptr),
+      shard_over_(sharding.over && sharding.over->size() > 1 ? sharding.over : nullptr),
+      sharding_(std::move(sharding)),
       optimizer_on_device_(plan.optimizer_resident),
       weights_on_device_(plan.weights_resident),
       bf16_moments_(bf16_moments) {
   const auto& named = weights_.tensors();
   SPW_CHECK(parts.size() == plan.grad_resident.size(), "training state", "the plan places ",
             plan.grad_resident.size(), " gradient sums for ", parts.size(), " parameters");
+  if (!shard_over_) sharding_.gradients = sharding_.weights = false;
   // fp32 moments at home are the caller's arrays, made zero for a fresh
   // run; elsewhere the state's own arrays start at zero.
   const bool moments_are_callers = !optimizer_on_device_ && !bf16_moments_;
@@ -115,7 +105,7 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
 
   // The one order: weight-decayed stacks first; gradient sums split by where
   // they live, in the same order.
-  std::vector<std::vector<int>> decayed, plain, device_grads, home_grads;
+  std::vector<size_t> decayed, plain;
   std::vector<bool> grad_on_device(named.size(), false);
   for (size_t j = 0; j < parts.size(); ++j) {
     const bool decay = tensors_[static_cast<size_t>(parts[j].front())].decay;
@@ -124,29 +114,32 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
                 "is stacked with tensors of the other weight-decay setting");
       grad_on_device[static_cast<size_t>(t)] = plan.grad_resident[j];
     }
-    (decay ? decayed : plain).push_back(parts[j]);
+    (decay ? decayed : plain).push_back(j);
   }
-  arrays_.decayed_elements = model::stacked_offsets(decayed, numel, kStackAlign).back();
-  std::vector<std::vector<int>> order = decayed;
+  std::vector<size_t> order = decayed;
   order.insert(order.end(), plain.begin(), plain.end());
-  for (const auto& stack : order) {
-    (grad_on_device[static_cast<size_t>(stack.front())] ? device_grads : home_grads).push_back(stack);
+  std::vector<std::vector<int>> device_grads, home_grads;
+  for (size_t j : order) {
+    (grad_on_device[static_cast<size_t>(parts[j].front())] ? device_grads : home_grads).push_back(parts[j]);
   }
-  const std::vector<uint64_t> at = model::stacked_offsets(order, numel, kStackAlign);
+  if (shard_over_) {
+    SPW_CHECK(optimizer_on_device_ && weights_on_device_ && home_grads.empty(), "--shard",
+              "shards the training state only where the plan keeps all of it on the device");
+    SPW_CHECK(sharding_.region_key.size() == parts.size(), "training state", "sharding names regions of ",
+              sharding_.region_key.size(), " parameters, not ", parts.size());
+  }
+  const int ranks = shard_over_ ? shard_over_->size() : 1;
+  std::vector<bool> decayed_tensor;
+  for (const Tensor& t : tensors_) decayed_tensor.push_back(t.decay);
+  layout_ = lay_out_state(parts, numel, decayed_tensor, shard_over_ ? sharding_.region_key : std::vector<int>{}, ranks,
+                          shard_over_ ? shard_over_->rank() : 0, kStackAlign);
+  const std::vector<uint64_t>& at = layout_.tensor_at;
+  arrays_.elements = layout_.elements;
+  arrays_.decayed_elements = layout_.decayed_elements;
+  arrays_.share_elements = layout_.shards.share_elements();
+  arrays_.decayed_share = layout_.shards.share_below(arrays_.decayed_elements);
   const std::vector<uint64_t> device_grad_at = model::stacked_offsets(device_grads, numel, kStackAlign);
   const std::vector<uint64_t> home_grad_at = model::stacked_offsets(home_grads, numel, kStackAlign);
-  arrays_.elements = at.back();
-  arrays_.shard_elements = arrays_.elements;
-  if (shard_over_) {
-    SPW_CHECK(optimizer_on_device_ && weights_on_device_ && home_grads.empty(), "--shard optimizer",
-              "shards the training state only where the plan keeps all of it on the device");
-    // Equal shares, each starting where a stack may (the kernels' alignment).
-    const auto ranks = static_cast<uint64_t>(shard_over_->size());
-    const uint64_t unit = kStackAlign * ranks;
-    arrays_.elements = (arrays_.elements + unit - 1) / unit * unit;
-    arrays_.shard_elements = arrays_.elements / ranks;
-    arrays_.shard_first = arrays_.shard_elements * static_cast<uint64_t>(shard_over_->rank());
-  }
 
   MemorySpace& mem = device_.device_memory();
   Stream& stream = device_.stream(StreamKind::compute);
@@ -162,12 +155,28 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     host_owned_.push_back(std::make_unique<PinnedBuffer>(bytes));
     return host_owned_.back()->as<char>();
   };
-  const uint64_t n = arrays_.elements, share = arrays_.shard_elements;
+  const uint64_t n = arrays_.elements, share = arrays_.share_elements;
   const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  arrays_.working = reinterpret_cast<bf16*>(place(n * 2, weights_on_device_, "weights (bf16)"));
+  // Where this rank's share starts inside a whole array: ZeRO-1's one region.
+  const auto& regions = layout_.shards.regions();
+  const bool one_region = regions.size() == 1;
+  const uint64_t share_in_whole = one_region ? regions[0].piece * static_cast<uint64_t>(layout_.shards.rank()) : 0;
+  if (!sharding_.weights) arrays_.working = reinterpret_cast<bf16*>(place(n * 2, weights_on_device_, "weights (bf16)"));
+  arrays_.working_share = arrays_.working && one_region
+                              ? arrays_.working + share_in_whole
+                              : reinterpret_cast<bf16*>(place(share * 2, true, "weights (bf16), this rank's share"));
   arrays_.remainder = reinterpret_cast<uint16_t*>(place(share * 2, optimizer_on_device_, "fp32 master, low halves"));
-  device_grad_bytes_ = (shard_over_ ? n : device_grad_at.back()) * 4;
-  device_grads_ = reinterpret_cast<float*>(place(device_grad_bytes_, true, "gradients (fp32)"));
+  if (sharding_.gradients) {
+    device_grad_bytes_ = share * 4;
+    device_grads_ = reinterpret_cast<float*>(place(device_grad_bytes_, true, "gradients (fp32), this rank's share"));
+    arrays_.grads_share = device_grads_;
+    gather_scratch_ = place(static_cast<uint64_t>(OptimizerStaging(largest_).chunk) * 4, true, "checkpoint reads");
+  } else {
+    device_grad_bytes_ = (shard_over_ ? n : device_grad_at.back()) * 4;
+    device_grads_ = reinterpret_cast<float*>(place(device_grad_bytes_, true, "gradients (fp32)"));
+    arrays_.grads_share = device_grads_ + share_in_whole;
+    gather_scratch_ = reinterpret_cast<char*>(device_grads_);
+  }
   float* home_grads_block = reinterpret_cast<float*>(place(home_grad_at.back() * 4, false, "gradients at home"));
   char *m = nullptr, *v = nullptr;
   if (optimizer_on_device_ || bf16_moments_) {
@@ -175,16 +184,18 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     v = place(share * moment_bytes, optimizer_on_device_, "AdamW v");
   }
   if (optimizer_on_device_) {
-    arrays_.grads = device_grads_;
+    arrays_.grads = sharding_.gradients ? nullptr : device_grads_;
     arrays_.m = m;
     arrays_.v = v;
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     Tensor& t = tensors_[i];
     t.at = at[i];
-    t.working = arrays_.working + at[i];
+    t.working = arrays_.working ? arrays_.working + at[i] : nullptr;
     t.grad_on_device = grad_on_device[i];
-    t.grad = grad_on_device[i] ? device_grads_ + device_grad_at[i] : home_grads_block + home_grad_at[i];
+    if (!sharding_.gradients) {
+      t.grad = grad_on_device[i] ? device_grads_ + device_grad_at[i] : home_grads_block + home_grad_at[i];
+    }
     if (shard_over_) continue;
     t.remainder = arrays_.remainder + at[i];
     if (m) {
@@ -316,7 +327,7 @@ void CudaTrainingState::read(StatePart part, size_t i, std::span<float> out) {
       read_moment_piece(t, part == StatePart::m ? 0 : 1, off, len, out.data() + off);
     }
   }
-  if (shard_over_) {
+  if (shard_over_ && gather_scratch_ == reinterpret_cast<char*>(device_grads_)) {
     // The shares were gathered through the gradient sums' block, whose gaps
     // must stay zero.
     Stream& comm = device_.stream(StreamKind::comm);
@@ -325,22 +336,29 @@ void CudaTrainingState::read(StatePart part, size_t i, std::span<float> out) {
   }
 }
 
-// With sharded state the pieces of the masters' rest and the moments come
-// from every rank (gather_shares), through the gradient sums' block, which
-// holds nothing between optimizer steps (a step's first micro-batch writes
-// it whole).
+// With sharded state the pieces of the masters' rest and the moments (and
+// of sharded working copies) come from every rank (gather_shares), through
+// the gather scratch: the gradient sums' whole block where there is one
+// (it holds nothing between optimizer steps: a step's first micro-batch
+// writes it whole), else room of its own.
 void CudaTrainingState::read_master_piece(const Tensor& t, int64_t off, int64_t len, float* out) {
   const ReadStaging& staging = *staging_;
   const auto count = static_cast<uint64_t>(len);
   Stream& stream = device_.stream(shard_over_ ? StreamKind::comm : StreamKind::compute);
-  const bf16* w = t.working + off;
-  if (weights_on_device_) {
+  const bf16* w = t.working ? t.working + off : nullptr;
+  if (!w) {
+    gather_shares(arrays_.working_share, 2, DType::bf16, t.at + static_cast<uint64_t>(off), count, gather_scratch_,
+                  stream);
+    device_.copy_async(staging.working, gather_scratch_, count * 2, stream);
+    shard_over_->wait(stream);  // the scratch is reused for the remainder
+    w = staging.working;
+  } else if (weights_on_device_) {
     device_.copy_async(staging.working, w, count * 2, stream);
     w = staging.working;
   }
   const uint16_t* r = t.remainder ? t.remainder + off : nullptr;
   if (shard_over_) {
-    char* gathered = reinterpret_cast<char*>(device_grads_);
+    char* gathered = gather_scratch_;
     // The master's low halves travel as 16-bit values: bf16 is NCCL's word for them.
     gather_shares(arrays_.remainder, 2, DType::bf16, t.at + static_cast<uint64_t>(off), count, gathered, stream);
     device_.copy_async(staging.remainder, gathered, count * 2, stream);
@@ -363,7 +381,7 @@ void CudaTrainingState::read_moment_piece(const Tensor& t, int which, int64_t of
   if (shard_over_) {
     Stream& comm = device_.stream(StreamKind::comm);
     const DType moment_type = bf16_moments_ ? DType::bf16 : DType::f32;
-    char* gathered = reinterpret_cast<char*>(device_grads_);
+    char* gathered = gather_scratch_;
     gather_shares(which == 0 ? arrays_.m : arrays_.v, moment_bytes, moment_type, t.at + static_cast<uint64_t>(off),
                   count, gathered, comm);
     device_.copy_async(staging.moment, gathered, count * moment_bytes, comm);
@@ -381,46 +399,45 @@ void CudaTrainingState::read_moment_piece(const Tensor& t, int which, int64_t of
   widen_moment(from, out, len, bf16_moments_);
 }
 
-// This rank's share of the masters' rest and moments, and every working copy.
+// This rank's share of the masters' rest and moments, and of the working
+// copies where those are sharded (else every working copy, and the share
+// too where it lies apart from them).
 void CudaTrainingState::upload_share() {
   const bool have_moments = !optimizer_.m.tensors().empty();
   Stream& stream = device_.stream(StreamKind::compute);
   const uint64_t moment_bytes = adamw_moment_bytes(bf16_moments_) / 2;
-  const uint64_t lo = arrays_.shard_first, hi = lo + arrays_.shard_elements;
+  const bool share_apart = arrays_.working == nullptr || layout_.shards.regions().size() > 1;
   for_each_staged_piece(tensors_, largest_, [&](const Tensor& t, size_t i, int64_t off, int64_t len,
                                                 const PieceStaging& staging) {
     ops::split_master(t.master + off, staging.working, staging.remainder, len);
-    device_.copy_async(t.working + off, staging.working, static_cast<uint64_t>(len) * 2, stream);
-    const Overlap mine = overlap(t.at + static_cast<uint64_t>(off), static_cast<uint64_t>(len), lo, hi);
-    if (mine.count > 0) {
-      const uint64_t local = t.at + static_cast<uint64_t>(off) + mine.skip - lo;
-      device_.copy_async(arrays_.remainder + local, staging.remainder + mine.skip, mine.count * 2, stream);
+    if (t.working) device_.copy_async(t.working + off, staging.working, static_cast<uint64_t>(len) * 2, stream);
+    layout_.shards.for_each_mine(t.at + static_cast<uint64_t>(off), static_cast<uint64_t>(len),
+                          [&](uint64_t skip, uint64_t count, uint64_t local) {
+      if (share_apart) {
+        device_.copy_async(arrays_.working_share + local, staging.working + skip, count * 2, stream);
+      }
+      device_.copy_async(arrays_.remainder + local, staging.remainder + skip, count * 2, stream);
       for (int k = 0; have_moments && k < 2; ++k) {
-        const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off + mine.skip;
-        narrow_moment(from, staging.moment, static_cast<int64_t>(mine.count), bf16_moments_);
+        const float* from = (k == 0 ? optimizer_.m : optimizer_.v).tensors()[i].data.data() + off + skip;
+        narrow_moment(from, staging.moment, static_cast<int64_t>(count), bf16_moments_);
         device_.copy_async(static_cast<char*>(k == 0 ? arrays_.m : arrays_.v) + local * moment_bytes,
-                           staging.moment, mine.count * moment_bytes, stream);
+                           staging.moment, count * moment_bytes, stream);
         stream.synchronize();  // the moment staging is reused for v
       }
-    }
+    });
     stream.synchronize();  // the staging is reused for the next piece
   });
 }
 
 void CudaTrainingState::gather_shares(const void* share, uint64_t bytes, DType dtype, uint64_t first, uint64_t n,
                                       char* device, Stream& stream) {
-  const uint64_t each = arrays_.shard_elements;
-  for (int r = 0; r < shard_over_->size(); ++r) {
-    const uint64_t lo = each * static_cast<uint64_t>(r);
-    const Overlap part = overlap(first, n, lo, lo + each);
-    if (part.count == 0) continue;
-    char* to = device + part.skip * bytes;
-    if (r == shard_over_->rank()) {
-      device_.copy_async(to, static_cast<const char*>(share) + (first + part.skip - lo) * bytes, part.count * bytes,
-                         stream);
+  layout_.shards.for_each_owner(first, n, [&](int owner, uint64_t skip, uint64_t count, uint64_t at) {
+    char* to = device + skip * bytes;
+    if (owner == shard_over_->rank()) {
+      device_.copy_async(to, static_cast<const char*>(share) + at * bytes, count * bytes, stream);
     }
-    shard_over_->broadcast(to, part.count, dtype, r, stream);
-  }
+    shard_over_->broadcast(to, count, dtype, owner, stream);
+  });
 }
 
 }  // namespace spillway::train

@@ -14,9 +14,11 @@
 // device in one block and those at home in another.
 //
 // With its state sharded over data-parallel ranks (train/run_config.h's
-// StateSharding::optimizer), every part is on the device, the layout is
-// padded to split evenly, and the masters' rest and the moments hold only
-// this rank's share of it; working copies and gradient sums stay whole.
+// StateSharding), every part is on the device and split as a ShardLayout
+// says: the masters' rest and the moments always hold only this rank's
+// share; so do the gradient sums with `gradients` and the working copies
+// with `weights`, whose whole copies then exist only in the engine's rings
+// (train/ring_schedule.h) while a step runs.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +33,7 @@
 #include "model/llama_weights.h"
 #include "plan/training_plan.h"
 #include "train/optimizer.h"
+#include "train/shard_layout.h"
 #include "train/state_part.h"
 
 namespace spillway::train {
@@ -42,9 +45,9 @@ class CudaTrainingState {
     uint64_t at = 0;                     // where it starts in the one layout
     bool decay = false;                  // a matrix: AdamW decays it
     float* master = nullptr;             // the caller's fp32 master, until start-up has split it
-    bf16* working = nullptr;             // the master's bf16 rounding, which the step reads
+    bf16* working = nullptr;             // the master's bf16 rounding, which the step reads (null: sharded)
     uint16_t* remainder = nullptr;       // the rest of the master
-    float* grad = nullptr;               // the sum of this optimizer step's micro-batch gradients
+    float* grad = nullptr;               // the sum of this optimizer step's micro-batch gradients (null: sharded)
     bool grad_on_device = false;
     // fp32, or bf16 with bf16 moments; null for fp32 moments at home,
     // which only copy_moment reaches. With sharded state, remainder, m and
@@ -54,27 +57,39 @@ class CudaTrainingState {
   // The engine-owned device arrays, all in the one layout, when the
   // optimizer's state is on the device.
   struct DeviceArrays {
-    bf16* working = nullptr;
+    bf16* working = nullptr;  // whole, or null where the weights are sharded
     uint16_t* remainder = nullptr;
-    float* grads = nullptr;
+    float* grads = nullptr;   // whole, or null where the gradient sums are sharded
     void *m = nullptr, *v = nullptr;
-    uint64_t elements = 0;          // the layout's length: working's and grads'
+    uint64_t elements = 0;          // the layout's length
     uint64_t decayed_elements = 0;  // the weight-decayed stacks come first
-    // remainder, m and v hold elements [shard_first, shard_first +
-    // shard_elements) of the layout: all of it, or this rank's share.
-    uint64_t shard_first = 0, shard_elements = 0;
+    // This rank's share of the layout (ShardLayout; all of it unsharded):
+    // remainder, m and v hold it, and these the share of the working copies
+    // and of the gradient sums (inside the whole arrays where those exist).
+    bf16* working_share = nullptr;
+    float* grads_share = nullptr;
+    uint64_t share_elements = 0;
+    uint64_t decayed_share = 0;  // of which the weight-decayed come first
+  };
+  // Data parallelism that shards the state: over which ranks, how far, and
+  // the region of the layout each graph parameter lies in (parameters of
+  // one key next to each other in the layout make one region; ZeRO-1 gives
+  // them all the same key).
+  struct Sharding {
+    Communicator* over = nullptr;
+    bool gradients = false, weights = false;
+    std::vector<int> region_key;  // by parameter
   };
 
   // `parts`: the checkpoint tensors each graph parameter stacks
   // (model::LlamaGraph::parameter_parts), in the plan's parameter order.
   // Reads the caller's masters and moments (made zero when the caller has
   // none and the moments are fp32); both must outlive the state.
-  // `shard_over`: the data-parallel ranks that split the optimizer's state
-  // (null: this rank keeps it whole); the plan must keep everything on the
+  // `sharding`: how data-parallel ranks split the state (none: this
+  // rank keeps it whole); sharded, the plan must keep everything on the
   // device.
   CudaTrainingState(model::LlamaWeights& weights, AdamW& optimizer, const std::vector<std::vector<int>>& parts,
-                    const plan::TrainingPlan& plan, bool bf16_moments, Device& device,
-                    Communicator* shard_over = nullptr);
+                    const plan::TrainingPlan& plan, bool bf16_moments, Device& device, Sharding sharding);
   ~CudaTrainingState();
   CudaTrainingState(const CudaTrainingState&) = delete;
   CudaTrainingState& operator=(const CudaTrainingState&) = delete;
@@ -85,6 +100,11 @@ class CudaTrainingState {
   bool weights_on_device() const { return weights_on_device_; }
   bool bf16_moments() const { return bf16_moments_; }
   bool sharded() const { return shard_over_ != nullptr; }
+  bool gradients_sharded() const { return sharding_.gradients; }
+  bool weights_sharded() const { return sharding_.weights; }
+  // Where each tensor and stack lies, and how the ranks share the layout.
+  const StateLayout& layout() const { return layout_; }
+  const ShardLayout& shard_layout() const { return layout_.shards; }
   // The gradient sums on the device, one block (zeroed before a step whose
   // first micro-batch adds rather than writes).
   float* device_grads() const { return device_grads_; }
@@ -113,9 +133,9 @@ class CudaTrainingState {
   void upload_share();
   void read_master_piece(const Tensor& t, int64_t off, int64_t len, float* out);
   void read_moment_piece(const Tensor& t, int which, int64_t off, int64_t len, float* out);
-  // Elements [first, first + n) of a sharded array (`bytes` each, this
-  // rank's share at `share`) into `device` on every rank, each owner
-  // broadcasting its part.
+  // Elements [first, first + n) of the layout, of a sharded array (`bytes`
+  // each, this rank's share at `share`), into `device` on every rank, each
+  // owner broadcasting its part.
   void gather_shares(const void* share, uint64_t bytes, DType dtype, uint64_t first, uint64_t n, char* device,
                      Stream& stream);
 
@@ -123,6 +143,9 @@ class CudaTrainingState {
   AdamW& optimizer_;
   Device& device_;
   Communicator* shard_over_;
+  Sharding sharding_;
+  StateLayout layout_;
+  char* gather_scratch_ = nullptr;  // a read's pieces from every rank meet here
   bool optimizer_on_device_, weights_on_device_, bf16_moments_;
   std::vector<Tensor> tensors_;
   DeviceArrays arrays_;

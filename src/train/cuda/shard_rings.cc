@@ -201,7 +201,14 @@ void CudaShardRings::attach(size_t k, CudaStep& step) {
     compute.wait(*ready_);
   };
   step.set_micro_batch_hooks(std::move(hooks));
-  if (s.reduces) step.set_sums_written_each_micro_batch(true);
+  if (s.reduces) {
+    step.set_sums_written_each_micro_batch(true);
+    // lm_head's product would go straight into a tied embedding's gradient
+    // at the start of the backward pass, outside the episode the schedule
+    // sees (the embedding's backward, at its end), in a slot then held by
+    // others.
+    step.runner().set_tied_gradient_in_place(false);
+  }
 }
 
 }  // namespace spillway::train

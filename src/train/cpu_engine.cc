@@ -27,8 +27,8 @@ class CpuEngine final : public Engine {
         eval_(make_step(/*with_backward=*/false)) {
     if (o.lora) {
       // The weights are frozen: gradients and updates are the adapters' alone.
-      SPW_CHECK(o.shard != StateSharding::optimizer, "--shard optimizer",
-                "LoRA's state is small; it is not sharded");
+      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
+                "--shard " + std::string(enum_name(o.shard)), "LoRA's state is small; it is not sharded");
       const model::LoraWeights& adapters = o.lora->adapters;
       adapter_grads_ = model::LoraWeights::zeros(weights.config(), adapters.lora());
       step_->bind_adapters(o.lora->adapters, &adapter_grads_);
@@ -38,8 +38,10 @@ class CpuEngine final : public Engine {
     grads_ = model::LlamaWeights::zeros(weights.config());
     // Host memory holds the CPU's whole state with room to spare: sharded
     // only where asked for.
-    if (o.shard == StateSharding::optimizer && data_parallel_size(o) > 1) {
-      sharded_ = std::make_unique<CpuShardedAdamW>(weights_, optimizer_, *o.data_parallel);
+    if (o.shard != StateSharding::none && o.shard != StateSharding::automatic && data_parallel_size(o) > 1) {
+      shard_ = o.shard;
+      sharded_ = std::make_unique<CpuShardedAdamW>(weights_, optimizer_, *o.data_parallel,
+                                                   shard_ == StateSharding::weights);
     } else if (optimizer_.m.tensors().empty()) {  // a fresh run: the trainer makes no moments
       optimizer_.m = model::LlamaWeights::zeros(weights_.config());
       optimizer_.v = model::LlamaWeights::zeros(weights_.config());
@@ -48,7 +50,12 @@ class CpuEngine final : public Engine {
 
   std::string description() const override {
     std::string d = "cpu, " + std::to_string(omp_get_max_threads()) + " threads";
-    if (sharded_) d += "; AdamW's moments sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+    if (sharded_) {
+      const char* what = shard_ == StateSharding::weights     ? "the weights, the gradient sums and AdamW's moments"
+                         : shard_ == StateSharding::gradients ? "the gradient sums and AdamW's moments"
+                                                              : "AdamW's moments";
+      d += "; " + std::string(what) + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+    }
     if (options_.lora) {
       const model::LoraWeights& a = options_.lora->adapters;
       d += "; LoRA rank " + std::to_string(a.lora().rank) + " on " + std::to_string(a.tensors().size() / 2) +
@@ -75,10 +82,18 @@ class CpuEngine final : public Engine {
       loss_weights_.resize(n);
     }
     // The step adds each micro-batch's gradients into grads_ (or the
-    // adapters'); AdamW takes their mean, clipped, through one scale.
+    // adapters'); AdamW takes their mean, clipped, through one scale. With
+    // the gradients sharded, grads_ holds one micro-batch's, which every
+    // rank then reduce-scatters into its share of the sums.
+    if (sharded_) begin_sharded_step();
     std::vector<model::NamedTensor>& grads = trained_grads();
-    for (auto& t : grads) std::fill(t.data.begin(), t.data.end(), 0.0f);
+    const bool each_micro_batch = shard_ == StateSharding::gradients || shard_ == StateSharding::weights;
+    Stream& comm = device_->stream(StreamKind::comm);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      if (micro == 0 || each_micro_batch) {
+        for (auto& t : grads) std::fill(t.data.begin(), t.data.end(), 0.0f);
+      }
+      if (shard_ == StateSharding::weights) gather_weights();
       const auto y = targets.subspan(micro * n, n);
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       const PackedDocuments docs = documents.subspan(micro * n, n);
@@ -87,10 +102,12 @@ class CpuEngine final : public Engine {
                               ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
                               : step_->run(weights_, x, y, grads_, loss_weights_, docs.positions, docs.doc_starts);
       stats.loss += loss * share;
+      if (each_micro_batch) sharded_->add_gradients(grads_, comm);
     }
-    Stream& comm = device_->stream(StreamKind::comm);
     if (sharded_) {
-      double sums[2] = {stats.loss, sharded_->reduce_gradients(grads_, comm)};
+      if (!each_micro_batch) sharded_->add_gradients(grads_, comm);  // the step's sums, once
+      if (shard_ == StateSharding::weights) release_whole();
+      double sums[2] = {stats.loss, sharded_->grad_sum_of_squares()};
       sum_over_ranks(sums);
       stats.loss = sums[0] / ranks;
       const double scale =
@@ -98,7 +115,6 @@ class CpuEngine final : public Engine {
       if (profiling_) ++profiled_steps_;
       stats.updated = update_is_finite(stats);
       if (stats.updated) sharded_->step(weights_, lr, scale, comm);
-      moments_gathered_ = false;
       return stats;
     }
     if (ranks > 1) {
@@ -122,7 +138,14 @@ class CpuEngine final : public Engine {
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
+    SPW_CHECK(weights_whole_ || shard_ != StateSharding::weights, "evaluation",
+              "the weights are sharded; begin_evaluation gathers them first");
     return eval_->run(weights_, inputs, targets);
+  }
+  // The ranks take turns at an evaluation's batches: the weights are
+  // gathered once for all of them.
+  void begin_evaluation() override {
+    if (shard_ == StateSharding::weights && !weights_whole_) gather_weights();
   }
 
   void sum_over_ranks(std::span<double> values) override {
@@ -135,19 +158,21 @@ class CpuEngine final : public Engine {
   std::string device_name() const override { return "cpu"; }
   bool on_gpu() const override { return false; }
   void sync_to_host() override {
-    if (sharded_ && !moments_gathered_) sharded_->sync_to_host(device_->stream(StreamKind::comm));
-    moments_gathered_ = true;
+    if (shard_ == StateSharding::weights && !weights_whole_) gather_weights();
+    sync_moments();
   }
-  // The CPU trains on the caller's arrays; sharded moments are gathered
-  // into them at the first read after a step.
+  // The CPU trains on the caller's arrays; sharded state is gathered into
+  // them at the first read of it after a step, every rank reading alike.
   void read_state(StatePart part, size_t i, std::span<float> out) override {
-    if (part != StatePart::master) sync_to_host();
+    if (part != StatePart::master) sync_moments();
+    if (part == StatePart::master && shard_ == StateSharding::weights && !weights_whole_) gather_weights();
     const model::LlamaWeights& from = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
     const std::vector<float>& data = from.tensors().at(i).data;
     SPW_CHECK(data.size() == out.size(), from.tensors()[i].name, "holds ", data.size(), " values, not ", out.size());
     std::copy(data.begin(), data.end(), out.begin());
   }
   bool reads_are_collective() const override { return sharded_ != nullptr; }
+  void finish() override { grads_ = model::LlamaWeights(); }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
     if (auto* e = dynamic_cast<exec::Executor*>(&step_->program())) e->set_profiling(on);
@@ -165,6 +190,32 @@ class CpuEngine final : public Engine {
   EngineOptions options_;
   std::vector<model::NamedTensor>& trained_grads() {
     return options_.lora ? adapter_grads_.tensors() : grads_.tensors();
+  }
+
+  // Between steps a sharded rank keeps its shares alone: the whole moments
+  // a checkpoint gathered go, and with the weights sharded, the whole
+  // weights and gradients too, which the step brings back.
+  void begin_sharded_step() {
+    if (moments_gathered_) {
+      optimizer_.m = model::LlamaWeights();
+      optimizer_.v = model::LlamaWeights();
+      moments_gathered_ = false;
+    }
+    if (grads_.tensors().empty()) grads_ = model::LlamaWeights::zeros(weights_.config());
+    sharded_->begin_step();
+  }
+  void gather_weights() {
+    sharded_->gather_weights(weights_, device_->stream(StreamKind::comm));
+    weights_whole_ = true;
+  }
+  void release_whole() {
+    sharded_->release_whole(weights_);
+    grads_ = model::LlamaWeights();
+    weights_whole_ = false;
+  }
+  void sync_moments() {
+    if (sharded_ && !moments_gathered_) sharded_->sync_to_host(device_->stream(StreamKind::comm));
+    moments_gathered_ = true;
   }
 
   // A device budget plans the steps across the device's memory and its host
@@ -188,13 +239,18 @@ class CpuEngine final : public Engine {
   std::unique_ptr<Device> device_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<TrainStep> eval_;
-  model::LlamaWeights grads_;  // the sum of the micro-batches' gradients (none with LoRA)
+  // The sum of the micro-batches' gradients, or with the gradients sharded
+  // one micro-batch's (none with LoRA).
+  model::LlamaWeights grads_;
   model::LoraWeights adapter_grads_;  // with LoRA: the sum of the adapters' gradients
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
-  std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer
+  std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer, gradients or weights
+  // What is sharded: none without data parallelism or with LoRA.
+  StateSharding shard_ = StateSharding::none;
   bool profiling_ = false;
   int profiled_steps_ = 0;
   bool moments_gathered_ = false;  // the caller's moments hold the shares' (sharded)
+  bool weights_whole_ = false;     // the caller's weights hold the shares' (weights sharded)
 };
 
 }  // namespace

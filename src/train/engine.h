@@ -114,6 +114,11 @@ class Engine {
   }
   // Mean loss of one batch, weights unchanged.
   virtual double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) = 0;
+  // Every rank calls it before an evaluation's eval_loss calls, of which
+  // the ranks then make unequal numbers (they take turns at the batches):
+  // an engine whose weights are sharded gathers them here, eval_loss
+  // needing them whole.
+  virtual void begin_evaluation() {}
   // `values` summed over the data-parallel ranks, in place (as they are
   // without data parallelism). Every rank must call it.
   virtual void sum_over_ranks(std::span<double> values) = 0;

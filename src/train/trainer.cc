@@ -62,6 +62,7 @@ double evaluate(Engine& engine, int64_t batch, int64_t seq, const std::function<
   double sums[2] = {0, 0};  // loss over counted targets, and their count
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
+  engine.begin_evaluation();
   for (int64_t i = 0; i < max_batches && next_batch(b); ++i) {
     if (i % ranks.size() != ranks.rank()) continue;
     std::fill(inputs.begin(), inputs.end(), 0);

@@ -133,6 +133,13 @@ TEST_F(LoraE2E, BadLoraSettingsAreOneLine) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("spillway: --lora-targets: 'lm_head' is not a projection LoRA can adapt"), std::string::npos)
       << r.out;
+  for (const std::string shard : {"optimizer", "gradients", "weights"}) {
+    r = run_spillway(common + "--shard " + shard);
+    EXPECT_EQ(r.exit_code, 1);
+    const std::string line = "spillway: --shard " + shard + ": LoRA's state is small; it is not sharded";
+    EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(line), r.out.rfind(line)) << r.out;
+  }
   r = run_spillway("train --lora-rank 4 --steps 1 -o " + *dir_ / "bad_train");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--lora-rank"), std::string::npos) << r.out;

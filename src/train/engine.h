@@ -119,6 +119,11 @@ class Engine {
   // an engine whose weights are sharded gathers them here, eval_loss
   // needing them whole.
   virtual void begin_evaluation() {}
+  // Whether eval_loss is a collective every rank must join as often as the
+  // others (an engine that gathers sharded weights layer by layer in it):
+  // the ranks then evaluate equally many batches, padding with rows that
+  // count nothing.
+  virtual bool evaluation_is_collective() const { return false; }
   // `values` summed over the data-parallel ranks, in place (as they are
   // without data parallelism). Every rank must call it.
   virtual void sum_over_ranks(std::span<double> values) = 0;

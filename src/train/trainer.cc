@@ -55,24 +55,39 @@ void check_options(const RunConfig& o, Command command) {
 // `next_batch` hands out, weighted by counted targets (each batch's loss is
 // the mean over its own); a short last batch is padded with rows whose
 // targets do not count. Data-parallel ranks take turns at the batches and
-// sum what they saw.
+// sum what they saw; where an evaluation is a collective of the engine's
+// (its weights gathered from every rank), each rank makes as many calls,
+// those short of batches evaluating rows that count nothing.
 double evaluate(Engine& engine, int64_t batch, int64_t seq, const std::function<bool(TokenBatch&)>& next_batch,
                 int64_t max_batches, const DataParallelRun& ranks) {
   TokenBatch b;
   double sums[2] = {0, 0};  // loss over counted targets, and their count
   std::vector<int32_t> inputs(static_cast<size_t>(batch * seq));
   std::vector<int32_t> targets(inputs.size());
+  const bool together = engine.evaluation_is_collective();
+  int64_t seen = 0, calls = 0;
   engine.begin_evaluation();
   for (int64_t i = 0; i < max_batches && next_batch(b); ++i) {
+    ++seen;
     if (i % ranks.size() != ranks.rank()) continue;
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -100);
     std::copy(b.inputs.begin(), b.inputs.end(), inputs.begin());
     std::copy(b.targets.begin(), b.targets.end(), targets.begin());
     const auto n = static_cast<double>(counted_targets(b.targets));
-    if (n == 0) continue;  // a batch that counts nothing has loss 0 and no weight
-    sums[0] += engine.eval_loss(inputs, targets) * n;
+    if (n == 0 && !together) continue;  // a batch that counts nothing has loss 0 and no weight
+    const double loss = engine.eval_loss(inputs, targets);
+    ++calls;
+    if (n == 0) continue;
+    sums[0] += loss * n;
     sums[1] += n;
+  }
+  if (together) {
+    std::fill(inputs.begin(), inputs.end(), 0);
+    std::fill(targets.begin(), targets.end(), -100);
+    for (const int64_t rounds = (seen + ranks.size() - 1) / ranks.size(); calls < rounds; ++calls) {
+      engine.eval_loss(inputs, targets);
+    }
   }
   engine.sum_over_ranks(sums);
   return sums[1] > 0 ? sums[0] / sums[1] : NAN;

@@ -245,6 +245,7 @@ class CudaEngine final : public Engine {
     host_pool_.reset();
   }
   bool reads_are_collective() const override { return sharded_; }
+  bool evaluation_is_collective() const override { return state_->weights_sharded(); }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   bool replays_cuda_graph() const override { return train_->replays(); }

@@ -20,6 +20,11 @@ struct MachineRates {
   // What one GPU's collectives move to its peers on the host per second
   // (NCCL over NVLink): the bytes each rank sends, over the time.
   double collective_bytes = 150e9;
+  // The part of a collective's time that the compute it runs beside loses
+  // (NCCL's kernels take SMs and memory bandwidth): LLaMA-3-8B on 4 H200s
+  // ran 46 ms a micro-batch slower with 0.32 s of gathers and
+  // reduce-scatters beside each (ZeRO-3) than with none (docs/parallel.md).
+  double overlap_slowdown = 0.15;
 };
 
 // H100 80GB HBM3 and H200, measured on the lent machines

@@ -118,7 +118,8 @@ Planned state_of(const graph::Graph& g, const TrainingStateSpec& s, const StateB
 // Sharded, the updated weights are all-gathered after the optimizer. With
 // the sums sharded, each micro-batch reduce-scatters them (and with the
 // weights sharded, all-gathers those twice) under its own compute, but for
-// the ring's tail.
+// the ring's tail. What runs beside compute still slows it a little
+// (MachineRates::overlap_slowdown).
 std::pair<double, double> communication(const StateBytes& total, const TrainingStateSpec& s,
                                         const TrainingPlanRequest& r, const TrainingPlan& p) {
   const int n = r.data_parallel;
@@ -128,7 +129,9 @@ std::pair<double, double> communication(const StateBytes& total, const TrainingS
     const double per_micro = ring_bytes_sent(Collective::reduce_scatter, grads, n) +
                              (s.shard_weights ? 2 * ring_bytes_sent(Collective::all_gather, weights, n) : 0.0);
     const double after = s.shard_weights ? 0.0 : ring_bytes_sent(Collective::all_gather, weights, n);
-    const double exposed = std::max(0.0, per_micro / rate - p.micro.step_seconds) + static_cast<double>(s.ring_tail_bytes) / rate;
+    const double busy = per_micro / rate, hidden = std::min(busy, p.micro.step_seconds);
+    const double exposed =
+        busy - hidden + r.rates.overlap_slowdown * hidden + static_cast<double>(s.ring_tail_bytes) / rate;
     const auto micro_batches = static_cast<double>(r.micro_batches);
     return {micro_batches * per_micro + after, micro_batches * exposed + after / rate};
   }
@@ -137,7 +140,10 @@ std::pair<double, double> communication(const StateBytes& total, const TrainingS
       ring_bytes_sent(overlapped || !sharded ? Collective::all_reduce : Collective::reduce_scatter, grads, n);
   const double gathered = sharded ? ring_bytes_sent(Collective::all_gather, weights, n) : 0.0;
   double summing = summed / rate;
-  if (overlapped) summing = std::max(0.0, summing - 2.0 / 3.0 * p.micro.step_seconds);
+  if (overlapped) {
+    const double hidden = std::min(summing, 2.0 / 3.0 * p.micro.step_seconds);
+    summing += r.rates.overlap_slowdown * hidden - hidden;
+  }
   return {summed + gathered, summing + gathered / rate};
 }
 

@@ -30,7 +30,8 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   const uint64_t reserved = planned.reserved;
   const plan::TrainingPlan& p = chosen.plan;
   const graph::Graph& g = chosen.step->step.graph;
-  const std::string recompute = train::recompute_summary(*chosen.step);
+  const std::string recompute =
+      train::recompute_report(*chosen.step, run.memory.recompute == train::RecomputeChoice::automatic);
   const std::string per_gpu = a.gpus > 1 ? " per GPU" : "";
   const std::string& name = planned.name;
   std::printf("%s: %.2f B parameters, batch %lld%s x seq %lld x %lld micro-batches = %lld tokens per optimizer step%s\n",

@@ -132,8 +132,9 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
 #else
   picks_gpu(options.device);
 #endif
-  SPW_CHECK(options.memory.recompute == RecomputeChoice::none, "--recompute",
-            "recomputation is a feature of the GPU engine");
+  // The CPU engine keeps every value; auto chooses that.
+  SPW_CHECK(options.memory.recompute == RecomputeChoice::none || options.memory.recompute == RecomputeChoice::automatic,
+            "--recompute", "recomputation is a feature of the GPU engine (on the CPU, none or auto)");
   SPW_CHECK(!options.memory.bf16_moments, "--bf16-moments", "bf16 AdamW moments are a feature of the GPU engine; "
             "the CPU engine keeps fp32 moments");
   return make_cpu_engine(weights, optimizer, options);

@@ -41,8 +41,9 @@ using plan::OffloadMode;
 // docs/performance.md).
 enum class ProjectionMode : uint8_t { automatic, fused, separate };
 
-// GPU: a recomputation policy (graph/recompute.h), or automatic: the one
-// with the fastest predicted step.
+// GPU: a recomputation policy (graph/recompute.h), or automatic (the
+// default): the recomputation, policy or kinds of values, with the fastest
+// predicted step; the CPU engine remakes nothing.
 enum class RecomputeChoice : uint8_t { none, layers, selective, automatic };
 // The policy a choice names; nullopt for automatic.
 std::optional<graph::RecomputePolicy> recompute_policy(RecomputeChoice choice);
@@ -162,7 +163,7 @@ struct MemoryConfig {
   uint64_t device_mem = 0;  // device budget in bytes; 0: the backend's default
   uint64_t host_mem = 0;    // GPU: pinned host budget; 0: 90% of what is available
   OffloadMode offload = OffloadMode::automatic;
-  RecomputeChoice recompute = RecomputeChoice::none;
+  RecomputeChoice recompute = RecomputeChoice::automatic;
   // GPU: AdamW moments kept in bf16 (half the moments' memory and traffic).
   // The caller's AdamW may then hold no fp32 moments; sync_to_host fills them.
   bool bf16_moments = false;

@@ -160,8 +160,8 @@ const Field kFields[] = {
              "(weights and gradient sums at home too)",
      .commands = kAll, .ref = at<&R::memory, &MemoryConfig::offload>},
     {.key = "memory.recompute", .flag = "--recompute",
-     .help = "GPU: forward values remade in the backward pass (none, layers or selective), or auto: the policy "
-             "with the fastest predicted step",
+     .help = "GPU: forward values remade in the backward pass (none, layers or selective), or auto (default): "
+             "what the planner predicts fastest, policies and kinds of values alike (on the CPU: none)",
      .commands = kAll, .ref = at<&R::memory, &MemoryConfig::recompute>},
     {.key = "memory.bf16_moments", .flag = "--bf16-moments",
      .help = "GPU: AdamW moments in bf16 (half the moments' memory and optimizer traffic)", .commands = kAll,

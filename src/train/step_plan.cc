@@ -107,6 +107,11 @@ std::string recompute_summary(const LlamaStep& step) {
   return step.recompute == graph::RecomputePolicy::none ? "" : std::string(graph::recompute_policy_name(step.recompute));
 }
 
+std::string recompute_report(const LlamaStep& step, bool automatic) {
+  const std::string s = recompute_summary(step);
+  return automatic ? (s.empty() ? "none" : s) + " (auto)" : s;
+}
+
 PlannedStep plan_llama_step(const StepPlanRequest& r) {
   plan::TrainingPlanRequest req;
   req.device_budget = r.device_budget;

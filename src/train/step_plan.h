@@ -35,6 +35,9 @@ struct LlamaStep {
 // What a step remakes in its backward pass, for a plan's description: ""
 // (nothing), a policy's name, or the kinds of values.
 std::string recompute_summary(const LlamaStep& step);
+// The same as a run reports it: with `automatic` (the planner chose), also
+// where it chose nothing: "none (auto)", "layers (auto)".
+std::string recompute_report(const LlamaStep& step, bool automatic);
 
 // LLaMA's parameters and AdamW's state beside them, as the planner sees them.
 // `caller_moments`: the caller brings fp32 moments (a resumed run), held

@@ -112,6 +112,8 @@ EngineOptions options(OffloadMode offload, int64_t micro_batches = 1) {
   o.grad_clip = 1.0;
   o.memory.offload = offload;
   o.memory.host_mem = 1ull << 30;
+  // The layouts are what these tests vary: nothing remade unless one asks.
+  o.memory.recompute = RecomputeChoice::none;
   // The checkpoint's separate q, k, v (and gate, up) matmuls; the tests of
   // stacked projections say so.
   o.kernels.projections = ProjectionMode::separate;

@@ -147,7 +147,8 @@ class CudaEngine final : public Engine {
                                                        : "masters and moments";
       moments += std::string("; ") + what + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
     }
-    const std::string recompute = recompute_summary(*planned_.step);
+    const std::string recompute =
+        recompute_report(*planned_.step, options_.memory.recompute == RecomputeChoice::automatic);
     const std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
     if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +

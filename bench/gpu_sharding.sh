@@ -16,6 +16,10 @@
 #   zero:  LLaMA-3-8B at seq 8192 on NPROC GPUs sharded each way the planner
 #          can keep on the devices (ZeRO-1, 2, 3)
 #   large: LLaMA-2-13B's shape at seq 4096 on NPROC GPUs, --shard weights
+#   largest: the most layers of LLaMA-3-8B's width (seq 8192, fp32 masters
+#          and moments, layers recomputed) that `plan --largest` says fit
+#          the NPROC GPUs, trained; then PyTorch FSDP2 in the same terms,
+#          from that many layers down until one trains
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
 #   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC
 #   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
@@ -140,6 +144,27 @@ phase_large() {
   local a="--config llama2-13b --seq 4096 --batch 1 --grad-accum $(( 2 * NPROC )) --steps 3 --warmup 1 --recompute auto"
   $B plan $a --gpus $NPROC --shard weights 2>&1 | grep -E "^data parallel|^device|^predicted" | cut -c1-300
   bench 13b-$NPROC-weights $NPROC weights $a
+}
+
+phase_largest() {
+  local a="--seq 8192 --batch 1 --grad-accum $(( 2 * NPROC )) --recompute layers"
+  local layers
+  layers=$($B plan --config llama3-8b $a --gpus $NPROC --largest 2>&1 | grep -oE "with [0-9]+ layers" | grep -oE "[0-9]+")
+  [ -n "$layers" ] || { echo "largest: no plan"; return 1; }
+  $PY -c "
+import json
+json.dump(dict(architectures=['LlamaForCausalLM'], model_type='llama', hidden_size=4096, intermediate_size=14336,
+               num_attention_heads=32, num_key_value_heads=8, num_hidden_layers=$layers, vocab_size=128256,
+               rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192, tie_word_embeddings=False,
+               hidden_act='silu'), open('$runs/largest.json', 'w'))"
+  echo "largest: $layers layers planned"
+  bench largest-$NPROC-auto $NPROC auto --config $runs/largest.json $a --steps 2 --warmup 1
+  for l in $layers $(( layers * 3 / 4 )) $(( layers / 2 )) $(( layers / 4 )); do
+    timeout 300 /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $NPROC bench/torch_data_parallel.py \
+      --mode fsdp2 --shape llama3-8b --layers $l --fp32-master --recompute --seq 8192 --batch 1 --grad-accum 2 \
+      --steps 2 > "$OUT/torch-largest-$l.log" 2>&1 && { grep "^{" "$OUT/torch-largest-$l.log" | tee -a "$OUT/results.jsonl"; break; }
+    echo "pytorch fsdp2, $l layers: $(grep -m1 -oE "OutOfMemoryError|out of memory" "$OUT/torch-largest-$l.log" || tail -1 "$OUT/torch-largest-$l.log")"
+  done
 }
 
 phase_ddp() {

@@ -48,6 +48,7 @@ B=build/gpu/src/spillway
 PY=/opt/torch/.venv/bin/python
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -"$NPROC"
 runs=/tmp/spillway-shard && mkdir -p $runs
+touch "$OUT/results.jsonl"
 
 corpus=/tmp/spillway-dp-corpus.txt
 tiny="--data $corpus --separator % --steps 30 --grad-accum 4 --eval-every 10 --checkpoint-every 30 --sample-tokens 0 --quiet"

@@ -58,7 +58,7 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     graph::Value y = ops::linear(b, x, w, module);
     const std::string projection = module.substr(module.find('.') + 1);
     if (!lora || !lora->targets_projection(projection)) return y;
-    const Shape& ws = b.info(w).shape;
+    const Shape ws = b.info(w).shape;  // a copy: adding the adapters grows the graph's values
     graph::Value a = b.parameter(module + ".lora_A.weight", Shape{lora->rank, ws[1]});
     graph::Value up = b.parameter(module + ".lora_B.weight", Shape{ws[0], lora->rank});
     m.adapters.push_back(a);

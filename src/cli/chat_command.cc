@@ -14,6 +14,7 @@
 #include "cli/model_flags.h"
 #include "infer/chat_prompt.h"
 #include "infer/generate.h"
+#include "infer/loaded_model.h"
 #include "infer/text_stream.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
@@ -26,6 +27,7 @@ namespace {
 
 struct ChatArgs {
   std::string model;
+  std::string adapter;
   std::string system;
   int64_t max_tokens = 512;
   infer::SamplingOptions sampling;
@@ -34,11 +36,10 @@ struct ChatArgs {
 
 int run_chat(const ChatArgs& a) {
   a.run.apply();
-  const std::string source = train::resolve_checkpoint(a.model);
-  model::LlamaWeights weights = model::load_llama(source);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
-  const Tokenizer& tok = *tokenizer;
-  model::check_tokenizer_fits(tok, weights.config(), source);
+  // A LoRA run's checkpoint, or the model with --adapter, runs merged.
+  infer::LoadedModel loaded = infer::load_model(a.model, a.adapter);
+  model::LlamaWeights& weights = loaded.weights;
+  const Tokenizer& tok = *loaded.tokenizer;
   const int64_t context = weights.config().max_position_embeddings;
   std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, context, a.run.device);
   const bool terminal = isatty(STDIN_FILENO);
@@ -98,6 +99,9 @@ Runner add_chat(CLI::App& app) {
   auto a = std::make_shared<ChatArgs>();
   CLI::App* cmd = app.add_subcommand("chat", "chat with a model in the terminal, in its chat format");
   cmd->add_option("-m,--model", a->model, "model folder, run folder or GGUF file")->required();
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA adapter folder as PEFT saves one (adapter_config.json, adapter_model.safetensors), merged "
+                  "into the model's weights");
   cmd->add_option("--system", a->system, "a system message to open the conversation");
   cmd->add_option("-n,--max-tokens", a->max_tokens, "tokens one reply has at most")->capture_default_str();
   cmd->add_option("--temperature", a->sampling.temperature, "0 for greedy")->capture_default_str();

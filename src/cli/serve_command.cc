@@ -13,6 +13,7 @@
 #include "cli/model_flags.h"
 #include "infer/batch_decoder.h"
 #include "infer/batch_engine.h"
+#include "infer/loaded_model.h"
 #include "infer/openai_server.h"
 #include "model/llama_weights_io.h"
 #include "model/tokenizer.h"
@@ -25,6 +26,7 @@ namespace {
 
 struct ServeArgs {
   std::string model;
+  std::string adapter;
   std::string model_name;
   std::string host = "127.0.0.1";
   int port = 8080;
@@ -57,10 +59,10 @@ int run_serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  const std::string source = train::resolve_checkpoint(a.model);
-  model::LlamaWeights weights = model::load_llama(source);
-  std::unique_ptr<Tokenizer> tokenizer = load_tokenizer(source);
-  model::check_tokenizer_fits(*tokenizer, weights.config(), source);
+  // A LoRA run's checkpoint, or the model with --adapter, serves merged.
+  infer::LoadedModel loaded = infer::load_model(a.model, a.adapter);
+  model::LlamaWeights& weights = loaded.weights;
+  std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;
   const model::LlamaConfig& c = weights.config();
 
   infer::KvCacheOptions cache;
@@ -111,6 +113,9 @@ Runner add_serve(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   CLI::App* cmd = app.add_subcommand("serve", "serve a model over an OpenAI-compatible HTTP API");
   cmd->add_option("-m,--model", a->model, "model folder, run folder or GGUF file")->required();
+  cmd->add_option("--adapter", a->adapter,
+                  "a LoRA adapter folder as PEFT saves one (adapter_config.json, adapter_model.safetensors), merged "
+                  "into the model's weights");
   cmd->add_option("--host", a->host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", a->port, "port to listen on (0: any free one)")->capture_default_str();
   cmd->add_option("--api-key", a->api_key, "key clients must send as 'Authorization: Bearer KEY' (default: none)")

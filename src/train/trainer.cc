@@ -422,7 +422,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),
                                      .documents = sampler.packed(),
-                                     .lora = lora ? &*lora : nullptr};
+                                     .lora = lora ? &*lora : nullptr,
+                                     .lora_base = o.lora.base};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;

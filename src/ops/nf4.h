@@ -1,7 +1,13 @@
 // NF4: QLoRA's 4-bit NormalFloat, exactly as bitsandbytes defines it
 // (bitsandbytes.functional.quantize_4bit / dequantize_4bit with
-// quant_type="nf4", whose CPU path is torch code in backends/default/ops.py;
-// the CUDA kernels follow the same rules).
+// quant_type="nf4" on the CPU, whose quantizer is torch code in
+// backends/default/ops.py). bitsandbytes' CUDA kernel (dQuantizeNF4's
+// decision tree) compares with the same 15 float32 midpoints and sends a
+// tie to the lower code too, so finite values of full blocks with an
+// absmax of at least 1e-38 get the same codes; at the edges it differs: it
+// multiplies the last partial block by the reciprocal as well, has no
+// 1e-38 floor, and its fmaxf passes over NaN while its tree sends NaN to
+// code 0. spillway follows the CPU path.
 //
 // A tensor is quantized flattened, in blocks of `block` values (64 by
 // default); the last block may be partial. Each block keeps its absmax (the

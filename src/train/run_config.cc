@@ -89,8 +89,6 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
               " is not supported yet: LoRA trains without dropout (0) for now");
     model::parse_lora_targets(l.targets, blamed(blame, "lora.targets", "--lora-targets"));
   }
-  SPW_CHECK(l.base == model::LoraBase::weights || l.rank > 0, blamed(blame, "lora.base", "--lora-base"),
-            enum_name(l.base), " keeps LoRA's frozen base; it needs --lora-rank");
 }
 
 }  // namespace

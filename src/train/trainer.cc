@@ -297,6 +297,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   std::unique_ptr<Tokenizer> start_tokenizer;
   TrainerState state;
   std::optional<LoraState> lora;  // with --lora-rank: the adapters that train, the weights frozen
+  // A setting a configuration may hold, but a run without LoRA cannot follow.
+  SPW_CHECK(o.lora.base == model::LoraBase::weights || o.lora.rank > 0, "--lora-base", enum_name(o.lora.base),
+            " keeps LoRA's frozen base; it needs --lora-rank");
 
   check_run_folder(o);
   if (o.run.resume) {

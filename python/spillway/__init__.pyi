@@ -40,6 +40,7 @@ class LoraSection:
     alpha: float
     dropout: float
     targets: str
+    base: Literal["weights", "nf4", "nf4-dq"]
 
 class ScheduleSection:
     steps: int

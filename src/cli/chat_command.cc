@@ -36,9 +36,9 @@ struct ChatArgs {
 
 int run_chat(const ChatArgs& a) {
   a.run.apply();
-  // A LoRA run's checkpoint, or --adapter, runs as the tuned model.
+  // A LoRA run's checkpoint, or the model with --adapter, runs merged.
   infer::LoadedModel loaded = infer::load_model(a.model, a.adapter);
-  const model::LlamaWeights& weights = loaded.weights;
+  model::LlamaWeights& weights = loaded.weights;
   const Tokenizer& tok = *loaded.tokenizer;
   const int64_t context = weights.config().max_position_embeddings;
   std::unique_ptr<infer::Decoder> decoder = infer::make_decoder(weights, context, a.run.device);

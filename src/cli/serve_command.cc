@@ -59,7 +59,7 @@ int run_serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  // A LoRA run's checkpoint, or --adapter, serves as the tuned model.
+  // A LoRA run's checkpoint, or the model with --adapter, serves merged.
   infer::LoadedModel loaded = infer::load_model(a.model, a.adapter);
   model::LlamaWeights& weights = loaded.weights;
   std::unique_ptr<Tokenizer>& tokenizer = loaded.tokenizer;

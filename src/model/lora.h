@@ -26,6 +26,13 @@ namespace spillway::model {
 inline constexpr std::array<std::string_view, 7> kLoraProjections = {"q_proj",    "k_proj",  "v_proj",   "o_proj",
                                                                      "gate_proj", "up_proj", "down_proj"};
 
+// How LoRA's frozen base weights of the targeted projections are kept
+// (model/qlora.h): as loaded, NF4 (QLoRA), or NF4 with double-quantized
+// scales. kLoraBaseNames names them, indexed by value.
+enum class LoraBase : uint8_t { weights, nf4, nf4_double };
+inline constexpr std::array<std::string_view, 3> kLoraBaseNames = {"weights", "nf4", "nf4-dq"};
+inline std::string_view lora_base_name(LoraBase base) { return kLoraBaseNames[static_cast<size_t>(base)]; }
+
 struct LoraConfig {
   int64_t rank = 0;  // r; 0: no adapters
   double alpha = 16;

@@ -25,11 +25,15 @@ class CpuEngine final : public Engine {
         device_(make_cpu_device(o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited)),
         step_(make_step(/*with_backward=*/true)),
         eval_(make_step(/*with_backward=*/false)) {
+    SPW_CHECK(o.lora || o.lora_base == model::LoraBase::weights, "--lora-base",
+              model::lora_base_name(o.lora_base), " keeps LoRA's frozen base; it needs --lora-rank");
     if (o.lora) {
       // The weights are frozen: gradients and updates are the adapters' alone.
       SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
                 "--shard " + std::string(enum_name(o.shard)), "LoRA's state is small; it is not sharded");
       const model::LoraWeights& adapters = o.lora->adapters;
+      // QLoRA: the targeted projections' weights become their NF4 round trip.
+      quantized_ = model::quantize_lora_base(weights, adapters.lora(), o.lora_base);
       adapter_grads_ = model::LoraWeights::zeros(weights.config(), adapters.lora());
       step_->bind_adapters(o.lora->adapters, &adapter_grads_);
       eval_->bind_adapters(o.lora->adapters, nullptr);
@@ -60,6 +64,7 @@ class CpuEngine final : public Engine {
       const model::LoraWeights& a = options_.lora->adapters;
       d += "; LoRA rank " + std::to_string(a.lora().rank) + " on " + std::to_string(a.tensors().size() / 2) +
            " projections (" + std::to_string(a.numel()) + " trained parameters, the weights frozen)";
+      if (!quantized_.tensors.empty()) d += "; " + quantized_.describe();
     }
     if (const plan::Placement* p = step_->placement()) {
       d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
@@ -243,6 +248,7 @@ class CpuEngine final : public Engine {
   // one micro-batch's (none with LoRA).
   model::LlamaWeights grads_;
   model::LoraWeights adapter_grads_;  // with LoRA: the sum of the adapters' gradients
+  model::QuantizedBase quantized_;    // with QLoRA: the targeted projections' weights, NF4
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer, gradients or weights
   // What is sharded: none without data parallelism or with LoRA.

@@ -17,6 +17,7 @@
 #include "device/device.h"
 #include "graph/graph.h"
 #include "model/llama_weights.h"
+#include "model/qlora.h"
 #include "train/lora_state.h"
 #include "train/optimizer.h"
 #include "train/run_config.h"
@@ -71,6 +72,10 @@ struct EngineOptions {
   // are then unused. Must outlive the engine. Null: every weight trains.
   // The CPU engine only, so far.
   LoraState* lora = nullptr;
+  // With LoRA: how the targeted projections' frozen weights are kept
+  // (model/qlora.h). NF4 replaces their values in the engine's weights by
+  // the dequantized NF4 ones once, at the start. The CPU engine only.
+  model::LoraBase lora_base = model::LoraBase::weights;
 };
 
 // Packed rows' per-token positions and document starts

@@ -104,6 +104,12 @@ struct EnumNames<RecomputeChoice> {
   static constexpr std::string_view noun = "policy";
 };
 
+template <>
+struct EnumNames<model::LoraBase> {
+  static constexpr std::array<std::string_view, 3> names = model::kLoraBaseNames;
+  static constexpr std::string_view noun = "value";
+};
+
 template <typename E>
 std::string_view enum_name(E value) {
   return EnumNames<E>::names[static_cast<size_t>(value)];
@@ -143,6 +149,9 @@ struct LoraRunConfig {
   double alpha = 16;
   double dropout = 0;  // only 0 so far
   std::string targets = "q,k,v,o,gate,up,down";  // some of these, or "all"
+  // How the targeted projections' frozen weights are kept (model/qlora.h):
+  // as loaded, NF4 (QLoRA) or NF4 with double-quantized scales.
+  model::LoraBase base = model::LoraBase::weights;
 };
 
 struct ScheduleConfig {

@@ -108,6 +108,10 @@ const Field kFields[] = {
     {.key = "lora.targets", .flag = "--lora-targets",
      .help = "the projections that get adapters: some of q,k,v,o,gate,up,down, or all", .commands = F,
      .ref = at<&R::lora, &LoraRunConfig::targets>, .checkpointed = true},
+    {.key = "lora.base", .flag = "--lora-base",
+     .help = "how the targeted projections' frozen weights are kept: weights (as loaded), nf4 (QLoRA: 4-bit "
+             "NormalFloat in blocks of 64, as bitsandbytes stores them) or nf4-dq (its scales double-quantized too)",
+     .commands = F, .ref = at<&R::lora, &LoraRunConfig::base>, .checkpointed = true},
     // schedule
     {.key = "schedule.steps", .flag = "--steps", .help = "optimizer steps in the schedule", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::steps>,

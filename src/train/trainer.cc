@@ -297,6 +297,9 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   std::unique_ptr<Tokenizer> start_tokenizer;
   TrainerState state;
   std::optional<LoraState> lora;  // with --lora-rank: the adapters that train, the weights frozen
+  // A setting a configuration may hold, but a run without LoRA cannot follow.
+  SPW_CHECK(o.lora.base == model::LoraBase::weights || o.lora.rank > 0, "--lora-base", enum_name(o.lora.base),
+            " keeps LoRA's frozen base; it needs --lora-rank");
 
   check_run_folder(o);
   if (o.run.resume) {
@@ -422,7 +425,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),
                                      .documents = sampler.packed(),
-                                     .lora = lora ? &*lora : nullptr};
+                                     .lora = lora ? &*lora : nullptr,
+                                     .lora_base = o.lora.base};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;

@@ -2,7 +2,8 @@
 // trained here is tuned through LoRA adapters; its checkpoints keep the base
 // weights untouched beside a PEFT adapter folder's files, `generate` runs
 // the checkpoint as the tuned model (and a base model with --adapter as the
-// same), and a resumed LoRA run continues bit for bit.
+// same), and a resumed LoRA run continues bit for bit. QLoRA
+// (--lora-base nf4) trains exactly as LoRA over the NF4-dequantized base.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include "model/llama_weights_io.h"
 #include "model/lora.h"
 #include "model/lora_io.h"
+#include "model/qlora.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -121,6 +123,77 @@ TEST_F(LoraE2E, AResumedLoraRunContinuesBitIdentically) {
             read_file(resumed.checkpoint + "/optimizer.safetensors"));
 }
 
+// QLoRA: the targeted projections' weights stored NF4. Its steps are those
+// of LoRA over a base whose targeted weights are their NF4 round trip, bit
+// for bit, and the run writes that base beside a PEFT adapter.
+TEST_F(LoraE2E, QloraIsLoraOverTheDequantizedBase) {
+  for (const model::LoraBase storage : {model::LoraBase::nf4, model::LoraBase::nf4_double}) {
+    const std::string how(model::lora_base_name(storage));
+    SCOPED_TRACE(how);
+    train::RunConfig q = finetune("qlora_" + how, 8);
+    q.lora.base = storage;
+    const train::TrainResult r = train::train_model(q);
+    const std::vector<double> losses = step_losses(*dir_ / ("qlora_" + how));
+    ASSERT_EQ(losses.size(), 8u);
+    EXPECT_LT(losses.back(), losses.front());
+
+    // The base as QLoRA sees it, written as a model folder.
+    const std::string base_dir = train::resolve_checkpoint(*dir_ / "base");
+    model::LlamaWeights base = model::load_llama(base_dir);
+    const model::QuantizedBase quantized =
+        model::quantize_lora_base(base, train::lora_config(q), storage);
+    ASSERT_EQ(quantized.tensors.size(), 3u * static_cast<size_t>(base.config().num_hidden_layers));
+    EXPECT_EQ(quantized.names[0], "model.layers.0.self_attn.q_proj.weight");
+    EXPECT_LT(quantized.bytes() * 6, quantized.f32_bytes());  // 4 bits and a scale per 64, or less
+    const std::string dequantized = *dir_ / ("dequantized_" + how);
+    std::filesystem::copy(base_dir, dequantized);
+    model::save_llama(dequantized, base);
+    EXPECT_GT(max_weight_difference(base_dir, dequantized), 0.0f);
+
+    train::RunConfig l = finetune("lora_over_" + how, 8);
+    l.model.init_from = dequantized;
+    const train::TrainResult lr = train::train_model(l);
+    EXPECT_EQ(losses, step_losses(*dir_ / ("lora_over_" + how)));
+    EXPECT_EQ(read_file(r.checkpoint + "/adapter_model.safetensors"),
+              read_file(lr.checkpoint + "/adapter_model.safetensors"));
+    // The checkpoint: the dequantized base and a PEFT adapter.
+    EXPECT_EQ(max_weight_difference(dequantized, r.checkpoint), 0.0f);
+    ASSERT_TRUE(model::holds_peft_adapter(r.checkpoint));
+  }
+}
+
+// A resumed QLoRA run re-quantizes the base it wrote, which NF4 gives back
+// unchanged: it continues bit for bit.
+TEST_F(LoraE2E, AResumedQloraRunContinuesBitIdentically) {
+  train::RunConfig straight = finetune("q_straight", 4);
+  straight.lora.base = model::LoraBase::nf4;
+  const train::TrainResult s = train::train_model(straight);
+  train::RunConfig first = finetune("q_halves", 4);
+  first.lora.base = model::LoraBase::nf4;
+  first.schedule.stop_after = 2;
+  train::train_model(first);
+  train::RunConfig rest = finetune("q_halves", 4);
+  rest.lora.base = model::LoraBase::nf4;
+  rest.run.resume = true;
+  const train::TrainResult resumed = train::train_model(rest);
+  EXPECT_EQ(step_losses(*dir_ / "q_straight"), step_losses(*dir_ / "q_halves"));
+  EXPECT_EQ(read_file(s.checkpoint + "/adapter_model.safetensors"),
+            read_file(resumed.checkpoint + "/adapter_model.safetensors"));
+}
+
+TEST_F(LoraE2E, QloraRunsSayWhatTheBaseTakes) {
+  const std::string common = "finetune -m " + *dir_ / "base" + " --data " + *dir_ / "corpus.txt" +
+                             " --separator % --device cpu --steps 1 --batch 2 --seq 16 --sample-tokens 0" +
+                             " --lora-rank 4 --lora-targets q,v,down -o ";
+  const CommandResult r = run_spillway(common + *dir_ / "q_cli" + " --lora-base nf4");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("; NF4 base: 6 projections stored in "), std::string::npos) << r.out;
+  const CommandResult dq = run_spillway(common + *dir_ / "q_cli_dq" + " --lora-base nf4-dq");
+  ASSERT_EQ(dq.exit_code, 0) << dq.out;
+  EXPECT_NE(dq.out.find("; NF4 base (double-quantized scales): 6 projections stored in "), std::string::npos)
+      << dq.out;
+}
+
 TEST_F(LoraE2E, BadLoraSettingsAreOneLine) {
   const std::string common = "finetune -m " + *dir_ / "base" + " --data " + *dir_ / "corpus.txt" +
                              " --separator % --device cpu --steps 1 -o " + *dir_ / "bad" + " --lora-rank 4 ";
@@ -140,6 +213,16 @@ TEST_F(LoraE2E, BadLoraSettingsAreOneLine) {
     EXPECT_NE(r.out.find(line), std::string::npos) << r.out;
     EXPECT_EQ(r.out.find(line), r.out.rfind(line)) << r.out;
   }
+  r = run_spillway(common + "--lora-base int3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("spillway: --lora-base: unknown value 'int3'; one of weights, nf4, nf4-dq"), std::string::npos)
+      << r.out;
+  r = run_spillway("finetune -m " + *dir_ / "base" + " --data " + *dir_ / "corpus.txt" +
+                   " --device cpu --steps 1 -o " + *dir_ / "bad" + " --lora-base nf4");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("spillway: --lora-base: nf4 keeps LoRA's frozen base; it needs --lora-rank"),
+            std::string::npos)
+      << r.out;
   r = run_spillway("train --lora-rank 4 --steps 1 -o " + *dir_ / "bad_train");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("--lora-rank"), std::string::npos) << r.out;

@@ -1,0 +1,41 @@
+// QLoRA's base: the frozen weights under LoRA's adapters stored 4-bit, NF4
+// as bitsandbytes defines it (ops/nf4.h), optionally with the scales
+// double-quantized, as PEFT + bitsandbytes' Linear4bit keep them. The
+// adapters train over the dequantized weights: a projection's forward is
+// x dequant(W)^T + (alpha / r) (x A^T) B^T.
+//
+// Only the projections the adapters sit on are stored NF4 (bitsandbytes
+// quantizes every linear layer but the head; spillway leaves the untargeted
+// projections as loaded, as LoRA does).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/llama_weights.h"
+#include "model/lora.h"
+#include "ops/nf4.h"
+
+namespace spillway::model {
+
+struct QuantizedBase {
+  LoraBase storage = LoraBase::weights;
+  std::vector<std::string> names;  // the tensors stored NF4, in checkpoint order
+  std::vector<ops::Nf4Tensor> tensors;
+
+  uint64_t bytes() const;      // stored: the packed codes and the scales
+  uint64_t f32_bytes() const;  // the same tensors in float32
+  // "NF4 base: 12 projections stored in 1.20 MiB (1258291 bytes; 8.50 MiB as fp32)"
+  std::string describe() const;
+};
+
+// Stores the base weights of the projections `lora` targets as `storage`
+// says (none for LoraBase::weights) and writes their dequantized values
+// back into `weights`, which the step then reads: what the adapters train
+// over is exactly the NF4 round trip. Error naming the tensor for a weight
+// that holds a NaN or an infinity.
+QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage);
+
+}  // namespace spillway::model

@@ -241,6 +241,9 @@ TrainingPlan plan_training(const graph::Graph& g, const TrainingStateSpec& s, co
     }
   }
   if (!best) {
+    SPW_CHECK(frugal_error || least_host != UINT64_MAX, "--offload", "no layout of the training state that --offload ",
+              offload_mode_name(r.offload), " allows suits these options",
+              s.shard_gradients ? " (sharded gradient sums keep the whole state on the device)" : "");
     const std::string host_need = "at least " + format_bytes(least_host) +
                                   " of host memory (the state at home, the fp32 masters the process starts from, "
                                   "its runtime), more than the budget of " +

@@ -197,6 +197,13 @@ PlannedStep plan_data_parallel_step(StepPlanRequest r, StateSharding shard) {
   r.state_shards = 1;
   r.shard_gradients = r.shard_weights = false;
   if (r.data_parallel <= 1 || shard == StateSharding::none) return plan_llama_step(r);
+  // Every level keeps the optimizer's share on the device, which these
+  // offload modes send home.
+  const bool state_home = r.offload == plan::OffloadMode::on || r.offload == plan::OffloadMode::stream;
+  SPW_CHECK(!state_home || shard == StateSharding::automatic, "--shard " + std::string(enum_name(shard)),
+            "keeps each rank's share of the training state on its device, and --offload ",
+            plan::offload_mode_name(r.offload), " sends the state home; --offload auto lets the plan choose");
+  if (state_home) return plan_llama_step(r);
   std::optional<PlannedStep> best;
   std::string why;
   for (StateSharding level : {StateSharding::optimizer, StateSharding::gradients, StateSharding::weights}) {

@@ -164,6 +164,17 @@ TEST(DataParallelPlan, ShardingTheSumsAndWeightsKeepsLessOnEachDevice) {
   } catch (const Error& e) {
     EXPECT_EQ(e.thing(), "--shard weights");
   }
+  // Offloading the state home and sharding it on the devices contradict.
+  StepPlanRequest home = eight_b(4, roomy);
+  home.offload = plan::OffloadMode::on;
+  try {
+    plan_data_parallel_step(home, StateSharding::gradients);
+    FAIL() << "--shard gradients with --offload on was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.thing(), "--shard gradients");
+    EXPECT_NE(std::string(e.what()).find("--offload on"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(plan_data_parallel_step(home, StateSharding::automatic).state.state_shards, 1u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "base/atomic_file.h"
 #include "base/bytes.h"
+#include "base/status.h"
 #include "cli/commands.h"
 #include "cli/run_flags.h"
 #include "train/run_plan.h"
@@ -18,6 +19,31 @@ struct PlanArgs {
   train::RunPlanOptions options;
   std::string svg;
 };
+
+// Every --shard level side by side, as the planner would lay it out: what
+// each GPU holds and the predicted step, or why it does not fit.
+void print_sharding_levels(const train::StepPlanRequest& req, const plan::TrainingStateSpec& chosen) {
+  using train::StateSharding;
+  const StateSharding chosen_level = chosen.state_shards == 1 ? StateSharding::none
+                                     : chosen.shard_weights   ? StateSharding::weights
+                                     : chosen.shard_gradients ? StateSharding::gradients
+                                                              : StateSharding::optimizer;
+  for (StateSharding level :
+       {StateSharding::none, StateSharding::optimizer, StateSharding::gradients, StateSharding::weights}) {
+    std::string line;
+    try {
+      const train::PlannedStep o = train::plan_data_parallel_step(req, level);
+      const plan::TrainingPlan& q = o.plan;
+      char step[64];
+      std::snprintf(step, sizeof step, "step %.3f s (MFU %.3f)", q.step_seconds, q.mfu);
+      line = format_bytes(q.resident_bytes + q.placement.device_peak) + " a GPU; " + q.layout() + "; " + step;
+    } catch (const Error& e) {
+      line = std::string("does not fit: ") + e.what();
+    }
+    std::printf("  --shard %-9s %s%s\n", std::string(train::enum_name(level)).c_str(), line.c_str(),
+                level == chosen_level ? " (chosen)" : "");
+  }
+}
 
 int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   const train::RunPlanOptions& a = args.options;
@@ -62,6 +88,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
                 a.gpus, where.c_str(), kept.c_str(), rings.c_str(), format_bytes(p.bytes_communicated).c_str(),
                 sums.c_str(), gathered.c_str(), req.rates.collective_bytes / 1e9, planned.link_rate_source.c_str(),
                 p.communication_seconds);
+    print_sharding_levels(req, st);
   }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",

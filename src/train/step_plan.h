@@ -97,11 +97,10 @@ struct PlannedStep {
 PlannedStep plan_llama_step(const StepPlanRequest& request);
 
 // Data parallelism over request.data_parallel ranks: the state sharded over
-// them as far as `shard` says, or (automatic) the least of the levels with
-// which the whole step stays on each device, else the fastest predicted of
-// those that keep every rank's share, the weights and the gradient sums on
-// its device (the plan's state says which), else kept whole by every rank,
-// offloading as the plan says. Error naming --shard
+// them as far as `shard` says, or (automatic) the fastest predicted of the
+// levels that keep every rank's share, the weights and the gradient sums on
+// its device (a further level only where it is 3% faster; the plan's state
+// says which), else kept whole by every rank, offloading as the plan says. Error naming --shard
 // when it demands sharding that cannot be.
 PlannedStep plan_data_parallel_step(StepPlanRequest request, StateSharding shard);
 

@@ -49,6 +49,11 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
             std::string::npos)
       << two.out;
   EXPECT_NE(two.out.find("of 200.00 GiB"), std::string::npos) << two.out;  // the host's 400 GiB over 2
+  // Every level side by side, the chosen one marked.
+  for (const char* level : {"none", "optimizer", "gradients", "weights"}) {
+    EXPECT_NE(two.out.find(std::string("  --shard ") + level), std::string::npos) << level << "\n" << two.out;
+  }
+  EXPECT_NE(two.out.find("(chosen)"), std::string::npos) << two.out;
   // Sharding that cannot keep the state on 80 GB cards: each keeps it whole.
   const CommandResult whole = run_spillway("plan --gpus 2 --device-mem 79GiB --shard none" + common);
   ASSERT_EQ(whole.exit_code, 0) << whole.out;

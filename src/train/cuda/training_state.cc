@@ -103,9 +103,6 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     largest_ = std::max(largest_, numel.back());
   }
 
-  // The one order: weight-decayed stacks first; gradient sums split by where
-  // they live, in the same order.
-  std::vector<size_t> decayed, plain;
   std::vector<bool> grad_on_device(named.size(), false);
   for (size_t j = 0; j < parts.size(); ++j) {
     const bool decay = tensors_[static_cast<size_t>(parts[j].front())].decay;
@@ -114,20 +111,9 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
                 "is stacked with tensors of the other weight-decay setting");
       grad_on_device[static_cast<size_t>(t)] = plan.grad_resident[j];
     }
-    (decay ? decayed : plain).push_back(j);
   }
-  std::vector<size_t> order = decayed;
-  order.insert(order.end(), plain.begin(), plain.end());
-  std::vector<std::vector<int>> device_grads, home_grads;
-  for (size_t j : order) {
-    (grad_on_device[static_cast<size_t>(parts[j].front())] ? device_grads : home_grads).push_back(parts[j]);
-  }
-  if (shard_over_) {
-    SPW_CHECK(optimizer_on_device_ && weights_on_device_ && home_grads.empty(), "--shard",
-              "shards the training state only where the plan keeps all of it on the device");
-    SPW_CHECK(sharding_.region_key.size() == parts.size(), "training state", "sharding names regions of ",
-              sharding_.region_key.size(), " parameters, not ", parts.size());
-  }
+  SPW_CHECK(!shard_over_ || sharding_.region_key.size() == parts.size(), "training state",
+            "sharding names regions of ", sharding_.region_key.size(), " parameters, not ", parts.size());
   const int ranks = shard_over_ ? shard_over_->size() : 1;
   std::vector<bool> decayed_tensor;
   for (const Tensor& t : tensors_) decayed_tensor.push_back(t.decay);
@@ -138,6 +124,16 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   arrays_.decayed_elements = layout_.decayed_elements;
   arrays_.share_elements = layout_.shards.share_elements();
   arrays_.decayed_share = layout_.shards.share_below(arrays_.decayed_elements);
+  // The gradient sums split by where they live, in the layout's order.
+  std::vector<size_t> order(parts.size());
+  for (size_t j = 0; j < order.size(); ++j) order[j] = j;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return layout_.stack_at[a] < layout_.stack_at[b]; });
+  std::vector<std::vector<int>> device_grads, home_grads;
+  for (size_t j : order) {
+    (grad_on_device[static_cast<size_t>(parts[j].front())] ? device_grads : home_grads).push_back(parts[j]);
+  }
+  SPW_CHECK(!shard_over_ || (optimizer_on_device_ && weights_on_device_ && home_grads.empty()), "--shard",
+            "shards the training state only where the plan keeps all of it on the device");
   const std::vector<uint64_t> device_grad_at = model::stacked_offsets(device_grads, numel, kStackAlign);
   const std::vector<uint64_t> home_grad_at = model::stacked_offsets(home_grads, numel, kStackAlign);
 

@@ -24,10 +24,7 @@ struct PlanArgs {
 // each GPU holds and the predicted step, or why it does not fit.
 void print_sharding_levels(const train::StepPlanRequest& req, const plan::TrainingStateSpec& chosen) {
   using train::StateSharding;
-  const StateSharding chosen_level = chosen.state_shards == 1 ? StateSharding::none
-                                     : chosen.shard_weights   ? StateSharding::weights
-                                     : chosen.shard_gradients ? StateSharding::gradients
-                                                              : StateSharding::optimizer;
+  const StateSharding chosen_level = train::sharding_level(chosen);
   for (StateSharding level :
        {StateSharding::none, StateSharding::optimizer, StateSharding::gradients, StateSharding::weights}) {
     std::string line;

@@ -36,17 +36,10 @@ void add_rings(const LlamaStep& step, const model::LlamaConfig& config, int rank
     decayed_tensor.push_back(t.shape.rank() >= 2);
   }
   const graph::Graph& g = step.step.graph;
-  const auto& parts = step.model.parameter_parts;
-  std::vector<std::string> names;
-  std::vector<bool> decayed;
   std::vector<graph::Value> grads;
-  for (size_t j = 0; j < parts.size(); ++j) {
-    names.push_back(g.value(step.model.parameters[j]).name);
-    decayed.push_back(decayed_tensor[static_cast<size_t>(parts[j].front())]);
-    grads.push_back(step.step.grads[step.model.parameters[j]]);
-  }
-  const StateLayout layout =
-      lay_out_state(parts, numel, decayed_tensor, layer_region_keys(names, decayed), ranks, 0, kStateAlign);
+  for (graph::Value p : step.model.parameters) grads.push_back(step.step.grads[p]);
+  const StateLayout layout = lay_out_state(step.model.parameter_parts, numel, decayed_tensor,
+                                           llama_region_keys(step, config), ranks, 0, kStateAlign);
   spec.shard_gradients = true;
   spec.shard_weights = weights;
   spec.ring_bytes = reduce_schedule(g, ring_regions(layout, grads, 4)).bytes() +
@@ -59,6 +52,24 @@ void add_rings(const LlamaStep& step, const model::LlamaConfig& config, int rank
 }
 
 }  // namespace
+
+std::vector<int> llama_region_keys(const LlamaStep& step, const model::LlamaConfig& config) {
+  const auto specs = model::parameter_specs(config);
+  std::vector<std::string> names;
+  std::vector<bool> decayed;
+  for (size_t j = 0; j < step.model.parameters.size(); ++j) {
+    names.push_back(step.step.graph.value(step.model.parameters[j]).name);
+    decayed.push_back(specs[static_cast<size_t>(step.model.parameter_parts[j].front())].shape.rank() >= 2);
+  }
+  return layer_region_keys(names, decayed);
+}
+
+StateSharding sharding_level(const plan::TrainingStateSpec& state) {
+  return state.state_shards <= 1 ? StateSharding::none
+         : state.shard_weights   ? StateSharding::weights
+         : state.shard_gradients ? StateSharding::gradients
+                                 : StateSharding::optimizer;
+}
 
 // The vocabulary-sized gradient sums (embedding, lm_head) are the ones to keep
 // on the device first: each micro-batch would move them whole, the

@@ -96,6 +96,12 @@ struct PlannedStep {
 // variant fits.
 PlannedStep plan_llama_step(const StepPlanRequest& request);
 
+// The regions the GPU engine shards a step's state by under ZeRO-2/3
+// (train/shard_layout.h's layer_region_keys), by graph parameter.
+std::vector<int> llama_region_keys(const LlamaStep& step, const model::LlamaConfig& config);
+// The --shard level a plan's state says.
+StateSharding sharding_level(const plan::TrainingStateSpec& state);
+
 // Data parallelism over request.data_parallel ranks: the state sharded over
 // them as far as `shard` says, or (automatic) the fastest predicted of the
 // levels that keep every rank's share, the weights and the gradient sums on

@@ -28,14 +28,8 @@ Case make_case(const model::LlamaConfig& c, bool fused, graph::RecomputePolicy r
     numel.push_back(t.shape.numel());
     decayed_tensor.push_back(t.shape.rank() >= 2);
   }
-  std::vector<std::string> names;
-  std::vector<bool> decayed;
-  const auto& parts = k.step->model.parameter_parts;
-  for (size_t j = 0; j < parts.size(); ++j) {
-    names.push_back(k.step->step.graph.value(k.step->model.parameters[j]).name);
-    decayed.push_back(decayed_tensor[static_cast<size_t>(parts[j].front())]);
-  }
-  k.layout = lay_out_state(parts, numel, decayed_tensor, layer_region_keys(names, decayed), ranks, 0, 128);
+  k.layout = lay_out_state(k.step->model.parameter_parts, numel, decayed_tensor, llama_region_keys(*k.step, c), ranks,
+                           0, 128);
   return k;
 }
 

@@ -279,7 +279,7 @@ class CudaEngine final : public Engine {
     if (ranks == 1) return;
     // The ranks agree when their levels' sum squared is N times the sum of
     // their squares.
-    const double level = !sharded_ ? 0 : planned_.state.shard_weights ? 3 : planned_.state.shard_gradients ? 2 : 1;
+    const auto level = static_cast<double>(sharding_level(planned_.state));
     double sums[2] = {level, level * level};
     sum_over_ranks(sums);
     if (sums[0] * sums[0] == ranks * sums[1]) return;
@@ -299,18 +299,8 @@ class CudaEngine final : public Engine {
     s.gradients = planned_.state.shard_gradients;
     s.weights = planned_.state.shard_weights;
     const LlamaStep& step = *planned_.step;
-    const graph::Graph& g = step.step.graph;
-    if (!s.gradients) {
-      s.region_key.assign(step.model.parameters.size(), 0);
-      return s;
-    }
-    std::vector<std::string> names;
-    std::vector<bool> decayed;
-    for (size_t j = 0; j < step.model.parameters.size(); ++j) {
-      names.push_back(g.value(step.model.parameters[j]).name);
-      decayed.push_back(weights_.tensors()[static_cast<size_t>(step.model.parameter_parts[j].front())].shape.rank() >= 2);
-    }
-    s.region_key = layer_region_keys(names, decayed);
+    s.region_key = s.gradients ? llama_region_keys(step, weights_.config())
+                               : std::vector<int>(step.model.parameters.size(), 0);
     return s;
   }
 

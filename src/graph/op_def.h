@@ -16,11 +16,14 @@ namespace spillway::ops {
 // What the CUDA hooks share while a graph runs on one stream
 // (ops/cuda_op_context.h); graph/ only passes it along.
 struct CudaOpContext;
+// The communicators a run's collectives use (ops/collective_groups.h).
+struct CollectiveGroups;
 }  // namespace spillway::ops
 
 namespace spillway::graph {
 
 class Builder;
+class Sharder;
 
 // Which of the machine's rates bounds an op's compute (plan::MachineRates).
 enum class RateClass : uint8_t {
@@ -82,10 +85,17 @@ struct OpDef {
   int (*accumulating_output)(const Node& n) = nullptr;
   // The fused forms the op's kernels run besides Fused::none, as fused_bit()s.
   uint32_t fused_forms = 0;
+  // Tensor parallelism (graph/tensor_parallel.h): emits the node into a
+  // rank's graph from how its inputs are placed there. nullptr: the node
+  // runs on whole inputs, as on one device.
+  void (*shard)(Sharder& s, const Node& n) = nullptr;
 
   // --- the kernels ---------------------------------------------------------
   // Runs the node on the CPU; data[v] is the memory of value id v.
   void (*cpu)(const Graph& g, const Node& n, const std::vector<void*>& data) = nullptr;
+  // A collective's instead of `cpu`: runs it with the run's communicators.
+  void (*cpu_collective)(const Graph& g, const Node& n, const std::vector<void*>& data,
+                         const ops::CollectiveGroups& groups) = nullptr;
   // Once, before any node runs: chooses the node's algorithm (recorded in
   // the context) and makes what it needs besides workspace; returns the
   // bytes of the shared workspace the node will use. nullptr: none.

@@ -63,6 +63,9 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
                                               std::chrono::seconds(p.timeout_s));
   dist::World* world = ranks.world.get();
   ranks.data_parallel.comm = world->group(dist::Dim::dp);
+  ranks.data_parallel.tensor_parallel = world->group(dist::Dim::tp);
+  ranks.data_parallel.world_rank = env.rank;
+  ranks.data_parallel.world_size = env.world;
   ranks.data_parallel.barrier = [world](std::chrono::milliseconds wait) { world->barrier(wait); };
   return ranks;
 }

@@ -44,42 +44,73 @@ Shape piece_shape(const Shape& whole, const ParameterSplit& split, int rank, int
   }
 }
 
+namespace {
+
+// Calls copy(whole row or column, piece row or column, count) for each line
+// (a row, or a column) of `rank`'s piece that holds part of the whole.
+template <typename Copy>
+void for_each_line(const Shape& shape, const ParameterSplit& split, int rank, int ranks, Copy copy) {
+  const int64_t extent = split.placement == Placement::rows ? shape.numel() / shape.last() : shape.last();
+  const std::vector<int64_t> parts = split.parts.empty() ? std::vector<int64_t>{extent} : split.parts;
+  int64_t from = 0, to = 0;  // where the part starts in the whole and in the piece
+  for (int64_t part : parts) {
+    const int64_t p = (part + ranks - 1) / ranks;
+    const int64_t first = std::min<int64_t>(p * rank, part);
+    for (int64_t i = 0; i < std::min<int64_t>(p, part - first); ++i) copy(from + first + i, to + i);
+    from += part;
+    to += p;
+  }
+}
+
+bool is_split(const ParameterSplit& s) { return s.placement == Placement::rows || s.placement == Placement::columns; }
+
+}  // namespace
+
 template <typename T>
 std::vector<T> piece_of(std::span<const T> whole, const Shape& shape, const ParameterSplit& split, int rank,
                         int ranks) {
   SPW_CHECK(static_cast<int64_t>(whole.size()) == shape.numel(), "tensor parallelism", "a tensor of ", whole.size(),
             " elements for shape ", shape.str());
-  if (split.placement != Placement::rows && split.placement != Placement::columns) {
-    return {whole.begin(), whole.end()};
-  }
-  const bool by_rows = split.placement == Placement::rows;
+  if (!is_split(split)) return {whole.begin(), whole.end()};
   const int64_t rows = shape.numel() / shape.last(), columns = shape.last();
-  const int64_t extent = by_rows ? rows : columns;
-  const std::vector<int64_t> parts = split.parts.empty() ? std::vector<int64_t>{extent} : split.parts;
   const Shape mine = piece_shape(shape, split, rank, ranks);
   std::vector<T> out(static_cast<size_t>(mine.numel()), T(0));
-  const int64_t out_columns = mine.last();
-  int64_t from = 0, to = 0;  // where the part starts in the whole and in the piece
-  for (int64_t part : parts) {
-    const int64_t p = (part + ranks - 1) / ranks;
-    const int64_t first = std::min<int64_t>(p * rank, part);
-    const int64_t n = std::min<int64_t>(p, part - first);
-    for (int64_t i = 0; i < n; ++i) {
-      if (by_rows) {
-        std::copy_n(whole.data() + (from + first + i) * columns, columns, out.data() + (to + i) * columns);
-      } else {
-        for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r * out_columns + to + i)] =
-            whole[static_cast<size_t>(r * columns + from + first + i)];
-      }
+  const int64_t piece_columns = mine.last();
+  for_each_line(shape, split, rank, ranks, [&](int64_t w, int64_t p) {
+    if (split.placement == Placement::rows) {
+      std::copy_n(whole.data() + w * columns, columns, out.data() + p * columns);
+    } else {
+      for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r * piece_columns + p)] = whole[static_cast<size_t>(r * columns + w)];
     }
-    from += part;
-    to += p;
+  });
+  return out;
+}
+
+template <typename T>
+std::vector<T> whole_of(std::span<const T> pieces, const Shape& shape, const ParameterSplit& split, int ranks) {
+  if (!is_split(split)) return {pieces.begin(), pieces.begin() + shape.numel()};
+  const Shape piece = piece_shape(shape, split, 0, ranks);
+  SPW_CHECK(static_cast<int64_t>(pieces.size()) == piece.numel() * ranks, "tensor parallelism", pieces.size(),
+            " elements for ", ranks, " pieces of ", piece.str());
+  const int64_t rows = shape.numel() / shape.last(), columns = shape.last(), piece_columns = piece.last();
+  std::vector<T> out(static_cast<size_t>(shape.numel()));
+  for (int rank = 0; rank < ranks; ++rank) {
+    const T* mine = pieces.data() + rank * piece.numel();
+    for_each_line(shape, split, rank, ranks, [&](int64_t w, int64_t p) {
+      if (split.placement == Placement::rows) {
+        std::copy_n(mine + p * columns, columns, out.data() + w * columns);
+      } else {
+        for (int64_t r = 0; r < rows; ++r) out[static_cast<size_t>(r * columns + w)] = mine[r * piece_columns + p];
+      }
+    });
   }
   return out;
 }
 
 template std::vector<float> piece_of(std::span<const float>, const Shape&, const ParameterSplit&, int, int);
 template std::vector<double> piece_of(std::span<const double>, const Shape&, const ParameterSplit&, int, int);
+template std::vector<float> whole_of(std::span<const float>, const Shape&, const ParameterSplit&, int);
+template std::vector<double> whole_of(std::span<const double>, const Shape&, const ParameterSplit&, int);
 
 namespace {
 
@@ -112,7 +143,10 @@ class Pass final : public Sharder {
     if (have == Placement::partial && want == Placement::whole) {
       moved = collective(OpKind::all_reduce, local, info.shape, false, 0, name);
     } else if (have == Placement::partial && want == Placement::rows) {
-      const Shape piece{divided(rows, "the rows (tokens) of '" + info.name + "'"), info.shape.last()};
+      SPW_CHECK(rows % tp.ranks == 0, "sequence parallelism", "the ", rows, " tokens of a micro-batch do not split ",
+                "evenly over ", tp.ranks, " ranks; choose a batch and sequence length whose product they divide, ",
+                "or keep the residual stream whole (--no-sequence-parallel)");
+      const Shape piece{rows / tp.ranks, info.shape.last()};
       moved = collective(OpKind::reduce_scatter, local, piece, false, rows, name);
     } else if ((have == Placement::rows || have == Placement::columns) && want == Placement::whole) {
       const bool columns = have == Placement::columns;

@@ -120,5 +120,9 @@ Shape piece_shape(const Shape& whole, const ParameterSplit& split, int rank, int
 template <typename T>
 std::vector<T> piece_of(std::span<const T> whole, const Shape& shape, const ParameterSplit& split, int rank,
                         int ranks);
+// The whole tensor of `shape` from every rank's piece, in rank order one
+// after the other (an all-gather of the pieces): piece_of, backwards.
+template <typename T>
+std::vector<T> whole_of(std::span<const T> pieces, const Shape& shape, const ParameterSplit& split, int ranks);
 
 }  // namespace spillway::graph

@@ -113,6 +113,7 @@ struct NodeAttrs {
   // the split dimension's whole length, of which each rank holds
   // ceil(whole_extent / ranks), the last ones padded with zeros.
   int8_t group = -1;
+  int32_t ranks = 0;  // the group's size: what the planner prices (the communicator's at run time)
   bool split_columns = false;
   int64_t whole_extent = 0;
   // embedding, embedding_backward over a table split by rows (vocabulary

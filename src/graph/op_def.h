@@ -31,12 +31,14 @@ enum class RateClass : uint8_t {
   gemm,
   attention,
   attention_head_dim_64,  // fused attention at head dim 64 or less: less work per load
+  link,                   // a collective: `link_bytes` sent to the group's other ranks
 };
 
 struct OpCost {
   double flops = 0;  // model FLOPs
   double bytes = 0;  // device bytes read and written
   RateClass rate = RateClass::memory;
+  double link_bytes = 0;  // a collective's bytes each rank sends (device/communicator.h's ring_bytes_sent)
 };
 // Every input and output read or written once.
 double operand_bytes(const Graph& g, const Node& n);

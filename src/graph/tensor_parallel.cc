@@ -216,6 +216,7 @@ class Pass final : public Sharder {
                    const std::string& name) {
     NodeAttrs attrs;
     attrs.group = static_cast<int8_t>(tp.group);
+    attrs.ranks = tp.ranks;
     attrs.split_columns = split_columns;
     attrs.whole_extent = whole_extent;
     return b.emit(kind, name, {in}, {{std::move(out), b.info(in).dtype, ""}}, attrs)[0];

@@ -48,7 +48,7 @@ void cuda_embedding(const Graph& g, const Node& n, const std::vector<void*>& dat
   const Operands x(g, n, data);
   const Shape& table = x.in_shape(0);
   embedding_forward_cuda(x.in<const int32_t>(1), x.in<bf16>(0), x.out<bf16>(0), x.in_shape(1).numel(), table[0],
-                         table[1], cuda.stream);
+                         table[1], cuda.stream, n.attrs.first_row);
 }
 
 // Also finds a tied embedding's gradient (CudaOpContext::tied_scatter): an
@@ -76,7 +76,8 @@ void cuda_embedding_backward(const Graph& g, const Node& n, const std::vector<vo
   const bool base_in_place = cuda.tied_in_place(n) != nullptr;
   const float* base = n.attrs.fused == Fused::addend && !base_in_place ? x.in<float>(2) : nullptr;
   embedding_backward_cuda(x.in<const int32_t>(0), x.in<bf16>(1), x.out<float>(0), x.in_shape(0).numel(), dtable[0],
-                          dtable[1], cuda.workspace, cuda.stream, cuda.accumulate(n) || base_in_place, base);
+                          dtable[1], cuda.workspace, cuda.stream, cuda.accumulate(n) || base_in_place, base,
+                          n.attrs.first_row);
 }
 #endif
 

@@ -51,6 +51,10 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
   SPW_CHECK(!env.launcher.empty() || p.dp <= 1, "--dp", p.dp, " needs ", p.dp,
             " ranks, but this is one process: start them with --nproc-per-node ", p.dp,
             ", or with a launcher (torchrun, mpirun, srun)");
+  const int64_t split = p.tp * p.pp * p.cp;
+  SPW_CHECK(!env.launcher.empty() || split == 1, "--tp", p.tp, " needs ", split,
+            " ranks at least, but this is one process: start them with --nproc-per-node ", split,
+            ", or with a launcher (torchrun, mpirun, srun)");
   const dist::RankGrid grid = grid_of(p, env.world);
   const bool gpu = train::picks_gpu(config.run.device);
   TrainingRanks ranks;
@@ -63,6 +67,9 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
                                               std::chrono::seconds(p.timeout_s));
   dist::World* world = ranks.world.get();
   ranks.data_parallel.comm = world->group(dist::Dim::dp);
+  ranks.data_parallel.tensor_parallel = world->group(dist::Dim::tp);
+  ranks.data_parallel.world_rank = env.rank;
+  ranks.data_parallel.world_size = env.world;
   ranks.data_parallel.barrier = [world](std::chrono::milliseconds wait) { world->barrier(wait); };
   return ranks;
 }

@@ -12,7 +12,7 @@ using graph::Value;
 using graph::ValueRole;
 
 void CpuNodeRunner::run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) {
-  run_node_cpu(graph, node, data);
+  run_node_cpu(graph, node, data, groups_);
 }
 
 Executor::Executor(const graph::Graph& graph, MemorySpace& space, NodeRunner& runner)

@@ -13,6 +13,7 @@
 #include "device/memory_space.h"
 #include "graph/graph.h"
 #include "graph/liveness.h"
+#include "ops/collective_groups.h"
 
 namespace spillway::exec {
 
@@ -110,13 +111,19 @@ class Executor : public StepProgram {
 
 class CpuNodeRunner : public NodeRunner {
  public:
+  // Collective nodes go through `groups` (must outlive the runner).
+  explicit CpuNodeRunner(const ops::CollectiveGroups* groups = nullptr) : groups_(groups) {}
   void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;
+
+ private:
+  const ops::CollectiveGroups* groups_;
 };
 
 // The CPU backend's executor: kernels from src/ops/ on OpenMP threads.
 class CpuExecutor : public Executor {
  public:
-  CpuExecutor(const graph::Graph& graph, MemorySpace& space) : Executor(graph, space, cpu_runner_) {}
+  CpuExecutor(const graph::Graph& graph, MemorySpace& space, const ops::CollectiveGroups* groups = nullptr)
+      : Executor(graph, space, cpu_runner_), cpu_runner_(groups) {}
 
  private:
   CpuNodeRunner cpu_runner_;

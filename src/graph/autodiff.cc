@@ -46,7 +46,7 @@ class Backward final : public Vjp {
     }
   }
 
-  void run(Value loss) {
+  void run(Value loss, double seed) {
     SPW_CHECK(g_.value(loss).shape.numel() == 1, "autodiff",
               "loss '", g_.value(loss).name, "' must hold one element, has shape ",
               g_.value(loss).shape.str());
@@ -54,7 +54,7 @@ class Backward final : public Vjp {
     const auto forward_nodes = static_cast<int32_t>(g_.nodes().size());
     grad_.resize(g_.values().size());
     grad_[static_cast<size_t>(loss.id)] =
-        constant(b, g_.value(loss).name + ".grad", g_.value(loss).shape, 1.0, g_.value(loss).dtype);
+        constant(b, g_.value(loss).name + ".grad", g_.value(loss).shape, seed, g_.value(loss).dtype);
     for (int32_t i = forward_nodes - 1; i >= 0; --i) {
       // Copy: emitting backward nodes grows the node list under us.
       const Node node = g_.nodes()[static_cast<size_t>(i)];
@@ -94,9 +94,10 @@ class Backward final : public Vjp {
 
 }  // namespace
 
-Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt, GradientOutput output) {
+Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt, GradientOutput output,
+                          double seed) {
   Backward backward(b, wrt);
-  backward.run(loss);
+  backward.run(loss, seed);
   Graph& g = b.graph();
   b.set_backward(true);
   Gradients grads;

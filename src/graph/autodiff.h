@@ -30,8 +30,10 @@ enum class GradientOutput : uint8_t {
 // that computes it adds into the caller's buffer (a fill of zeros, for a
 // value the loss does not reach, adds nothing); where that node cannot
 // accumulate, or its result is read further on, one add node (result + 0)
-// does the accumulating.
+// does the accumulating. `seed` is the loss's own gradient: 1, or a rank's
+// share where every rank of a group computes the loss alike
+// (graph/tensor_parallel.h).
 Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt,
-                          GradientOutput output = GradientOutput::fresh);
+                          GradientOutput output = GradientOutput::fresh, double seed = 1.0);
 
 }  // namespace spillway::graph

@@ -106,6 +106,22 @@ struct NodeAttrs {
   bool accumulate = false;
   Fused fused = Fused::none;
   std::shared_ptr<const std::vector<float>> inv_freq;  // rope, and a matmul with Fused::rope
+  // Collectives (ops/collective_op.h): the dimension of the rank grid whose
+  // group they span (dist::Dim's value). all_gather and reduce_scatter split
+  // the value, viewed as [rows, columns] (every dimension but the last
+  // flattened into rows), by its columns or by its rows; whole_extent is
+  // the split dimension's whole length, of which each rank holds
+  // ceil(whole_extent / ranks), the last ones padded with zeros.
+  int8_t group = -1;
+  int32_t ranks = 0;  // the group's size: what the planner prices (the communicator's at run time)
+  bool split_columns = false;
+  int64_t whole_extent = 0;
+  // embedding, embedding_backward over a table split by rows (vocabulary
+  // parallelism): the node's table holds rows [first_row, first_row + its
+  // rows) of a table of table_rows rows; ids must lie in [0, table_rows),
+  // and ids outside the node's rows give zeros (nothing, backward).
+  // table_rows 0: the table is whole.
+  int64_t first_row = 0, table_rows = 0;
 };
 
 struct Node {

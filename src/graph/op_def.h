@@ -16,11 +16,14 @@ namespace spillway::ops {
 // What the CUDA hooks share while a graph runs on one stream
 // (ops/cuda_op_context.h); graph/ only passes it along.
 struct CudaOpContext;
+// The communicators a run's collectives use (ops/collective_groups.h).
+struct CollectiveGroups;
 }  // namespace spillway::ops
 
 namespace spillway::graph {
 
 class Builder;
+class Sharder;
 
 // Which of the machine's rates bounds an op's compute (plan::MachineRates).
 enum class RateClass : uint8_t {
@@ -28,12 +31,14 @@ enum class RateClass : uint8_t {
   gemm,
   attention,
   attention_head_dim_64,  // fused attention at head dim 64 or less: less work per load
+  link,                   // a collective: `link_bytes` sent to the group's other ranks
 };
 
 struct OpCost {
   double flops = 0;  // model FLOPs
   double bytes = 0;  // device bytes read and written
   RateClass rate = RateClass::memory;
+  double link_bytes = 0;  // a collective's bytes each rank sends (device/communicator.h's ring_bytes_sent)
 };
 // Every input and output read or written once.
 double operand_bytes(const Graph& g, const Node& n);
@@ -82,10 +87,17 @@ struct OpDef {
   int (*accumulating_output)(const Node& n) = nullptr;
   // The fused forms the op's kernels run besides Fused::none, as fused_bit()s.
   uint32_t fused_forms = 0;
+  // Tensor parallelism (graph/tensor_parallel.h): emits the node into a
+  // rank's graph from how its inputs are placed there. nullptr: the node
+  // runs on whole inputs, as on one device.
+  void (*shard)(Sharder& s, const Node& n) = nullptr;
 
   // --- the kernels ---------------------------------------------------------
   // Runs the node on the CPU; data[v] is the memory of value id v.
   void (*cpu)(const Graph& g, const Node& n, const std::vector<void*>& data) = nullptr;
+  // A collective's instead of `cpu`: runs it with the run's communicators.
+  void (*cpu_collective)(const Graph& g, const Node& n, const std::vector<void*>& data,
+                         const ops::CollectiveGroups& groups) = nullptr;
   // Once, before any node runs: chooses the node's algorithm (recorded in
   // the context) and makes what it needs besides workspace; returns the
   // bytes of the shared workspace the node will use. nullptr: none.

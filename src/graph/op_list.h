@@ -20,3 +20,8 @@ SPW_OP(add)
 SPW_OP(cross_entropy)
 SPW_OP(cross_entropy_backward)
 SPW_OP(cast)
+// Collectives among the ranks of a group (ops/collective_op.h), placed by the
+// tensor-parallel pass (graph/tensor_parallel.h).
+SPW_OP(all_reduce)
+SPW_OP(all_gather)
+SPW_OP(reduce_scatter)

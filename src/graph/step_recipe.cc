@@ -10,7 +10,7 @@ StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& para
   Graph& g = b.graph();
   g.mark_output(loss);
   StepGraph step;
-  if (recipe.backward) step.grads = append_backward(b, loss, parameters, GradientOutput::accumulated);
+  if (recipe.backward) step.grads = append_backward(b, loss, parameters, GradientOutput::accumulated, recipe.seed);
   // Fusion comes before recomputation: see graph/fuse_step.h.
   step.graph = fuse_step(g);
   if (!recipe.recomputed_kinds.empty()) {

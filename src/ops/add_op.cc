@@ -32,6 +32,17 @@ void cuda_add(const Graph& g, const Node& n, const std::vector<void*>& data, Cud
 }
 #endif
 
+// Alike placed, added as they are; a part of a sum beside a whole (or
+// split) value is made so first.
+void add_shard(Sharder& s, const Node& n) {
+  const graph::Value a = n.inputs[0], c = n.inputs[1];
+  const Placement pa = s.placement(a), pc = s.placement(c);
+  Placement p = pa == Placement::partial ? pc : pa;
+  if (pa != pc && p == Placement::columns) p = Placement::whole;
+  add(s.b, s.as(a, p), s.as(c, p), n.name);
+  s.define(n, p);
+}
+
 }  // namespace
 
 graph::Value add(graph::Builder& b, graph::Value a, graph::Value c, std::string_view name) {
@@ -48,6 +59,7 @@ constinit const graph::OpDef add_def{
     .cost = graph::memory_bound,
     .cheap_to_recompute = true,
     .accumulating_output = add_accumulating_output,
+    .shard = add_shard,
     .cpu = on_cpu<cpu_add<float>, cpu_add<double>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda = cuda_add,

@@ -254,6 +254,26 @@ void cuda_attention_backward(const Graph& g, const Node& n, const std::vector<vo
 }
 #endif
 
+// Heads split by columns: each rank attends with its own query heads and
+// the key/value heads they share (whole groups: kv_heads split alike).
+void attention_shard(Sharder& s, const Node& n) {
+  const size_t tensors = n.attrs.packed ? 1 : 3;
+  for (size_t i = 0; i < tensors; ++i) {
+    if (s.placement(n.inputs[i]) != Placement::columns) return s.whole(n);
+  }
+  const int64_t heads = s.divided(n.attrs.heads, "the query heads of " + node_label(n));
+  const int64_t kv_heads = s.divided(n.attrs.kv_heads, "the key/value heads of " + node_label(n));
+  const graph::Value docs = doc_starts_of(n);
+  const graph::Value local_docs = docs.valid() ? s.as(docs, Placement::whole) : docs;
+  auto piece = [&](size_t i) { return s.as(n.inputs[i], Placement::columns); };
+  if (n.attrs.packed) {
+    attention_packed(s.b, piece(0), heads, kv_heads, n.attrs.scale, n.name, local_docs);
+  } else {
+    attention(s.b, piece(0), piece(1), piece(2), heads, kv_heads, n.attrs.scale, n.name, local_docs);
+  }
+  s.define(n, Placement::columns);
+}
+
 }  // namespace
 
 namespace {
@@ -371,6 +391,7 @@ std::string attention_summary(const CudaOpContext& cuda) {
 constinit const graph::OpDef attention_def{
     .backward = attention_vjp,
     .cost = attention_cost,
+    .shard = attention_shard,
     .cpu = on_cpu<cpu_attention<float>, cpu_attention<double>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda_prepare = prepare_attention,

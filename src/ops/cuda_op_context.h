@@ -21,6 +21,8 @@
 
 namespace spillway::ops {
 
+struct CollectiveGroups;
+
 struct CudaOpContext {
   // Allocates cuBLASLt's workspace from `memory`. `deterministic` picks
   // cuDNN's ordered attention backward; `matmul_candidates` and `own_gemm`:
@@ -50,6 +52,9 @@ struct CudaOpContext {
   // exec::CudaNodeRunner::set_overwrite_accumulated, ::set_tied_gradient_in_place.
   bool overwrite_accumulated = false;
   bool tied_gradient_in_place = false;
+  // The communicators of a rank graph's collectives, whose stream is this
+  // context's (null: none).
+  const CollectiveGroups* collectives = nullptr;
 
   // Once, after every node's cuda_prepare: the shared workspace.
   void allocate_workspace(uint64_t bytes);

@@ -19,6 +19,11 @@
 // without base followed by ops::add would round it: the row's sum is rounded
 // to T, then added to base (rows no token uses: base + 0, which turns -0 into
 // +0 as that add does), then, accumulating, that is added to dtable.
+//
+// A table split by rows (vocabulary parallelism): `table` holds rows
+// [first_row, first_row + vocab) of a table of whole_rows rows (0: the
+// table is whole). Ids are checked against [0, whole_rows); an id outside
+// this piece's rows gives zeros, and nothing in the backward.
 #pragma once
 
 #include <cstdint>
@@ -27,12 +32,12 @@ namespace spillway::ops {
 
 template <typename T>
 void embedding_forward(const int32_t* ids, const T* table, T* out, int64_t tokens, int64_t vocab,
-                       int64_t dim);
+                       int64_t dim, int64_t first_row = 0, int64_t whole_rows = 0);
 
 template <typename T>
 void embedding_backward(const int32_t* ids, const T* dout, T* dtable, int64_t tokens,
                         int64_t vocab, int64_t dim, bool accumulate = false,
-                        const T* base = nullptr);
+                        const T* base = nullptr, int64_t first_row = 0, int64_t whole_rows = 0);
 
 }  // namespace spillway::ops
 
@@ -49,8 +54,10 @@ namespace spillway::ops {
 // it sets *first_bad_position (device memory) to the smallest position of an
 // id outside [0, vocab), or to -1 when every id is in range; the caller copies
 // it back when it wants the CPU's error. tokens must be below 2^31.
+// `first_row`: the table holds rows [first_row, first_row + vocab) of a
+// table split by rows; ids outside them are other pieces' (zeros, nothing).
 void embedding_forward_cuda(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens,
-                            int64_t vocab, int64_t dim, cudaStream_t stream);
+                            int64_t vocab, int64_t dim, cudaStream_t stream, int64_t first_row = 0);
 void embedding_check_ids_cuda(const int32_t* ids, int64_t tokens, int64_t vocab,
                               int* first_bad_position, cudaStream_t stream);
 
@@ -71,7 +78,7 @@ uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab);
 // token uses, and the summing pass writes base + sum to the others.
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
                              int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
-                             bool accumulate = false, const float* base = nullptr);
+                             bool accumulate = false, const float* base = nullptr, int64_t first_row = 0);
 
 }  // namespace spillway::ops
 #endif

@@ -39,20 +39,20 @@ Workspace carve(void* workspace, int64_t tokens) {
   return {keys, reinterpret_cast<int32_t*>(keys + sort_length(tokens))};
 }
 
-__device__ inline bool id_in_range(int32_t id, int64_t vocab) { return id >= 0 && id < vocab; }
+__device__ inline bool id_in_range(int64_t id, int64_t vocab) { return id >= 0 && id < vocab; }
 
 // out[t, chunk] = table[ids[t], chunk], or zeros for an id out of range.
 template <int V>
 __global__ void __launch_bounds__(kThreads)
     gather_rows_kernel(const int32_t* __restrict__ ids, const __nv_bfloat16* __restrict__ table,
                        __nv_bfloat16* __restrict__ out, int64_t tokens, int64_t vocab,
-                       int64_t dim) {
+                       int64_t dim, int64_t first_row) {
   const int64_t chunks = dim / V;
   const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= tokens * chunks) return;
   const int64_t t = idx / chunks;
   const int64_t j = (idx - t * chunks) * V;
-  const int32_t id = ids[t];
+  const int64_t id = ids[t] - first_row;
   if constexpr (V == 8) {
     uint4 row = make_uint4(0, 0, 0, 0);
     if (id_in_range(id, vocab)) row = *reinterpret_cast<const uint4*>(table + id * dim + j);
@@ -76,12 +76,12 @@ __global__ void __launch_bounds__(kThreads)
 // `vocab`, after every real row, and padding sorts last of all.
 __global__ void __launch_bounds__(kThreads)
     make_keys_kernel(const int32_t* __restrict__ ids, uint64_t* __restrict__ keys, int64_t tokens,
-                     int64_t n, int64_t vocab) {
+                     int64_t n, int64_t vocab, int64_t first_row) {
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= n) return;
   uint64_t key = ~0ull;
   if (i < tokens) {
-    const int32_t id = ids[i];
+    const int64_t id = ids[i] - first_row;
     const uint64_t row = id_in_range(id, vocab) ? uint64_t(id) : uint64_t(vocab);
     key = (row << 32) | uint64_t(i);
   }
@@ -312,17 +312,17 @@ void launch_base_rows(const int32_t* run_end, const float* base, float* dtable, 
 }  // namespace
 
 void embedding_forward_cuda(const int32_t* ids, const bf16* table, bf16* out, int64_t tokens,
-                            int64_t vocab, int64_t dim, cudaStream_t stream) {
+                            int64_t vocab, int64_t dim, cudaStream_t stream, int64_t first_row) {
   check_shape(tokens, vocab, dim);
   if (tokens == 0) return;
   const auto* tb = reinterpret_cast<const __nv_bfloat16*>(table);
   auto* ob = reinterpret_cast<__nv_bfloat16*>(out);
   if (dim % 8 == 0 && aligned16(table) && aligned16(out)) {
     gather_rows_kernel<8>
-        <<<blocks_for(tokens * (dim / 8)), kThreads, 0, stream>>>(ids, tb, ob, tokens, vocab, dim);
+        <<<blocks_for(tokens * (dim / 8)), kThreads, 0, stream>>>(ids, tb, ob, tokens, vocab, dim, first_row);
   } else {
     gather_rows_kernel<1>
-        <<<blocks_for(tokens * dim), kThreads, 0, stream>>>(ids, tb, ob, tokens, vocab, dim);
+        <<<blocks_for(tokens * dim), kThreads, 0, stream>>>(ids, tb, ob, tokens, vocab, dim, first_row);
   }
   SPW_CUDA(cudaGetLastError());
 }
@@ -344,7 +344,7 @@ uint64_t embedding_backward_workspace_bytes(int64_t tokens, int64_t vocab) {
 
 void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable, int64_t tokens,
                              int64_t vocab, int64_t dim, void* workspace, cudaStream_t stream,
-                             bool accumulate, const float* base) {
+                             bool accumulate, const float* base, int64_t first_row) {
   check_shape(tokens, vocab, dim);
   SPW_CHECK(workspace != nullptr, "embedding", "backward needs a workspace of ",
             embedding_backward_workspace_bytes(tokens, vocab), " bytes");
@@ -363,7 +363,7 @@ void embedding_backward_cuda(const int32_t* ids, const bf16* dout, float* dtable
   }
   if (tokens > 0) {
     const int64_t n = sort_length(tokens);
-    make_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, ws.keys, tokens, n, vocab);
+    make_keys_kernel<<<blocks_for(n), kThreads, 0, stream>>>(ids, ws.keys, tokens, n, vocab, first_row);
     SPW_CUDA(cudaGetLastError());
     sort_keys(ws.keys, n, stream);
     run_ends_kernel<<<blocks_for(tokens), kThreads, 0, stream>>>(ws.keys, ws.run_end, tokens, vocab);

@@ -50,6 +50,29 @@ void matmul_vjp(graph::Vjp& vjp, const Node& n, graph::Value dy) {
 
 // From the operands: a product with SwiGLU's backward folded in writes
 // d(gate|up), not the product.
+// A linear layer split as Megatron splits it: a weight split by output
+// features (rows) gives every token's features of this rank (columns); one
+// split by input features (columns) reads the activation split alike and
+// gives a part of the sum. A whole weight over tokens split by rows keeps
+// them so (the product is per token).
+void matmul_shard(Sharder& s, const Node& n) {
+  const graph::Value x = n.inputs[0], w = n.inputs[1];
+  const bool linear = !n.attrs.trans_a && n.attrs.trans_b;
+  const Placement pw = s.placement(w), px = s.placement(x);
+  const DType out_dtype = s.g.value(n.outputs[0]).dtype;
+  auto emit = [&](Placement in, Placement weight, Placement out) {
+    matmul(s.b, s.as(x, in), s.as(w, weight), false, true, n.name, nullptr, out_dtype);
+    s.define(n, out);
+  };
+  if (!linear || (pw == Placement::whole && px != Placement::rows)) return s.whole(n);
+  if (pw == Placement::whole) return emit(Placement::rows, Placement::whole, Placement::rows);
+  if (pw == Placement::rows) return emit(Placement::whole, Placement::rows, Placement::columns);
+  SPW_CHECK(pw == Placement::columns && px == Placement::columns, node_label(n), "a weight ",
+            graph::placement_name(pw), " over an input ", graph::placement_name(px),
+            ": a weight split by input features reads an activation split by features");
+  emit(Placement::columns, Placement::columns, Placement::partial);
+}
+
 graph::OpCost matmul_cost(const Graph& g, const Node& n) {
   return {matmul_dims(g, n).flops(), graph::operand_bytes(g, n), graph::RateClass::gemm};
 }
@@ -247,6 +270,7 @@ constinit const graph::OpDef matmul_def{
     .accumulating_output = product_accumulates,
     .fused_forms = graph::fused_bit(Fused::addend) | graph::fused_bit(Fused::swiglu_gate) |
                    graph::fused_bit(Fused::swiglu_backward) | graph::fused_bit(Fused::rope),
+    .shard = matmul_shard,
     .cpu = on_cpu<cpu_matmul<float>, cpu_matmul<double>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda_prepare = prepare_matmul,

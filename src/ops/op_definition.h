@@ -8,6 +8,7 @@
 #include "graph/builder.h"
 #include "graph/op_def.h"
 #include "ops/op_defs.h"
+#include "graph/tensor_parallel.h"
 #include "ops/operands.h"
 #ifdef SPILLWAY_HAS_CUDA
 #include "ops/cuda_op_context.h"
@@ -19,5 +20,7 @@ using graph::Fused;
 using graph::Graph;
 using graph::Node;
 using graph::OpKind;
+using graph::Placement;
+using graph::Sharder;
 
 }  // namespace spillway::ops

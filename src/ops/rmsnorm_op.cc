@@ -54,6 +54,16 @@ void cuda_rmsnorm_backward(const Graph& g, const Node& n, const std::vector<void
 }
 #endif
 
+// Per token: on the residual stream as it is placed, a part of a sum made
+// whole (or split by tokens, with sequence parallelism) first.
+void rmsnorm_shard(Sharder& s, const Node& n) {
+  Placement p = s.placement(n.inputs[0]);
+  if (p == Placement::partial) p = s.tokens();
+  if (p != Placement::rows) p = Placement::whole;
+  rmsnorm(s.b, s.as(n.inputs[0], p), s.as(n.inputs[1], Placement::whole), n.attrs.eps, n.name);
+  s.define(n, p);
+}
+
 }  // namespace
 
 graph::Value rmsnorm(graph::Builder& b, graph::Value x, graph::Value weight, double eps, std::string_view name) {
@@ -80,6 +90,7 @@ constinit const graph::OpDef rmsnorm_def{
     .backward = rmsnorm_vjp,
     .cost = graph::memory_bound,
     .cheap_to_recompute = true,
+    .shard = rmsnorm_shard,
     .cpu = on_cpu<cpu_rmsnorm<float>, cpu_rmsnorm<double>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda = cuda_rmsnorm,

@@ -45,6 +45,17 @@ void cuda_rotate(const Graph& g, const Node& n, const std::vector<void*>& data, 
 }
 #endif
 
+// Heads split by columns rotate as they are, each rank its own heads.
+void rope_shard(Sharder& s, const Node& n) {
+  const graph::Value x = n.inputs[0];
+  if (s.placement(x) != Placement::columns) return s.whole(n);
+  const graph::Value positions = positions_of(n);
+  rope(s.b, s.as(x, Placement::columns), s.divided(n.attrs.heads, "the heads of " + node_label(n)), n.attrs.inv_freq,
+       n.attrs.pos0, n.name, s.divided(n.attrs.rotated_heads, "the rotated heads of " + node_label(n)),
+       positions.valid() ? s.as(positions, Placement::whole) : positions);
+  s.define(n, Placement::columns);
+}
+
 }  // namespace
 
 graph::Value rope(graph::Builder& b, graph::Value x, int64_t heads, std::shared_ptr<const std::vector<float>> inv_freq,
@@ -94,6 +105,7 @@ constinit const graph::OpDef rope_def{
     .cost = graph::memory_bound,
     .cheap_to_recompute = true,
     .in_place_input = rotated_over_input,
+    .shard = rope_shard,
     .cpu = on_cpu<cpu_rotate<float, rope_forward<float>>, cpu_rotate<double, rope_forward<double>>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda = cuda_rotate<rope_forward_cuda>,

@@ -63,6 +63,20 @@ void cuda_swiglu_backward(const Graph& g, const Node& n, const std::vector<void*
 }
 #endif
 
+// Elementwise over features split by columns (a packed gate|up's pieces
+// each hold their gate then their up).
+void swiglu_shard(Sharder& s, const Node& n) {
+  for (graph::Value in : n.inputs) {
+    if (s.placement(in) != Placement::columns) return s.whole(n);
+  }
+  if (n.attrs.packed) {
+    swiglu_packed(s.b, s.as(n.inputs[0], Placement::columns), n.name);
+  } else {
+    swiglu(s.b, s.as(n.inputs[0], Placement::columns), s.as(n.inputs[1], Placement::columns), n.name);
+  }
+  s.define(n, Placement::columns);
+}
+
 }  // namespace
 
 graph::Value swiglu(graph::Builder& b, graph::Value gate, graph::Value up, std::string_view name) {
@@ -102,6 +116,7 @@ constinit const graph::OpDef swiglu_def{
     .backward = swiglu_vjp,
     .cost = graph::memory_bound,
     .cheap_to_recompute = true,
+    .shard = swiglu_shard,
     .cpu = on_cpu<cpu_swiglu<float>, cpu_swiglu<double>>,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda = cuda_swiglu,

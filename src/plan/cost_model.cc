@@ -17,6 +17,7 @@ double compute_rate(graph::RateClass rate, const MachineRates& r) {
     case graph::RateClass::gemm: return r.gemm_flops;
     case graph::RateClass::attention: return r.attention_flops;
     case graph::RateClass::attention_head_dim_64: return r.attention_flops_head_dim_64;
+    case graph::RateClass::link: return 0;
   }
   return 0;
 }
@@ -30,7 +31,8 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
   c.bytes = op.bytes;
   const double rate = compute_rate(op.rate, r);
   const double compute_s = rate > 0 ? c.flops / rate : 0;
-  c.seconds = std::max(compute_s, c.bytes / r.memory_bytes);
+  const double link_s = op.link_bytes / r.collective_bytes;
+  c.seconds = std::max({compute_s, link_s, c.bytes / r.memory_bytes});
   return c;
 }
 
@@ -71,7 +73,8 @@ Replay replay(const graph::Graph& g, const Placement& placement, const std::vect
       for (auto v : *list) wait_for(loaded[static_cast<size_t>(v.id)]);
     }
     if (bars) {
-      const bool heavy = graph::op_def(n.kind).cost(g, n).rate != graph::RateClass::memory;
+      const auto rate = graph::op_def(n.kind).cost(g, n).rate;
+      const bool heavy = rate != graph::RateClass::memory && rate != graph::RateClass::link;
       bars->push_back({0, compute, compute + node_seconds[i], std::string(graph::op_name(n.kind)) + " " + n.name, heavy});
     }
     compute += node_seconds[i];

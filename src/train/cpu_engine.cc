@@ -10,6 +10,7 @@
 #include "train/cpu_sharded_adamw.h"
 #include "train/engine.h"
 #include "train/loss_weights.h"
+#include "train/tensor_parallel_state.h"
 #include "train/train_step.h"
 
 namespace spillway::train {
@@ -39,6 +40,13 @@ class CpuEngine final : public Engine {
       eval_->bind_adapters(o.lora->adapters, nullptr);
       return;
     }
+    if (o.tensor_parallel) {
+      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
+                "--shard " + std::string(enum_name(o.shard)), "with --tp, the state is split by the layers' pieces; ",
+                "sharding it over data-parallel ranks too is not supported yet");
+      tp_ = std::make_unique<TensorParallelState>(weights_, optimizer_, *o.tensor_parallel);
+      return;
+    }
     grads_ = model::LlamaWeights::zeros(weights.config());
     // Host memory holds the CPU's whole state with room to spare: sharded
     // only where asked for.
@@ -59,6 +67,10 @@ class CpuEngine final : public Engine {
                          : shard_ == StateSharding::gradients ? "the gradient sums and AdamW's moments"
                                                               : "AdamW's moments";
       d += "; " + std::string(what) + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+    }
+    if (tp_) {
+      d += "; tensor parallel over " + std::to_string(options_.tensor_parallel->size()) + " ranks" +
+           (options_.sequence_parallel ? ", sequence parallel" : "");
     }
     if (options_.lora) {
       const model::LoraWeights& a = options_.lora->adapters;
@@ -103,9 +115,10 @@ class CpuEngine final : public Engine {
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       const PackedDocuments docs = documents.subspan(micro * n, n);
       const auto x = inputs.subspan(micro * n, n);
-      const double loss = options_.lora
-                              ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
-                              : step_->run(weights_, x, y, grads_, loss_weights_, docs.positions, docs.doc_starts);
+      const double loss =
+          options_.lora ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
+                        : step_->run(step_weights(), x, y, tp_ ? tp_->grads() : grads_, loss_weights_,
+                                     docs.positions, docs.doc_starts);
       stats.loss += loss * share;
       if (each_micro_batch) sharded_->add_gradients(grads_, comm);
     }
@@ -122,6 +135,7 @@ class CpuEngine final : public Engine {
       if (stats.updated) sharded_->step(weights_, lr, scale, comm);
       return stats;
     }
+    if (tp_) tp_->sum_whole_gradients(comm);
     if (ranks > 1) {
       for (auto& t : grads) {
         options_.data_parallel->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
@@ -129,11 +143,14 @@ class CpuEngine final : public Engine {
       sum_over_ranks(std::span<double>(&stats.loss, 1));  // waits for the sums above too
       stats.loss /= ranks;
     }
-    const double scale = accumulated_grad_scale(global_grad_norm(grads), micro_batches * ranks, options_.grad_clip,
-                                                &stats.grad_norm);
+    const double norm = tp_ ? std::sqrt(tp_->grad_sum_of_squares(comm)) : global_grad_norm(grads);
+    const double scale =
+        accumulated_grad_scale(norm, micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
     stats.updated = update_is_finite(stats);
-    if (stats.updated && options_.lora) {
+    if (stats.updated && tp_) {
+      tp_->step(optimizer_, lr, scale);
+    } else if (stats.updated && options_.lora) {
       LoraState& l = *options_.lora;
       optimizer_.step(l.adapters.tensors(), grads, l.m.tensors(), l.v.tensors(), lr, scale);
     } else if (stats.updated) {
@@ -145,7 +162,7 @@ class CpuEngine final : public Engine {
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     SPW_CHECK(weights_whole_ || shard_ != StateSharding::weights, "evaluation",
               "the weights are sharded; begin_evaluation gathers them first");
-    return eval_->run(weights_, inputs, targets);
+    return eval_->run(step_weights(), inputs, targets);
   }
   // The ranks take turns at an evaluation's batches: the weights are
   // gathered once for all of them.
@@ -160,15 +177,25 @@ class CpuEngine final : public Engine {
     options_.data_parallel->wait(comm);
   }
 
+  void sum_over_world(std::span<double> values) override {
+    sum_over_ranks(values);
+    if (!options_.tensor_parallel) return;
+    Stream& comm = device_->stream(StreamKind::comm);
+    options_.tensor_parallel->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
+    options_.tensor_parallel->wait(comm);
+  }
+
   std::string device_name() const override { return "cpu"; }
   bool on_gpu() const override { return false; }
   void sync_to_host() override {
+    if (tp_) return gather_pieces();
     if (shard_ == StateSharding::weights && !weights_whole_) gather_weights();
     sync_moments();
   }
   // The CPU trains on the caller's arrays; sharded state is gathered into
   // them at the first read of it after a step, every rank reading alike.
   void read_state(StatePart part, size_t i, std::span<float> out) override {
+    if (tp_) return tp_->read_whole(part, i, out, device_->stream(StreamKind::comm));
     if (part != StatePart::master) sync_moments();
     if (part == StatePart::master && shard_ == StateSharding::weights && !weights_whole_) gather_weights();
     const model::LlamaWeights& from = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
@@ -176,7 +203,7 @@ class CpuEngine final : public Engine {
     SPW_CHECK(data.size() == out.size(), from.tensors()[i].name, "holds ", data.size(), " values, not ", out.size());
     std::copy(data.begin(), data.end(), out.begin());
   }
-  bool reads_are_collective() const override { return sharded_ != nullptr; }
+  bool reads_are_collective() const override { return sharded_ != nullptr || tp_ != nullptr; }
   void finish() override { grads_ = model::LlamaWeights(); }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
@@ -194,7 +221,18 @@ class CpuEngine final : public Engine {
   AdamW& optimizer_;
   EngineOptions options_;
   std::vector<model::NamedTensor>& trained_grads() {
-    return options_.lora ? adapter_grads_.tensors() : grads_.tensors();
+    return options_.lora ? adapter_grads_.tensors() : tp_ ? tp_->grads().tensors() : grads_.tensors();
+  }
+  // The weights the steps run on: with tensor parallelism, this rank's pieces.
+  model::LlamaWeights& step_weights() { return tp_ ? tp_->weights() : weights_; }
+  // The caller's weights and moments, whole, from every rank's pieces.
+  void gather_pieces() {
+    Stream& comm = device_->stream(StreamKind::comm);
+    for (StatePart part : {StatePart::master, StatePart::m, StatePart::v}) {
+      model::LlamaWeights& to = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
+      if (to.tensors().empty()) to = model::LlamaWeights::zeros(weights_.config());
+      for (size_t i = 0; i < to.tensors().size(); ++i) tp_->read_whole(part, i, to.tensors()[i].data, comm);
+    }
   }
 
   // Between steps a sharded rank keeps its shares alone: the whole moments
@@ -232,6 +270,17 @@ class CpuEngine final : public Engine {
     const bool weighted = with_backward && options_.weighted_loss;
     const bool documents = with_backward && options_.documents;
     const model::LoraConfig* lora = options_.lora ? &options_.lora->adapters.lora() : nullptr;
+    if (options_.tensor_parallel) {
+      SPW_CHECK(options_.memory.device_mem == 0, "--device-mem", "a device budget plans one device's step; with ",
+                "--tp the step is split over ranks, which the planner does not plan on the CPU yet");
+      Communicator& group = *options_.tensor_parallel;
+      groups_.by_group[static_cast<size_t>(graph::TensorParallelism{}.group)] = &group;
+      groups_.stream = &device_->stream(StreamKind::comm);
+      split_ = {.tp = {.rank = group.rank(), .ranks = group.size(), .sequence_parallel = options_.sequence_parallel},
+                .groups = &groups_};
+      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward,
+                                         weighted, documents, lora, &split_);
+    }
     if (options_.memory.device_mem) {
       return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted,
                                          documents, lora);
@@ -242,6 +291,8 @@ class CpuEngine final : public Engine {
 
   // Members are built in declaration order: the device before the steps.
   std::unique_ptr<Device> device_;
+  ops::CollectiveGroups groups_;  // with --tp: the steps' collectives
+  StepSplit split_;
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<TrainStep> eval_;
   // The sum of the micro-batches' gradients, or with the gradients sharded
@@ -251,6 +302,7 @@ class CpuEngine final : public Engine {
   model::QuantizedBase quantized_;    // with QLoRA: the targeted projections' weights, NF4
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer, gradients or weights
+  std::unique_ptr<TensorParallelState> tp_;   // --tp: this rank's pieces of the state
   // What is sharded: none without data parallelism or with LoRA.
   StateSharding shard_ = StateSharding::none;
   bool profiling_ = false;

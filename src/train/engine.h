@@ -52,6 +52,12 @@ struct EngineOptions {
   // update, so every rank updates the same weights.
   Communicator* data_parallel = nullptr;
   StateSharding shard = StateSharding::automatic;  // with data_parallel (train/run_config.h)
+  // Tensor parallelism (graph/tensor_parallel.h): the ranks that split each
+  // layer's matrices between them, computing every micro-batch together
+  // (null: none); with sequence parallelism, the residual stream split by
+  // tokens between the layers' split regions. The CPU engine only, so far.
+  Communicator* tensor_parallel = nullptr;
+  bool sequence_parallel = true;
   int gpu_ordinal = 0;  // the GPU this rank runs on
   // Ranks on this host: they share its memory (memory.host_mem is the
   // host's budget), each planning with an even share of it.
@@ -132,6 +138,9 @@ class Engine {
   // `values` summed over the data-parallel ranks, in place (as they are
   // without data parallelism). Every rank must call it.
   virtual void sum_over_ranks(std::span<double> values) = 0;
+  // `values` summed over every rank of the run (data- and tensor-parallel),
+  // in place. Every rank must call it.
+  virtual void sum_over_world(std::span<double> values) { sum_over_ranks(values); }
   // Makes the host weights and optimizer handed to the engine current and
   // whole (an engine may have let go of their arrays while it holds the
   // state itself).

@@ -205,6 +205,9 @@ struct KernelConfig {
 struct ParallelConfig {
   int64_t dp = 0;  // 0: every rank the other degrees leave
   int64_t tp = 1, pp = 1, cp = 1;
+  // With tp > 1: the residual stream (norms, residual adds) split by tokens
+  // between the layers' tensor-parallel regions (graph/tensor_parallel.h).
+  bool sequence_parallel = true;
   // Ranks this command starts on this host when no launcher (torchrun,
   // mpirun, srun) started it: one process per device.
   int64_t nproc_per_node = 1;

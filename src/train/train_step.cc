@@ -4,18 +4,49 @@
 
 #include "base/status.h"
 #include "device/cpu/cpu_stream.h"
+#include "graph/tensor_parallel.h"
+#include "model/llama_sharding.h"
 
 namespace spillway::train {
 
+namespace {
+
+// The model's handles, as the rank's graph names them.
+void to_rank_graph(model::LlamaGraph& m, const graph::RankGraph& r) {
+  for (graph::Value* v : {&m.tokens, &m.targets, &m.loss_weights, &m.positions, &m.doc_starts, &m.logits, &m.loss,
+                          &m.lora_scaling}) {
+    if (v->valid()) *v = r.of(*v);
+  }
+  for (auto* values : {&m.parameters, &m.adapters}) {
+    for (graph::Value& v : *values) v = r.of(v);
+  }
+}
+
+}  // namespace
+
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward,
-                     bool weighted_loss, bool documents, const model::LoraConfig* lora)
-    : batch_(batch), seq_(seq) {
+                     bool weighted_loss, bool documents, const model::LoraConfig* lora, const StepSplit* split)
+    : batch_(batch), seq_(seq), runner_(split ? split->groups : nullptr) {
   graph::Graph forward;
   graph::Builder b(forward, DType::f32);
   model_ = model::build_llama(b, config, batch, seq,
                               {.weighted_loss = weighted_loss, .documents = documents, .lora = lora});
   if (!with_backward) forward.mark_output(model_.logits);
-  graph::StepGraph step = graph::make_step_graph(b, model_.loss, model_.trainable(), {.backward = with_backward});
+  forward.mark_output(model_.loss);
+  graph::StepRecipe recipe{.backward = with_backward};
+  std::optional<graph::RankGraph> rank;
+  std::optional<graph::Builder> rank_builder;
+  if (split && split->tp.ranks > 1) {
+    SPW_CHECK(lora == nullptr, "--tp", "LoRA adapters are not split over tensor-parallel ranks yet");
+    rank = graph::shard_graph(
+        forward, DType::f32, [&](const graph::ValueInfo& v) { return model::llama_parameter_split(config, v); },
+        split->tp);
+    to_rank_graph(model_, *rank);
+    rank_builder.emplace(rank->graph, DType::f32);
+    recipe.seed = graph::seed_gradient(split->tp);
+  }
+  graph::StepGraph step =
+      graph::make_step_graph(rank_builder ? *rank_builder : b, model_.loss, model_.trainable(), recipe);
   if (model_.lora_scaling.valid()) {
     const auto r = static_cast<size_t>(lora->rank);
     lora_scaling_.assign(r * r, 0.0f);
@@ -26,15 +57,16 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
-                     bool with_backward, bool weighted_loss, bool documents, const model::LoraConfig* lora)
-    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents, lora) {
+                     bool with_backward, bool weighted_loss, bool documents, const model::LoraConfig* lora,
+                     const StepSplit* split)
+    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents, lora, split) {
   program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
   if (!lora_scaling_.empty()) program_->bind(model_.lora_scaling, std::span<float>(lora_scaling_));
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
                      bool with_backward, bool weighted_loss, bool documents, const model::LoraConfig* lora)
-    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents, lora) {
+    : TrainStep(config, batch, seq, with_backward, weighted_loss, documents, lora, nullptr) {
   device_ = &device;
   auto cost = [](uint64_t n) { return MemorySpace::accounted_bytes(n); };
   plan::Placement placement =

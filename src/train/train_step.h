@@ -16,8 +16,18 @@
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
 #include "model/lora.h"
+#include "graph/tensor_parallel.h"
+#include "ops/collective_groups.h"
 
 namespace spillway::train {
+
+// A step split over a tensor-parallel group (graph/tensor_parallel.h,
+// model/llama_sharding.h): the rank's graph, run with its weights' pieces,
+// its collectives through `groups` (which must outlive the step).
+struct StepSplit {
+  graph::TensorParallelism tp;
+  const ops::CollectiveGroups* groups = nullptr;
+};
 
 class TrainStep {
  public:
@@ -28,9 +38,11 @@ class TrainStep {
   // each run is given (model::LlamaGraphOptions::documents). `lora`: LoRA
   // adapters on the frozen weights (model/lora.h), bound with bind_adapters;
   // the step's gradients are then the adapters' alone.
+  // `split`: the rank's step of a tensor-parallel group, whose run() takes
+  // the rank's pieces of the weights and their gradients (graph::piece_of).
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, MemorySpace& space,
             bool with_backward = true, bool weighted_loss = false, bool documents = false,
-            const model::LoraConfig* lora = nullptr);
+            const model::LoraConfig* lora = nullptr, const StepSplit* split = nullptr);
   // The step under a placement planned for `device`'s memory budgets
   // (plan/placement.h), run on its streams: values the device memory cannot
   // hold go home to its host memory and come back. Planning fails here,
@@ -78,7 +90,7 @@ class TrainStep {
 
  private:
   TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward, bool weighted_loss,
-            bool documents, const model::LoraConfig* lora);
+            bool documents, const model::LoraConfig* lora, const StepSplit* split);
   // Binds tokens, targets, loss weights, documents and weights, runs,
   // returns the loss.
   double run_bound(model::LlamaWeights& weights, std::span<const int32_t> tokens,

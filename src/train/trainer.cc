@@ -288,7 +288,7 @@ void check_run_folder(const RunConfig& o) {
 TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataParallelRun& ranks,
                         const StepHook& on_step) {
   // The lead rank prints, logs and checkpoints; every rank trains.
-  const bool lead = ranks.rank() == 0;
+  const bool lead = ranks.world_rank == 0;
   if (!lead) o.run.quiet = true;
   const Command command = o.model.init_from.empty() ? Command::train : Command::finetune;
   const fs::path run(o.run.out);
@@ -362,7 +362,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
               "rows are windows of the token stream already");
     data = prepare_dataset(o.data, o.run.out, start_tokenizer.get(), o.run.quiet);
   }
-  if (lead && ranks.size() > 1) ranks.barrier(kDataPreparationWait);
+  if (lead && ranks.world_size > 1) ranks.barrier(kDataPreparationWait);
   SPW_CHECK(s.grad_accum % ranks.size() == 0, "--grad-accum", "the ", s.grad_accum,
             " micro-batches of an optimizer step do not split evenly over ", ranks.size(), " data-parallel ranks");
   const int64_t rank_micro_batches = s.grad_accum / ranks.size();
@@ -421,6 +421,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .kernels = o.kernels,
                                      .data_parallel = ranks.comm,
                                      .shard = o.parallel.shard,
+                                     .tensor_parallel = ranks.tensor_parallel,
+                                     .sequence_parallel = o.parallel.sequence_parallel,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),
@@ -558,7 +560,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     // (a terminal's Ctrl-C reaches them all, a kill may reach one).
     const int own = signals.received();
     std::array<double, 3> stop = {own == SIGINT ? 1.0 : 0.0, own == SIGTERM ? 1.0 : 0.0, caller_stops ? 1.0 : 0.0};
-    if (ranks.size() > 1) engine->sum_over_ranks(stop);
+    if (ranks.world_size > 1) engine->sum_over_world(stop);
     const bool stopping = stop[0] > 0 || stop[1] > 0 || stop[2] > 0;
     if ((s.checkpoint_every > 0 && (step + 1) % s.checkpoint_every == 0) || last || stopping) {
       result.checkpoint = save(step + 1);
@@ -572,7 +574,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
         log.write({{"event", "stopped"}, {"step", step + 1}, {"by", "caller"}});
       }
       // The ranks end together, once the lead's checkpoint is complete.
-      if (ranks.size() > 1) ranks.barrier(std::chrono::seconds(o.parallel.timeout_s));
+      if (ranks.world_size > 1) ranks.barrier(std::chrono::seconds(o.parallel.timeout_s));
       break;
     }
   }

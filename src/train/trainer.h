@@ -41,6 +41,11 @@ using SampleText = std::function<std::string(const model::LlamaWeights& weights,
 // layer, which makes it, lies above training). Alone by default.
 struct DataParallelRun {
   Communicator* comm = nullptr;  // the data-parallel group
+  // The tensor-parallel group (null: none): its ranks train on the same
+  // micro-batches, each its pieces of the layers.
+  Communicator* tensor_parallel = nullptr;
+  int world_rank = 0;  // rank 0 of the world leads: prints, logs, checkpoints
+  int world_size = 1;
   // Returns once every rank has called it; Error when one has not within `wait`.
   std::function<void(std::chrono::milliseconds wait)> barrier;
   int gpu_ordinal = 0;            // this rank's GPU

@@ -13,9 +13,10 @@
 namespace spillway::exec {
 
 CudaNodeRunner::CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, Stream& stream, bool deterministic,
-                               int matmul_candidates, bool own_gemm)
+                               int matmul_candidates, bool own_gemm, const ops::CollectiveGroups* collectives)
     : cuda_(std::make_unique<ops::CudaOpContext>(memory, as_cuda_stream(stream).handle(), deterministic,
                                                  matmul_candidates, own_gemm)) {
+  cuda_->collectives = collectives;
   uint64_t need = 0;
   for (const graph::Node& n : graph.nodes()) {
     const auto prepare = graph::op_def(n.kind).cuda_prepare;

@@ -31,8 +31,10 @@ class CudaNodeRunner final : public NodeRunner {
   // one kernel of ops/gemm_hopper.h on a Hopper GPU; off, or elsewhere, it
   // is cuBLASLt then the separate kernel.
   // Kernels go to `stream`, a CUDA device's compute stream.
+  // Collective nodes (a tensor-parallel rank's graph) go through
+  // `collectives` on `stream` (none: a graph without them).
   CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, Stream& stream, bool deterministic = true,
-                 int matmul_candidates = 1, bool own_gemm = true);
+                 int matmul_candidates = 1, bool own_gemm = true, const ops::CollectiveGroups* collectives = nullptr);
   ~CudaNodeRunner() override;
 
   void run(const graph::Graph& graph, const graph::Node& node, const std::vector<void*>& data) override;

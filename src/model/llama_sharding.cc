@@ -28,4 +28,45 @@ graph::ParameterSplit llama_parameter_split(const LlamaConfig& c, const graph::V
   return {Placement::whole, {}};
 }
 
+std::vector<graph::ParameterSplit> llama_tensor_splits(const LlamaConfig& config) {
+  std::vector<graph::ParameterSplit> splits;
+  for (const ParameterSpec& spec : parameter_specs(config)) {
+    graph::ValueInfo info;
+    info.name = spec.name;
+    info.shape = spec.shape;
+    splits.push_back(llama_parameter_split(config, info));
+  }
+  return splits;
+}
+
+graph::RankGraph shard_llama(const graph::Graph& forward, LlamaGraph& m, const LlamaConfig& config, DType dtype,
+                             const graph::TensorParallelism& tp) {
+  graph::RankGraph r = graph::shard_graph(
+      forward, dtype, [&](const graph::ValueInfo& v) { return llama_parameter_split(config, v); }, tp);
+  for (graph::Value* v : {&m.tokens, &m.targets, &m.loss_weights, &m.positions, &m.doc_starts, &m.logits, &m.loss,
+                          &m.lora_scaling}) {
+    if (v->valid()) *v = r.of(*v);
+  }
+  for (auto* values : {&m.parameters, &m.adapters}) {
+    for (graph::Value& v : *values) v = r.of(v);
+  }
+  return r;
+}
+
+LlamaWeights llama_pieces(const LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks) {
+  const std::vector<graph::ParameterSplit> splits = llama_tensor_splits(config);
+  LlamaWeights out = LlamaWeights::zeros(config);
+  for (size_t i = 0; i < out.tensors().size(); ++i) {
+    NamedTensor& t = out.tensors()[i];
+    const Shape whole_shape = t.shape;
+    t.shape = graph::piece_shape(whole_shape, splits[i], rank, ranks);
+    if (whole.tensors().empty()) {
+      t.data.assign(static_cast<size_t>(t.shape.numel()), 0.0f);
+    } else {
+      t.data = graph::piece_of<float>(whole.tensors().at(i).data, whole_shape, splits[i], rank, ranks);
+    }
+  }
+  return out;
+}
+
 }  // namespace spillway::model

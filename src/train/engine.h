@@ -55,7 +55,7 @@ struct EngineOptions {
   // Tensor parallelism (graph/tensor_parallel.h): the ranks that split each
   // layer's matrices between them, computing every micro-batch together
   // (null: none); with sequence parallelism, the residual stream split by
-  // tokens between the layers' split regions. The CPU engine only, so far.
+  // tokens between the layers' split regions.
   Communicator* tensor_parallel = nullptr;
   bool sequence_parallel = true;
   int gpu_ordinal = 0;  // the GPU this rank runs on

@@ -196,7 +196,7 @@ const Field kFields[] = {
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::dp>, .min = 0, .max = limits::kMaxRanks},
     {.key = "parallel.tp", .flag = "--tp",
      .help = "tensor-parallel degree: ranks that split each layer's matrices (q, k, v, gate, up by output features, "
-             "o and down by input features, embedding and lm_head by vocabulary); the CPU engine, so far",
+             "o and down by input features, embedding and lm_head by vocabulary)",
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::tp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.sequence_parallel", .flag = "--sequence-parallel",
      .help = "with --tp: norms and residual adds split by tokens between the split regions (all-gather in, "

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "device/communicator.h"
 #include "model/llama_config_json.h"
+#include "model/llama_sharding.h"
 #include "model/llama_weights.h"
 #include "train/adamw_state.h"
 #include "train/recompute_choice.h"
@@ -99,14 +100,23 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
 
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
-                                            bool weighted_loss, bool documents) {
+                                            bool weighted_loss, bool documents, const graph::TensorParallelism& tp) {
   auto s = std::make_unique<LlamaStep>();
   graph::Graph g;
   graph::Builder b(g, dtype);
   s->model = model::build_llama(
       b, config, batch, seq,
       {.fused_projections = fused_projections, .weighted_loss = weighted_loss, .documents = documents});
-  s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
+  if (tp.ranks > 1) {
+    g.mark_output(s->model.loss);
+    graph::RankGraph rank = model::shard_llama(g, s->model, config, dtype, tp);
+    graph::Builder rb(rank.graph, dtype);
+    graph::StepRecipe split = recipe;
+    split.seed = graph::seed_gradient(tp);
+    s->step = graph::make_step_graph(rb, s->model.loss, s->model.parameters, split);
+  } else {
+    s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
+  }
   s->fused_projections = fused_projections;
   s->recompute = recipe.recompute;
   s->recomputed_kinds = recipe.recomputed_kinds;
@@ -135,11 +145,13 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   req.gradient_sums_on_device = r.data_parallel > 1;
   req.rates = r.rates;
   req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
-  req.flops_per_token = model::training_flops_per_token(r.config, r.seq);
+  // A rank of a tensor-parallel group does its share of every token's work.
+  req.flops_per_token = model::training_flops_per_token(r.config, r.seq) / r.tensor_parallel.ranks;
 
   auto plan_variant = [&](bool fused, const graph::StepRecipe& recipe) {
     PlannedStep p;
-    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents);
+    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents,
+                              r.tensor_parallel);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
     if (r.shard_gradients && r.state_shards > 1) {
@@ -187,7 +199,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   for (bool fused : {false, true}) {
     const auto layers = build_llama_step(r.config, r.batch, r.seq, fused,
                                          {.backward = true, .recompute = graph::RecomputePolicy::layers}, DType::bf16,
-                                         r.weighted_loss, r.documents);
+                                         r.weighted_loss, r.documents, r.tensor_parallel);
     ranked[fused] = recompute_kinds_by_cost(layers->step.graph, r.rates);
   }
   for (size_t k = 1; k < ranked[0].size(); ++k) {

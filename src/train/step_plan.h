@@ -16,6 +16,7 @@
 
 #include "graph/recompute.h"
 #include "graph/step_recipe.h"
+#include "graph/tensor_parallel.h"
 #include "model/llama_config.h"
 #include "model/llama_graph.h"
 #include "plan/training_plan.h"
@@ -47,10 +48,12 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::Lla
 
 // `recipe.backward` false gives the forward step alone (evaluation).
 // `weighted_loss`: the loss weighted per token; `documents`: packed rows
-// (both model::LlamaGraphOptions).
+// (both model::LlamaGraphOptions). With `tp` of more than one rank, the
+// step of rank tp.rank of a tensor-parallel group (model/llama_sharding.h).
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
-                                            bool weighted_loss = false, bool documents = false);
+                                            bool weighted_loss = false, bool documents = false,
+                                            const graph::TensorParallelism& tp = {});
 
 struct StepPlanRequest {
   model::LlamaConfig config;
@@ -72,6 +75,8 @@ struct StepPlanRequest {
   // many shares of the optimizer's state each keeps one of.
   int data_parallel = 1;
   uint64_t state_shards = 1;
+  // The rank's step of a tensor-parallel group (one rank: the whole step).
+  graph::TensorParallelism tensor_parallel;
   // Sharded further over the state_shards ranks: the gradient sums
   // (ZeRO-2), and the weights too (ZeRO-3).
   bool shard_gradients = false, shard_weights = false;

@@ -7,43 +7,16 @@
 
 namespace spillway::train {
 
-namespace {
-
-// `whole`'s tensors cut into this rank's pieces; zeros of the pieces'
-// shapes where `whole` holds no tensors.
-model::LlamaWeights pieces_of(const model::LlamaWeights& whole, const model::LlamaWeights& layout,
-                              const std::vector<graph::ParameterSplit>& splits, int rank, int ranks) {
-  model::LlamaWeights out = model::LlamaWeights::zeros(layout.config());
-  for (size_t i = 0; i < out.tensors().size(); ++i) {
-    model::NamedTensor& t = out.tensors()[i];
-    const Shape whole_shape = t.shape;
-    t.shape = graph::piece_shape(whole_shape, splits[i], rank, ranks);
-    if (whole.tensors().empty()) {
-      t.data.assign(static_cast<size_t>(t.shape.numel()), 0.0f);
-    } else {
-      t.data = graph::piece_of<float>(whole.tensors().at(i).data, whole_shape, splits[i], rank, ranks);
-    }
-  }
-  return out;
-}
-
-}  // namespace
-
 TensorParallelState::TensorParallelState(const model::LlamaWeights& weights, const AdamW& optimizer,
                                          Communicator& group)
     : group_(group), config_(weights.config()) {
   const int rank = group.rank(), ranks = group.size();
-  for (const model::NamedTensor& t : weights.tensors()) {
-    whole_shapes_.push_back({t.name, t.shape, {}});
-    graph::ValueInfo info;
-    info.name = t.name;
-    info.shape = t.shape;
-    splits_.push_back(model::llama_parameter_split(config_, info));
-  }
-  w_ = pieces_of(weights, weights, splits_, rank, ranks);
-  g_ = pieces_of(model::LlamaWeights(), weights, splits_, rank, ranks);
-  m_ = pieces_of(optimizer.m, weights, splits_, rank, ranks);
-  v_ = pieces_of(optimizer.v, weights, splits_, rank, ranks);
+  for (const model::NamedTensor& t : weights.tensors()) whole_shapes_.push_back({t.name, t.shape, {}});
+  splits_ = model::llama_tensor_splits(config_);
+  w_ = model::llama_pieces(weights, config_, rank, ranks);
+  g_ = model::llama_pieces(model::LlamaWeights(), config_, rank, ranks);
+  m_ = model::llama_pieces(optimizer.m, config_, rank, ranks);
+  v_ = model::llama_pieces(optimizer.v, config_, rank, ranks);
 }
 
 void TensorParallelState::sum_whole_gradients(Stream& comm) {

@@ -9,21 +9,6 @@
 
 namespace spillway::train {
 
-namespace {
-
-// The model's handles, as the rank's graph names them.
-void to_rank_graph(model::LlamaGraph& m, const graph::RankGraph& r) {
-  for (graph::Value* v : {&m.tokens, &m.targets, &m.loss_weights, &m.positions, &m.doc_starts, &m.logits, &m.loss,
-                          &m.lora_scaling}) {
-    if (v->valid()) *v = r.of(*v);
-  }
-  for (auto* values : {&m.parameters, &m.adapters}) {
-    for (graph::Value& v : *values) v = r.of(v);
-  }
-}
-
-}  // namespace
-
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, bool with_backward,
                      bool weighted_loss, bool documents, const model::LoraConfig* lora, const StepSplit* split)
     : batch_(batch), seq_(seq), runner_(split ? split->groups : nullptr) {
@@ -38,10 +23,7 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   std::optional<graph::Builder> rank_builder;
   if (split && split->tp.ranks > 1) {
     SPW_CHECK(lora == nullptr, "--tp", "LoRA adapters are not split over tensor-parallel ranks yet");
-    rank = graph::shard_graph(
-        forward, DType::f32, [&](const graph::ValueInfo& v) { return model::llama_parameter_split(config, v); },
-        split->tp);
-    to_rank_graph(model_, *rank);
+    rank = model::shard_llama(forward, model_, config, DType::f32, split->tp);
     rank_builder.emplace(rank->graph, DType::f32);
     recipe.seed = graph::seed_gradient(split->tp);
   }

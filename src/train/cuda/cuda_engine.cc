@@ -32,6 +32,7 @@
 #include "plan/timeline_svg.h"
 #include "train/cuda/cuda_adamw.h"
 #include "train/cuda/cuda_step.h"
+#include "train/cuda/cuda_tensor_parallel.h"
 #include "train/cuda/grad_norm.h"
 #include "train/cuda/shard_rings.h"
 #include "train/cuda/training_state.h"
@@ -103,7 +104,8 @@ class CudaEngine final : public Engine {
       io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
     }
 
-    if (o.data_parallel) scalars_ = mem.allocate(kScalarBytes, "data-parallel sums");
+    if (o.data_parallel || o.tensor_parallel) scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
+    if (o.tensor_parallel) start_tensor_parallel();
     plan_sharding();
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
@@ -117,9 +119,12 @@ class CudaEngine final : public Engine {
     // The runners first: they take the places the ones measured while
     // planning had, below the state, as the plan's arena assumed.
     make_runners();
-    state_ = std::make_unique<CudaTrainingState>(weights_, optimizer_, parts, p, o.memory.bf16_moments, *device_,
-                                                 sharding());
+    SPW_CHECK(!tp_ || p.all_on_device(), "--tp", "a tensor-parallel rank keeps its step and its state on its ",
+              "device; this plan does not (", p.layout(), "): add ranks, or shard the state (--shard optimizer)");
+    state_ = std::make_unique<CudaTrainingState>(tp_ ? tp_->pieces() : weights_, tp_ ? tp_->piece_optimizer() : optimizer_,
+                                                 parts, p, o.memory.bf16_moments, *device_, sharding());
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
+    if (tp_) whole_norm_ = std::make_unique<CudaGradNorm>(*state_, tp_->whole_parts(parts), *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
   }
@@ -134,8 +139,10 @@ class CudaEngine final : public Engine {
     eval_.reset();
     rings_.reset();
     adamw_.reset();
+    whole_norm_.reset();
     norm_.reset();
     state_.reset();
+    tp_.reset();
   }
 
   std::string description() const override {
@@ -149,7 +156,11 @@ class CudaEngine final : public Engine {
     }
     const std::string recompute =
         recompute_report(*planned_.step, options_.memory.recompute == RecomputeChoice::automatic);
-    const std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
+    std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
+    if (tp_) {
+      remade += "; tensor parallel over " + std::to_string(tp_->group().size()) + " ranks" +
+                (options_.sequence_parallel ? ", sequence parallel" : "");
+    }
     if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
              train_->runner().attention_summary() + ")";
@@ -192,13 +203,18 @@ class CudaEngine final : public Engine {
     // Overlapped (or through the rings), the micro-batches summed them over
     // the ranks already.
     if (ranks > 1 && !overlapped_ && !rings_) sum_gradients_over_ranks();
+    Stream& compute = device_->stream(StreamKind::compute);
+    if (tp_) tp_->sum_whole_gradients(*state_, compute, device_->stream(StreamKind::comm), *grads_ready_, *grads_summed_);
     const auto optimizer_start = std::chrono::steady_clock::now();
-    // Sharded, each rank's sums of squares cover its share: summed with the loss.
+    // Sharded, each rank's sums of squares cover its share: summed with the
+    // loss. A tensor-parallel group's whole tensors count on its rank 0.
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
+    if (tp_ && tp_->group().rank() != 0) sums[1] -= whole_norm_->sum_of_squares();
     if (ranks > 1) {
       sum_over_ranks(std::span<double>(sums, sharded_ ? 2 : 1));
       stats.loss = sums[0] / ranks;
     }
+    if (tp_) sum_over(tp_->group(), std::span<double>(&sums[1], 1));
     const double grad_scale =
         accumulated_grad_scale(std::sqrt(sums[1]), micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
     stats.updated = update_is_finite(stats);
@@ -216,14 +232,11 @@ class CudaEngine final : public Engine {
   }
 
   void sum_over_ranks(std::span<double> values) override {
-    if (!options_.data_parallel) return;
-    const uint64_t bytes = values.size_bytes();
-    SPW_CHECK(bytes <= kScalarBytes, "data parallelism", "summing ", values.size(), " values over the ranks at once");
-    Stream& comm = device_->stream(StreamKind::comm);
-    device_->copy_async(scalars_, values.data(), bytes, comm);
-    options_.data_parallel->all_reduce_sum(scalars_, values.size(), DType::f64, comm);
-    device_->copy_async(values.data(), scalars_, bytes, comm);
-    options_.data_parallel->wait(comm);
+    if (options_.data_parallel) sum_over(*options_.data_parallel, values);
+  }
+  void sum_over_world(std::span<double> values) override {
+    sum_over_ranks(values);
+    if (tp_) sum_over(tp_->group(), values);
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
@@ -234,10 +247,21 @@ class CudaEngine final : public Engine {
 
   void sync_to_host() override {
     if (host_current_) return;
-    state_->sync_to_host();
+    if (tp_) {
+      for (StatePart part : {StatePart::master, StatePart::m, StatePart::v}) {
+        model::LlamaWeights& to = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
+        if (to.tensors().empty()) to = model::LlamaWeights::zeros(weights_.config());
+        for (size_t i = 0; i < to.tensors().size(); ++i) read_state(part, i, to.tensors()[i].data);
+      }
+    } else {
+      state_->sync_to_host();
+    }
     host_current_ = true;
   }
-  void read_state(StatePart part, size_t i, std::span<float> out) override { state_->read(part, i, out); }
+  void read_state(StatePart part, size_t i, std::span<float> out) override {
+    if (tp_) return tp_->read_whole(*state_, part, i, out);
+    state_->read(part, i, out);
+  }
   void finish() override {
     device_->synchronize();
     train_.reset();
@@ -245,7 +269,7 @@ class CudaEngine final : public Engine {
     rings_.reset();
     host_pool_.reset();
   }
-  bool reads_are_collective() const override { return sharded_; }
+  bool reads_are_collective() const override { return sharded_ || tp_ != nullptr; }
   bool evaluation_is_collective() const override { return state_->weights_sharded(); }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
@@ -270,11 +294,47 @@ class CudaEngine final : public Engine {
   }
 
  private:
+  // `values` summed over `group`'s ranks, through the device.
+  void sum_over(Communicator& group, std::span<double> values) {
+    const uint64_t bytes = values.size_bytes();
+    SPW_CHECK(bytes <= kScalarBytes, "parallelism", "summing ", values.size(), " values over the ranks at once");
+    Stream& comm = device_->stream(StreamKind::comm);
+    device_->copy_async(scalars_, values.data(), bytes, comm);
+    group.all_reduce_sum(scalars_, values.size(), DType::f64, comm);
+    device_->copy_async(values.data(), scalars_, bytes, comm);
+    group.wait(comm);
+  }
+
+  // Tensor parallelism: the rank's pieces of the state, and the
+  // communicators its steps' collectives go through (on the compute stream).
+  void start_tensor_parallel() {
+    SPW_CHECK(options_.shard == StateSharding::automatic || options_.shard == StateSharding::none ||
+                  options_.shard == StateSharding::optimizer,
+              "--shard " + std::string(enum_name(options_.shard)), "with --tp, the state is sharded over the ",
+              "data-parallel ranks as far as the optimizer's (--shard optimizer) so far");
+    tp_ = std::make_unique<CudaTensorParallel>(weights_, optimizer_, *options_.tensor_parallel, *device_);
+    collectives_.by_group[static_cast<size_t>(graph::TensorParallelism{}.group)] = options_.tensor_parallel;
+    collectives_.stream = &device_->stream(StreamKind::compute);
+    grads_ready_ = device_->new_event();
+    grads_summed_ = device_->new_event();
+  }
+  graph::TensorParallelism tensor_parallelism() const {
+    if (!tp_) return {};
+    return {.rank = tp_->group().rank(), .ranks = tp_->group().size(), .sequence_parallel = options_.sequence_parallel};
+  }
+  CudaStepOptions runner_options() const {
+    CudaStepOptions s = step_options(options_);
+    if (tp_) s.collectives = &collectives_;
+    return s;
+  }
+
   // Data parallelism may shard the optimizer's state (train/step_plan.h);
   // every rank must take the same way, so sharded only where all can.
   void plan_sharding() {
     const int ranks = data_parallel_size(options_);
     planned_ = plan_data_parallel_step(plan_request(), options_.shard);
+    // --shard auto keeps a tensor-parallel rank's state at ZeRO-1 at most.
+    if (tp_ && planned_.state.shard_gradients) planned_ = plan_data_parallel_step(plan_request(), StateSharding::optimizer);
     sharded_ = planned_.state.state_shards > 1;
     if (ranks == 1) return;
     // The ranks agree when their levels' sum squared is N times the sum of
@@ -336,6 +396,7 @@ class CudaEngine final : public Engine {
     r.host_reserved = held > arrays ? held - arrays : 0;
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = data_parallel_size(options_);
+    r.tensor_parallel = tensor_parallelism();
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
     r.device_reserved = [this, &mem](const LlamaStep& s) {
@@ -345,20 +406,23 @@ class CudaEngine final : public Engine {
         auto eval = eval_step(s);
         const KernelConfig& k = options_.kernels;
         Stream& compute = device_->stream(StreamKind::compute);
+        const ops::CollectiveGroups* groups = tp_ ? &collectives_ : nullptr;
         exec::CudaNodeRunner train_runner(s.step.graph, mem, compute, k.deterministic, k.matmul_candidates,
-                                          k.own_gemm);
+                                          k.own_gemm, groups);
         exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute, k.deterministic, k.matmul_candidates,
-                                         k.own_gemm);
+                                         k.own_gemm, groups);
         taken = mem.in_use() - before;
       }
-      return before + taken + mem.budget() / 100 + (data_parallel_size(options_) > 1 ? kCommunicatorReserve : 0);
+      const bool communicates = data_parallel_size(options_) > 1 || tp_;
+      return before + taken + mem.budget() / 100 + (communicates ? kCommunicatorReserve : 0);
     };
     return r;
   }
 
   std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
     return build_llama_step(weights_.config(), options_.batch, options_.seq, train.fused_projections,
-                            {.backward = false, .recompute = graph::RecomputePolicy::none}, DType::bf16);
+                            {.backward = false, .recompute = graph::RecomputePolicy::none}, DType::bf16, false, false,
+                            tensor_parallelism());
   }
 
   void make_runners() {
@@ -376,9 +440,9 @@ class CudaEngine final : public Engine {
     eval_io.tokens = eval_graph_->model.tokens;
     eval_io.targets = eval_graph_->model.targets;
     eval_io.loss = eval_graph_->model.loss;
-    CudaStepOptions eval_options = step_options(options_);
+    CudaStepOptions eval_options = runner_options();
     eval_options.cuda_graph = false;
-    train_ = std::make_unique<CudaStep>(step.step.graph, io_, *device_, step_options(options_));
+    train_ = std::make_unique<CudaStep>(step.step.graph, io_, *device_, runner_options());
     eval_ = std::make_unique<CudaStep>(eval_graph_->step.graph, eval_io, *device_, eval_options);
   }
 
@@ -424,8 +488,8 @@ class CudaEngine final : public Engine {
       bind(*eval_, *eval_graph_, /*with_grads=*/false);
     }
     if (data_parallel_size(options_) > 1) {
-      grads_ready_ = device_->new_event();
-      grads_summed_ = device_->new_event();
+      if (!grads_ready_) grads_ready_ = device_->new_event();
+      if (!grads_summed_) grads_summed_ = device_->new_event();
       Communicator* comm = options_.data_parallel;
       auto bounded = [comm](Stream& stream) { comm->wait(stream); };
       train_->set_waiter(bounded);
@@ -554,6 +618,9 @@ class CudaEngine final : public Engine {
   std::unique_ptr<LlamaStep> eval_graph_;
   std::unique_ptr<CudaTrainingState> state_;
   std::unique_ptr<CudaGradNorm> norm_;
+  std::unique_ptr<CudaTensorParallel> tp_;       // --tp: this rank's pieces of the state
+  std::unique_ptr<CudaGradNorm> whole_norm_;     // --tp: the tensors every rank holds whole
+  ops::CollectiveGroups collectives_;            // --tp: the steps' collectives
   std::unique_ptr<MemorySpace> host_pool_;
   std::unique_ptr<CudaStep> train_, eval_;
   std::unique_ptr<CudaAdamW> adamw_;

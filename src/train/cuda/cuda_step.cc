@@ -14,7 +14,7 @@ CudaStep::CudaStep(const graph::Graph& graph, const StepIo& io, Device& device, 
   stream_ = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
   runner_ = std::make_unique<exec::CudaNodeRunner>(graph_, device_.device_memory(),
                                                    device_.stream(StreamKind::compute), options.deterministic,
-                                                   options.matmul_candidates, options.own_gemm);
+                                                   options.matmul_candidates, options.own_gemm, options.collectives);
 }
 
 void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpace* pinned_host) {

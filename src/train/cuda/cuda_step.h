@@ -47,6 +47,9 @@ struct CudaStepOptions {
   int matmul_candidates = 1;
   bool own_gemm = true;
   bool cuda_graph = true;  // replay a captured step where the executor is the plain one
+  // A tensor-parallel rank's step: its collectives' communicators (must
+  // outlive the step; null: none).
+  const ops::CollectiveGroups* collectives = nullptr;
 };
 
 class CudaStep {

@@ -40,11 +40,14 @@ struct BenchArgs {
 };
 
 // With data-parallel ranks, each runs its share of the step's grad_accum
-// micro-batches (on tokens of its own) and the lead rank reports the step.
+// micro-batches (on tokens of its own; the ranks of a tensor-parallel group
+// on the same ones) and the lead rank (rank 0 of the world) reports the step.
 int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   if (std::optional<int> exit_code = start_ranks_here(c)) return *exit_code;
   const TrainingRanks ranks = meet_ranks(c, train::Command::bench);
   const int rank = ranks.data_parallel.rank(), size = ranks.data_parallel.size();
+  const bool lead = ranks.data_parallel.world_rank == 0;
+  const int world = ranks.data_parallel.world_size;
   model::LlamaConfig config = model::resolve_config(c.model.config);
   SPW_CHECK(a.steps > 0 && a.warmup >= 0, "--steps", "need at least one timed step");
   const train::ScheduleConfig& s = c.schedule;
@@ -62,6 +65,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                                 .kernels = c.kernels,
                                 .data_parallel = ranks.data_parallel.comm,
                                 .shard = c.parallel.shard,
+                                .tensor_parallel = ranks.data_parallel.tensor_parallel,
+                                .sequence_parallel = c.parallel.sequence_parallel,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host};
   auto engine = train::make_engine(weights, optimizer, eo);
@@ -75,8 +80,9 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
     targets[i] = static_cast<int32_t>(rng() % static_cast<uint64_t>(config.vocab_size));
   }
   // Only the lead rank prints; the others' errors still reach the terminal.
-  const std::string ranks_note = size > 1 ? " x " + std::to_string(size) + " data-parallel ranks" : "";
-  if (rank == 0) {
+  std::string ranks_note = size > 1 ? " x " + std::to_string(size) + " data-parallel ranks" : "";
+  if (world > size) ranks_note += " x " + std::to_string(world / size) + " tensor-parallel ranks";
+  if (lead) {
     std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s%s\n",
                 c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
                 static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum),
@@ -86,7 +92,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   // The lead rank's GPU, sampled over the timed steps only.
   std::string no_power;
   std::unique_ptr<PowerMonitor> power =
-      gpu && rank == 0 ? open_gpu_power_monitor(ranks.data_parallel.gpu_ordinal, std::chrono::milliseconds(50), &no_power)
+      gpu && lead ? open_gpu_power_monitor(ranks.data_parallel.gpu_ordinal, std::chrono::milliseconds(50), &no_power)
                        : nullptr;
   PowerSummary power_summary;
   std::vector<double> times;
@@ -97,7 +103,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
     loss = engine->train_step(tokens, targets, micro_batches, 1e-4).loss;  // returns after the step finished
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= a.warmup) times.push_back(secs);
-    if (rank == 0) {
+    if (lead) {
       std::printf("  step %lld: %.3f s, loss %.4f%s\n", static_cast<long long>(i + 1), secs, loss,
                   i < a.warmup ? " (warm-up)" : "");
     }
@@ -106,7 +112,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   if (a.profile) {
     engine->set_profiling(true);
     engine->train_step(tokens, targets, micro_batches, 1e-4);
-    if (rank != 0) return 0;
+    if (!lead) return 0;
     std::printf("time by op (one profiled step):\n%s", engine->profile_report().c_str());
     const std::string svg = engine->measured_timeline_svg();
     if (!a.timeline.empty() && !svg.empty()) {
@@ -121,8 +127,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
   const double flops = model::training_flops_per_token(config, s.seq) * tok_s;
-  const double mfu = flops / (plan::rates_for_gpu(engine->device_name()).peak_flops * size);
-  if (rank != 0) return 0;
+  const double mfu = flops / (plan::rates_for_gpu(engine->device_name()).peak_flops * world);
+  if (!lead) return 0;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
   else std::printf("median step %.4f s | %.0f tok/s | %.1f GFLOP/s", step_s, tok_s, flops / 1e9);
   if (gpu) std::printf(" | MFU %.3f", mfu);
@@ -142,10 +148,12 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                         {"seq", s.seq},
                         {"batch", s.batch},
                         {"grad_accum", s.grad_accum},
-                        {"gpus", gpu ? size : 0},
+                        {"gpus", gpu ? world : 0},
                         {"dp", size},
+                        {"tp", world / size},
+                        {"sequence_parallel", world > size && c.parallel.sequence_parallel},
                         {"shard", train::enum_name(c.parallel.shard)},
-                        {"tok_s_per_gpu", tok_s / size},
+                        {"tok_s_per_gpu", tok_s / world},
                         {"tokens_per_step", n},
                         {"step_s", step_s},
                         {"mean_step_s", mean_step_s},

@@ -61,7 +61,14 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
               name.c_str(), static_cast<double>(p.parameters) / 1e9, static_cast<long long>(batch),
               a.batch_auto ? " (auto)" : "", static_cast<long long>(s.seq), static_cast<long long>(micro_batches),
               static_cast<long long>(batch * s.seq * micro_batches), per_gpu.c_str());
-  if (a.gpus > 1) {
+  if (planned.tp > 1) {
+    std::printf("tensor parallel over %d GPUs%s: each splits every layer's matrices (its graph's collectives priced "
+                "at %.0f GB/s)%s\n",
+                planned.tp, run.parallel.sequence_parallel ? " with sequence parallelism" : "",
+                req.rates.collective_bytes / 1e9,
+                planned.tp < a.gpus ? (", " + std::to_string(a.gpus / planned.tp) + " such groups").c_str() : "");
+  }
+  if (req.data_parallel > 1) {
     const plan::TrainingStateSpec& st = chosen.state;
     const bool sharded = st.state_shards > 1;
     // As the GPU engine does: under the backward pass where nothing moves.
@@ -82,7 +89,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
     const std::string where = a.hosts > 1 ? " on " + std::to_string(a.hosts) + " hosts" : "";
     std::printf("data parallel over %d GPUs%s: %s%s; each sends %s a step (%s%s) at %.0f GB/s (%s); the step waits "
                 "%.3f s for it\n",
-                a.gpus, where.c_str(), kept.c_str(), rings.c_str(), format_bytes(p.bytes_communicated).c_str(),
+                req.data_parallel, where.c_str(), kept.c_str(), rings.c_str(), format_bytes(p.bytes_communicated).c_str(),
                 sums.c_str(), gathered.c_str(), req.rates.collective_bytes / 1e9, planned.link_rate_source.c_str(),
                 p.communication_seconds);
     print_sharding_levels(req, st);
@@ -116,7 +123,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
               "device->host busy %.3f), communication %.3f s, optimizer %.3f s -> step %.3f s, %.0f tok/s%s, MFU %.3f\n",
               req.rates.name.c_str(), p.micro.step_seconds, p.micro.compute_seconds, p.micro.wait_seconds,
               p.micro.h2d_seconds, p.micro.d2h_seconds, p.communication_seconds, p.optimizer_seconds,
-              p.step_seconds, p.tokens_per_second * a.gpus, a.gpus > 1 ? " over all GPUs" : "", p.mfu);
+              p.step_seconds, p.tokens_per_second * req.data_parallel, a.gpus > 1 ? " over all GPUs" : "", p.mfu);
   if (!args.svg.empty()) {
     write_text_file_atomically(args.svg, planned.timeline_svg());
     std::printf("timeline: %s\n", args.svg.c_str());

@@ -197,11 +197,11 @@ const Field kFields[] = {
     {.key = "parallel.tp", .flag = "--tp",
      .help = "tensor-parallel degree: ranks that split each layer's matrices (q, k, v, gate, up by output features, "
              "o and down by input features, embedding and lm_head by vocabulary)",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::tp>, .min = 1, .max = limits::kMaxModelSplit},
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::tp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.sequence_parallel", .flag = "--sequence-parallel",
      .help = "with --tp: norms and residual adds split by tokens between the split regions (all-gather in, "
              "reduce-scatter out) instead of whole on every rank (all-reduce out)",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::sequence_parallel>},
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::sequence_parallel>},
     {.key = "parallel.pp", .flag = "--pp", .help = "pipeline-parallel degree (1 only, so far)",
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp", .help = "context-parallel degree (1 only, so far)", .commands = kSteps,

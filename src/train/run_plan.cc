@@ -58,17 +58,23 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
             " hosts");
   SPW_CHECK(a.link_rate >= 0 && a.link_rate < 1e6, "--link-rate", a.link_rate,
             " GB/s is not a rate a link has (0: the GPU's own)");
-  // As in training, --grad-accum counts the micro-batches of all ranks.
-  SPW_CHECK(s.grad_accum % a.gpus == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ",
-            a.gpus, " GPUs");
+  const int tp = static_cast<int>(run.parallel.tp);
+  SPW_CHECK(a.gpus % tp == 0, "--tp", tp, " does not divide the ", a.gpus, " GPUs (--gpus)");
+  const int dp = a.gpus / tp;
+  // As in training, --grad-accum counts the micro-batches of all
+  // data-parallel ranks; a tensor-parallel group shares its rank's.
+  SPW_CHECK(s.grad_accum % dp == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", dp,
+            " data-parallel ranks");
   RunPlan out;
   out.gpus = a.gpus;
   out.hosts = a.hosts;
+  out.tp = tp;
   out.batch_auto = a.batch_auto;
   StepPlanRequest& req = out.request;
   req.config = model::resolve_config(run.model.config);
-  req.data_parallel = a.gpus;
-  const int64_t grad_accum = s.grad_accum / a.gpus;
+  req.data_parallel = dp;
+  req.tensor_parallel = {.rank = 0, .ranks = tp, .sequence_parallel = run.parallel.sequence_parallel};
+  const int64_t grad_accum = s.grad_accum / dp;
   req.seq = s.seq;
   req.device_budget = m.device_mem;
   // The GPUs of one host share its memory evenly.

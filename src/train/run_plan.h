@@ -35,6 +35,7 @@ struct RunPlan {
   // The least device budget the step graph runs in beside the resident state.
   uint64_t minimum_device_budget = 0;
   int gpus = 1, hosts = 1;
+  int tp = 1;  // GPUs of a tensor-parallel group; gpus / tp data-parallel ranks
   bool batch_auto = false;
   std::string link_rate_source;  // where the collectives' rate came from: measured, given, assumed
 

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "device/cpu/cpu_device.h"
 #include "device/cuda/cuda_device.h"
 #include "dist/tcp_store.h"
 #include "dist/world.h"

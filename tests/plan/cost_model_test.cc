@@ -8,6 +8,7 @@
 #include "graph/builder.h"
 #include "graph/fuse_loss_gradient.h"
 #include "graph/fuse_matmul_swiglu.h"
+#include "ops/collective_op.h"
 #include "ops/cross_entropy_op.h"
 #include "ops/fill_op.h"
 #include "ops/matmul_op.h"
@@ -143,6 +144,21 @@ TEST(NodeCost, AProductWithSwigluBackwardCountsTheProductsFlops) {
   const double product_flops = 2.0 * kTokens * kFfn * kDim;
   EXPECT_DOUBLE_EQ(node_cost(g, g.nodes()[0], r).flops, product_flops);
   EXPECT_DOUBLE_EQ(node_cost(fused, fused.nodes()[0], r).flops, product_flops);
+}
+
+// A collective takes the time the bytes it sends over the links take (a
+// ring's: (N - 1)/N of the whole per pass, two for an all-reduce).
+TEST(NodeCost, CollectivesArePricedAtTheLinkRate) {
+  constexpr int64_t kTokens = 8192, kDim = 4096;
+  graph::Graph g;
+  graph::Builder b(g, DType::bf16);
+  const graph::Value piece = b.input("piece", Shape{kTokens / 4, kDim}, DType::bf16);
+  const graph::Value whole = ops::all_gather(b, piece, 3, 4, false, Shape{kTokens, kDim}, "gather");
+  g.mark_output(ops::all_reduce(b, whole, 3, 4, "sum"));
+  const MachineRates r = h100_rates();
+  const double bytes = 2.0 * kTokens * kDim;
+  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes()[0], r).seconds, 0.75 * bytes / r.collective_bytes);
+  EXPECT_DOUBLE_EQ(node_cost(g, g.nodes()[1], r).seconds, 1.5 * bytes / r.collective_bytes);
 }
 
 }  // namespace

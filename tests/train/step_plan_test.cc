@@ -177,5 +177,24 @@ TEST(DataParallelPlan, ShardingTheSumsAndWeightsKeepsLessOnEachDevice) {
   EXPECT_EQ(plan_data_parallel_step(home, StateSharding::automatic).state.state_shards, 1u);
 }
 
+// A rank of a tensor-parallel group plans its own step: half the weights,
+// half of each token's FLOPs, and its collectives priced on the links.
+TEST(TensorParallelPlan, ARankPlansItsHalfOfTheStepAndItsCollectives) {
+  StepPlanRequest whole = request(1, 60ull << 30);
+  StepPlanRequest split = whole;
+  split.tensor_parallel = {.rank = 0, .ranks = 2, .sequence_parallel = true};
+  const PlannedStep a = plan_llama_step(whole), b = plan_llama_step(split);
+  EXPECT_NEAR(static_cast<double>(b.plan.parameters), a.plan.parameters / 2.0, 0.02 * a.plan.parameters);
+  int collectives = 0;
+  for (const graph::Node& n : b.step->step.graph.nodes()) {
+    collectives += n.kind == graph::OpKind::all_gather || n.kind == graph::OpKind::reduce_scatter;
+  }
+  // Into and out of each layer's two regions, forward and backward, and the
+  // embedding, lm_head and loss.
+  EXPECT_GE(collectives, 16 * 8);
+  EXPECT_LT(b.plan.micro.compute_seconds, a.plan.micro.compute_seconds);
+  EXPECT_GT(b.plan.micro.compute_seconds, a.plan.micro.compute_seconds / 2);
+}
+
 }  // namespace
 }  // namespace spillway::train

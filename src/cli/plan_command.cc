@@ -42,6 +42,48 @@ void print_sharding_levels(const train::StepPlanRequest& req, const plan::Traini
   }
 }
 
+// Every way to split the GPUs into tensor-parallel groups (each layer split
+// over a group's GPUs, the groups data-parallel ranks), each planned as
+// `train` would run it: what each GPU holds and the predicted step, or why
+// it does not fit; the fastest marked, for --tp to take.
+void print_tensor_parallel_layouts(const train::RunConfig& run, const train::RunPlanOptions& a) {
+  struct Layout {
+    int tp;
+    std::string line;
+    double step_seconds = 0, tokens_per_second = 0;
+  };
+  std::vector<Layout> layouts;
+  for (int tp = 1; tp <= a.gpus; tp *= 2) {
+    if (a.gpus % tp != 0) continue;
+    train::RunConfig with = run;
+    with.parallel.tp = tp;
+    Layout l{tp, ""};
+    try {
+      const train::RunPlan p = train::plan_run(with, a);
+      const plan::TrainingPlan& q = p.plan();
+      l.step_seconds = q.step_seconds;
+      l.tokens_per_second = q.tokens_per_second * p.request.data_parallel;
+      char step[96];
+      std::snprintf(step, sizeof step, "step %.3f s, %.0f tok/s over all GPUs (MFU %.3f)", q.step_seconds,
+                    l.tokens_per_second, q.mfu);
+      l.line = format_bytes(q.resident_bytes + q.placement.device_peak) + " a GPU; --shard " +
+               std::string(train::enum_name(train::sharding_level(p.chosen.state))) + "; " + q.layout() + "; " + step;
+    } catch (const Error& e) {
+      l.line = std::string("does not fit: ") + e.what();
+    }
+    layouts.push_back(std::move(l));
+  }
+  const auto fastest = std::max_element(layouts.begin(), layouts.end(), [](const Layout& x, const Layout& y) {
+    return x.tokens_per_second < y.tokens_per_second;
+  });
+  std::printf("tensor-parallel layouts of the %d GPUs:\n", a.gpus);
+  for (const Layout& l : layouts) {
+    const bool best = fastest != layouts.end() && fastest->tokens_per_second > 0 && &l == &*fastest;
+    std::printf("  --tp %-2d x dp %-4d %s%s%s\n", l.tp, a.gpus / l.tp, l.line.c_str(),
+                l.tp == run.parallel.tp ? " (chosen)" : "", best ? " (fastest)" : "");
+  }
+}
+
 int run_plan(const train::RunConfig& run, const PlanArgs& args) {
   const train::RunPlanOptions& a = args.options;
   const train::ScheduleConfig& s = run.schedule;
@@ -94,6 +136,7 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
                 p.communication_seconds);
     print_sharding_levels(req, st);
   }
+  if (a.gpus > 1 && !a.largest) print_tensor_parallel_layouts(run, a);
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
               recompute.empty() ? "" : ("; recomputation: " + recompute).c_str());

@@ -60,8 +60,31 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
   EXPECT_NE(whole.out.find("every GPU keeps the whole training state"), std::string::npos) << whole.out;
   const CommandResult uneven = run_spillway("plan --gpus 3" + common);
   EXPECT_EQ(uneven.exit_code, 1) << uneven.out;
-  EXPECT_NE(uneven.out.find("--grad-accum: 8 micro-batches do not split evenly over 3 GPUs"), std::string::npos)
+  EXPECT_NE(uneven.out.find("--grad-accum: 8 micro-batches do not split evenly over 3 data-parallel ranks"),
+            std::string::npos)
       << uneven.out;
+}
+
+// Tensor parallelism in the plan: a rank's step of --tp T beside N/T-way
+// data parallelism, every split of the GPUs into groups planned side by
+// side with the fastest marked, and a degree that does not divide the GPUs
+// refused.
+TEST(PlanE2E, TensorParallelLayoutsArePlannedSideBySide) {
+  const std::string common = " --config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --host-mem 400GiB --device-mem 78GiB";
+  const CommandResult split = run_spillway("plan --gpus 4 --tp 2" + common);
+  ASSERT_EQ(split.exit_code, 0) << split.out;
+  EXPECT_NE(split.out.find("tensor parallel over 2 GPUs with sequence parallelism"), std::string::npos) << split.out;
+  EXPECT_NE(split.out.find("data parallel over 2 GPUs"), std::string::npos) << split.out;
+  EXPECT_NE(split.out.find("x 4 micro-batches"), std::string::npos) << split.out;  // 8 over 2 data-parallel ranks
+  for (const char* layout : {"--tp 1  x dp 4 ", "--tp 2  x dp 2 ", "--tp 4  x dp 1 "}) {
+    EXPECT_NE(split.out.find(layout), std::string::npos) << layout << "\n" << split.out;
+  }
+  const size_t fastest = split.out.find("(fastest)");
+  ASSERT_NE(fastest, std::string::npos) << split.out;
+  EXPECT_EQ(split.out.find("(fastest)", fastest + 1), std::string::npos) << split.out;
+  const CommandResult three = run_spillway("plan --gpus 4 --tp 3" + common);
+  EXPECT_EQ(three.exit_code, 1) << three.out;
+  EXPECT_NE(three.out.find("--tp: 3 does not divide the 4 GPUs"), std::string::npos) << three.out;
 }
 
 // GPUs over several hosts: each host's memory shared by its own GPUs, the

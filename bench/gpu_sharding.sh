@@ -148,7 +148,14 @@ phase_large() {
 }
 
 phase_largest() {
+  # The budgets the run's engine takes by default (90% of each GPU's free
+  # memory, 90% of the host's available), given to the plan as well: the
+  # plan's own defaults (80 GiB, 125 GiB) are another machine's.
+  local free_mib avail_kib
+  free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits | head -1)
+  avail_kib=$(awk '/MemAvailable/ {print $2}' /proc/meminfo)
   local a="--seq 8192 --batch 1 --grad-accum $(( 2 * NPROC )) --recompute layers"
+  a="$a --device-mem $(( free_mib * 9 / 10 ))MiB --host-mem $(( avail_kib * 9 / 10 / 1024 ))MiB"
   local layers
   layers=$($B plan --config llama3-8b $a --gpus $NPROC --largest 2>&1 | grep -oE "with [0-9]+ layers" | grep -oE "[0-9]+")
   [ -n "$layers" ] || { echo "largest: no plan"; return 1; }

@@ -46,15 +46,24 @@ class Backward final : public Vjp {
     }
   }
 
-  void run(Value loss, double seed) {
-    SPW_CHECK(g_.value(loss).shape.numel() == 1, "autodiff",
-              "loss '", g_.value(loss).name, "' must hold one element, has shape ",
-              g_.value(loss).shape.str());
+  // From `seed_value` (d objective / d output) where valid, else from the
+  // constant `seed` for a one-element loss.
+  void run(Value loss, double seed, Value seed_value = {}) {
+    const ValueInfo& li = g_.value(loss);
+    if (seed_value.valid()) {
+      const ValueInfo& si = g_.value(seed_value);
+      SPW_CHECK(si.shape == li.shape && si.dtype == li.dtype, "autodiff", "the gradient given for '", li.name,
+                "' is ", si.shape.str(), " ", dtype_name(si.dtype), ", the value ", li.shape.str(), " ",
+                dtype_name(li.dtype));
+    } else {
+      SPW_CHECK(li.shape.numel() == 1, "autodiff", "loss '", li.name, "' must hold one element, has shape ",
+                li.shape.str());
+    }
     b.set_backward(true);
     const auto forward_nodes = static_cast<int32_t>(g_.nodes().size());
     grad_.resize(g_.values().size());
     grad_[static_cast<size_t>(loss.id)] =
-        constant(b, g_.value(loss).name + ".grad", g_.value(loss).shape, seed, g_.value(loss).dtype);
+        seed_value.valid() ? seed_value : constant(b, li.name + ".grad", li.shape, seed, li.dtype);
     for (int32_t i = forward_nodes - 1; i >= 0; --i) {
       // Copy: emitting backward nodes grows the node list under us.
       const Node node = g_.nodes()[static_cast<size_t>(i)];
@@ -92,12 +101,9 @@ class Backward final : public Vjp {
   std::vector<bool> needs_;
 };
 
-}  // namespace
-
-Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt, GradientOutput output,
-                          double seed) {
-  Backward backward(b, wrt);
-  backward.run(loss, seed);
+// Every value of `wrt` given its gradient (zeros where the objective does
+// not reach it), as output says.
+Gradients finish_backward(Builder& b, Backward& backward, const std::vector<Value>& wrt, GradientOutput output) {
   Graph& g = b.graph();
   b.set_backward(true);
   Gradients grads;
@@ -130,6 +136,22 @@ Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt,
   }
   b.set_backward(false);
   return grads;
+}
+
+}  // namespace
+
+Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt, GradientOutput output,
+                          double seed) {
+  Backward backward(b, wrt);
+  backward.run(loss, seed);
+  return finish_backward(b, backward, wrt, output);
+}
+
+Gradients append_backward_from(Builder& b, Value output, Value seed, const std::vector<Value>& wrt,
+                               GradientOutput kind) {
+  Backward backward(b, wrt);
+  backward.run(output, 1.0, seed);
+  return finish_backward(b, backward, wrt, kind);
 }
 
 }  // namespace spillway::graph

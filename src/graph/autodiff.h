@@ -36,4 +36,11 @@ enum class GradientOutput : uint8_t {
 Gradients append_backward(Builder& b, Value loss, const std::vector<Value>& wrt,
                           GradientOutput output = GradientOutput::fresh, double seed = 1.0);
 
+// The same from a gradient given for a value of any shape: `seed` (a value
+// of `output`'s shape and dtype, an input of the graph) is d objective /
+// d output, as a pipeline stage receives it from the next stage for the
+// hidden state it handed on.
+Gradients append_backward_from(Builder& b, Value output, Value seed, const std::vector<Value>& wrt,
+                               GradientOutput kind = GradientOutput::fresh);
+
 }  // namespace spillway::graph

@@ -22,7 +22,18 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   LlamaGraph m;
   const int64_t d = c.hidden_size, hd = c.head_dim();
   const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads;
-  int tensors = 0;  // checkpoint tensors named so far
+  const LlamaStage& stage = options.stage;
+  const int64_t last_layer = stage.last_layer < 0 ? c.num_hidden_layers : stage.last_layer;
+  SPW_CHECK(stage.first_layer >= 0 && stage.first_layer < last_layer && last_layer <= c.num_hidden_layers,
+            "pipeline stage", "layers [", stage.first_layer, ", ", last_layer, ") of a model of ",
+            c.num_hidden_layers);
+  const bool has_loss = last_layer == c.num_hidden_layers;
+  SPW_CHECK(!c.tie_word_embeddings || (stage.has_embedding() && has_loss), "pipeline stage",
+            "a tied embedding is the first stage's and the last's; splitting it between stages is not supported");
+  // Checkpoint tensors named before this stage's: the embedding and nine
+  // per layer (stacked projections stack the same tensors).
+  constexpr int kLayerTensors = 9;
+  int tensors = stage.has_embedding() ? 0 : static_cast<int>(1 + kLayerTensors * stage.first_layer);
   const LoraConfig* lora = options.lora && options.lora->enabled() ? options.lora : nullptr;
   if (lora) {
     check_lora_config(*lora, "LoRA");
@@ -68,16 +79,21 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     return ops::add(b, y, ops::linear(b, scaled, up, module + ".lora_B"), module + ".lora_add");
   };
 
-  m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
-  m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
+  if (stage.has_embedding()) m.tokens = b.input("tokens", Shape{batch, seq}, DType::i32);
+  if (has_loss) m.targets = b.input("targets", Shape{batch, seq}, DType::i32);
   if (options.documents) {
     m.positions = b.input("positions", Shape{batch, seq}, DType::i32);
     m.doc_starts = b.input("doc_starts", Shape{batch, seq}, DType::i32);
   }
-  graph::Value embed = param("model.embed_tokens.weight", Shape{c.vocab_size, d});
-  graph::Value h = ops::embedding(b, embed, m.tokens, "model.embed_tokens");
+  graph::Value embed, h;
+  if (stage.has_embedding()) {
+    embed = param("model.embed_tokens.weight", Shape{c.vocab_size, d});
+    h = ops::embedding(b, embed, m.tokens, "model.embed_tokens");
+  } else {
+    h = m.hidden_in = b.input("hidden_in", Shape{batch, seq, d}, b.dtype());
+  }
 
-  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+  for (int64_t i = stage.first_layer; i < last_layer; ++i) {
     auto layer = b.scope("model.layers." + std::to_string(i));
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     graph::Value ln1 = param("input_layernorm.weight", Shape{d});
@@ -120,6 +136,10 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     h = ops::add(b, h, project(act, wd, "mlp.down_proj"), "mlp_residual");
   }
 
+  if (!has_loss) {
+    m.hidden_out = h;
+    return m;
+  }
   graph::Value norm = param("model.norm.weight", Shape{d});
   h = ops::rmsnorm(b, h, norm, c.rms_norm_eps, "model.norm");
   graph::Value head = c.tie_word_embeddings ? embed : param("lm_head.weight", Shape{c.vocab_size, d});

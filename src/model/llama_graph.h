@@ -10,6 +10,17 @@
 
 namespace spillway::model {
 
+// A stage of a pipeline (pipeline parallelism): the layers [first_layer,
+// last_layer) of the model, with the embedding where it is the first stage
+// and the final norm, lm_head and loss where it is the last. A stage
+// without the embedding reads the hidden state its previous stage made;
+// one without the loss hands its own on.
+struct LlamaStage {
+  int64_t first_layer = 0;
+  int64_t last_layer = -1;  // -1: the model's last
+  bool has_embedding() const { return first_layer == 0; }
+};
+
 struct LlamaGraphOptions {
   // Each layer's q, k and v projections as one matmul, and gate and up as
   // another, over a weight that stacks the checkpoint's tensors by rows: one
@@ -30,16 +41,22 @@ struct LlamaGraphOptions {
   // then graph inputs, frozen: autodiff differentiates the adapters alone
   // (LlamaGraph::trainable). Separate projections only. Null: none.
   const LoraConfig* lora = nullptr;
+  // Only these layers (model/llama_stage: pipeline parallelism); the whole
+  // model by default.
+  LlamaStage stage;
 };
 
 struct LlamaGraph {
-  graph::Value tokens;   // [batch, seq] i32
-  graph::Value targets;  // [batch, seq] i32, negative = not counted
+  graph::Value tokens;   // [batch, seq] i32 (a stage with the embedding)
+  graph::Value targets;  // [batch, seq] i32, negative = not counted (a stage with the loss)
+  // A pipeline stage's hidden states: the one it reads [batch, seq, hidden]
+  // (without the embedding) and the one it hands on (without the loss).
+  graph::Value hidden_in, hidden_out;
   graph::Value loss_weights;  // [batch, seq] in the accumulation dtype, with weighted_loss; else invalid
   graph::Value positions;     // [batch, seq] i32, with documents; else invalid
   graph::Value doc_starts;    // [batch, seq] i32, with documents; else invalid
-  graph::Value logits;   // [batch, seq, vocab]
-  graph::Value loss;     // mean cross-entropy (weighted: the weighted sum), one element
+  graph::Value logits;   // [batch, seq, vocab] (a stage with the loss)
+  graph::Value loss;     // mean cross-entropy (weighted: the weighted sum), one element (a stage with the loss)
   // The base weights in checkpoint order: parameters, or with LoRA frozen
   // inputs bound the same way.
   std::vector<graph::Value> parameters;

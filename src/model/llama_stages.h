@@ -1,0 +1,34 @@
+// Pipeline parallelism's split of LLaMA into stages: contiguous runs of
+// layers, the embedding with the first and the final norm, lm_head and loss
+// with the last (model::LlamaStage), balanced by the cost model so that no
+// stage's micro-batch takes much longer than another's: the embedding and
+// the vocabulary-wide lm_head are not free.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/llama_config.h"
+#include "model/llama_graph.h"
+#include "plan/machine_rates.h"
+
+namespace spillway::model {
+
+// Predicted seconds of one micro-batch's forward and backward pass, by
+// part: each layer's, the embedding's, and the final norm's, lm_head's and
+// loss's together.
+struct LlamaStepCosts {
+  std::vector<double> layers;
+  double embedding = 0, head = 0;
+};
+LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_t seq,
+                                const plan::MachineRates& rates);
+
+// The `stages` stages whose slowest is the fastest any contiguous split
+// gives (each stage at least one layer). Error naming --pp where the model
+// has fewer layers than stages.
+std::vector<LlamaStage> balance_llama_stages(const LlamaStepCosts& costs, int stages);
+// A stage's predicted seconds.
+double stage_seconds(const LlamaStepCosts& costs, const LlamaStage& stage);
+
+}  // namespace spillway::model

@@ -67,6 +67,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                                 .shard = c.parallel.shard,
                                 .tensor_parallel = ranks.data_parallel.tensor_parallel,
                                 .sequence_parallel = c.parallel.sequence_parallel,
+                                .pipeline_parallel = ranks.data_parallel.pipeline_parallel,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host};
   auto engine = train::make_engine(weights, optimizer, eo);
@@ -81,7 +82,8 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   }
   // Only the lead rank prints; the others' errors still reach the terminal.
   std::string ranks_note = size > 1 ? " x " + std::to_string(size) + " data-parallel ranks" : "";
-  if (world > size) ranks_note += " x " + std::to_string(world / size) + " tensor-parallel ranks";
+  if (c.parallel.pp > 1) ranks_note += " x " + std::to_string(c.parallel.pp) + " pipeline stages";
+  if (c.parallel.tp > 1) ranks_note += " x " + std::to_string(c.parallel.tp) + " tensor-parallel ranks";
   if (lead) {
     std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s%s\n",
                 c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
@@ -150,8 +152,9 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                         {"grad_accum", s.grad_accum},
                         {"gpus", gpu ? world : 0},
                         {"dp", size},
-                        {"tp", world / size},
-                        {"sequence_parallel", world > size && c.parallel.sequence_parallel},
+                        {"tp", c.parallel.tp},
+                        {"pp", c.parallel.pp},
+                        {"sequence_parallel", c.parallel.tp > 1 && c.parallel.sequence_parallel},
                         {"shard", train::enum_name(c.parallel.shard)},
                         {"tok_s_per_gpu", tok_s / world},
                         {"tokens_per_step", n},

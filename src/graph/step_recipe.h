@@ -27,7 +27,7 @@ struct StepRecipe {
   RecomputePolicy recompute = RecomputePolicy::none;
   // Where not empty, instead of the policy: the kinds of values recomputed
   // (graph::recompute_kind), as the planner chooses them.
-  std::vector<std::string> recomputed_kinds;
+  std::vector<std::string> recomputed_kinds{};
   // The loss's own gradient (graph::append_backward's seed): 1, or a rank's
   // share of a loss every rank of a tensor-parallel group computes alike.
   double seed = 1.0;

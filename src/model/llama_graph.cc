@@ -28,8 +28,6 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
             "pipeline stage", "layers [", stage.first_layer, ", ", last_layer, ") of a model of ",
             c.num_hidden_layers);
   const bool has_loss = last_layer == c.num_hidden_layers;
-  SPW_CHECK(!c.tie_word_embeddings || (stage.has_embedding() && has_loss), "pipeline stage",
-            "a tied embedding is the first stage's and the last's; splitting it between stages is not supported");
   // Checkpoint tensors named before this stage's: the embedding and nine
   // per layer (stacked projections stack the same tensors).
   constexpr int kLayerTensors = 9;
@@ -142,7 +140,19 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   }
   graph::Value norm = param("model.norm.weight", Shape{d});
   h = ops::rmsnorm(b, h, norm, c.rms_norm_eps, "model.norm");
-  graph::Value head = c.tie_word_embeddings ? embed : param("lm_head.weight", Shape{c.vocab_size, d});
+  graph::Value head;
+  if (!c.tie_word_embeddings) {
+    head = param("lm_head.weight", Shape{c.vocab_size, d});
+  } else if (embed.valid()) {
+    head = embed;
+  } else {
+    // The last stage of a pipeline holds its own copy of a tied table
+    // (checkpoint tensor 0), kept alike with the first stage's.
+    head = lora ? b.input("model.embed_tokens.weight", Shape{c.vocab_size, d}, b.dtype())
+                : b.parameter("model.embed_tokens.weight", Shape{c.vocab_size, d});
+    m.parameters.push_back(head);
+    m.parameter_parts.push_back({0});
+  }
   m.logits = ops::linear(b, h, head, "lm_head");
   if (options.weighted_loss) {
     m.loss_weights = b.input("loss_weights", Shape{batch, seq}, graph::accumulation_dtype(b.dtype()));

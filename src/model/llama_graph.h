@@ -41,9 +41,9 @@ struct LlamaGraphOptions {
   // then graph inputs, frozen: autodiff differentiates the adapters alone
   // (LlamaGraph::trainable). Separate projections only. Null: none.
   const LoraConfig* lora = nullptr;
-  // Only these layers (model/llama_stage: pipeline parallelism); the whole
-  // model by default.
-  LlamaStage stage;
+  // Only these layers (model/llama_stages.h: pipeline parallelism); the whole
+  // model by default. A tied table's last stage holds a copy of it.
+  LlamaStage stage{};
 };
 
 struct LlamaGraph {

@@ -7,6 +7,7 @@
 #include "base/log.h"
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
+#include "train/cpu_pipeline.h"
 #include "train/cpu_sharded_adamw.h"
 #include "train/engine.h"
 #include "train/loss_weights.h"
@@ -40,6 +41,17 @@ class CpuEngine final : public Engine {
       eval_->bind_adapters(o.lora->adapters, nullptr);
       return;
     }
+    if (o.pipeline_parallel) {
+      SPW_CHECK(!o.tensor_parallel, "--pp", "pipeline and tensor parallelism together are not supported yet");
+      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
+                "--shard " + std::string(enum_name(o.shard)), "with --pp, each stage keeps its own layers' state; ",
+                "sharding it over data-parallel ranks too is not supported yet");
+      SPW_CHECK(!o.weighted_loss && !o.documents, "--pp", "instruction data and packed rows are not supported with "
+                "pipeline parallelism yet");
+      pipe_ = std::make_unique<CpuPipeline>(weights_, optimizer_, *o.pipeline_parallel, o.batch, o.seq,
+                                            device_->device_memory(), device_->stream(StreamKind::comm));
+      return;
+    }
     if (o.tensor_parallel) {
       SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
                 "--shard " + std::string(enum_name(o.shard)), "with --tp, the state is split by the layers' pieces; ",
@@ -68,6 +80,7 @@ class CpuEngine final : public Engine {
                                                               : "AdamW's moments";
       d += "; " + std::string(what) + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
     }
+    if (pipe_) d += "; " + pipe_->describe();
     if (tp_) {
       d += "; tensor parallel over " + std::to_string(options_.tensor_parallel->size()) + " ranks" +
            (options_.sequence_parallel ? ", sequence parallel" : "");
@@ -104,6 +117,11 @@ class CpuEngine final : public Engine {
     // rank then reduce-scatters into its share of the sums.
     if (sharded_) begin_sharded_step();
     std::vector<model::NamedTensor>& grads = trained_grads();
+    if (pipe_) {
+      for (auto& t : grads) std::fill(t.data.begin(), t.data.end(), 0.0f);
+      stats.loss = pipe_->run_micro_batches(inputs, targets, micro_batches);
+      return finish_step(stats, grads, micro_batches, lr);
+    }
     const bool each_micro_batch = shard_ == StateSharding::gradients || shard_ == StateSharding::weights;
     Stream& comm = device_->stream(StreamKind::comm);
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
@@ -135,6 +153,13 @@ class CpuEngine final : public Engine {
       if (stats.updated) sharded_->step(weights_, lr, scale, comm);
       return stats;
     }
+    return finish_step(stats, grads, micro_batches, lr);
+  }
+
+  // The step's gradient sums summed over the ranks, clipped, and AdamW's update.
+  StepStats finish_step(StepStats stats, std::vector<model::NamedTensor>& grads, int64_t micro_batches, double lr) {
+    const int ranks = data_parallel_size(options_);
+    Stream& comm = device_->stream(StreamKind::comm);
     if (tp_) tp_->sum_whole_gradients(comm);
     if (ranks > 1) {
       for (auto& t : grads) {
@@ -143,12 +168,16 @@ class CpuEngine final : public Engine {
       sum_over_ranks(std::span<double>(&stats.loss, 1));  // waits for the sums above too
       stats.loss /= ranks;
     }
-    const double norm = tp_ ? std::sqrt(tp_->grad_sum_of_squares(comm)) : global_grad_norm(grads);
+    const double norm = tp_     ? std::sqrt(tp_->grad_sum_of_squares(comm))
+                        : pipe_ ? std::sqrt(pipe_->grad_sum_of_squares())
+                                : global_grad_norm(grads);
     const double scale =
         accumulated_grad_scale(norm, micro_batches * ranks, options_.grad_clip, &stats.grad_norm);
     if (profiling_) ++profiled_steps_;
     stats.updated = update_is_finite(stats);
-    if (stats.updated && tp_) {
+    if (stats.updated && pipe_) {
+      pipe_->step(optimizer_, lr, scale);
+    } else if (stats.updated && tp_) {
       tp_->step(optimizer_, lr, scale);
     } else if (stats.updated && options_.lora) {
       LoraState& l = *options_.lora;
@@ -162,6 +191,7 @@ class CpuEngine final : public Engine {
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     SPW_CHECK(weights_whole_ || shard_ != StateSharding::weights, "evaluation",
               "the weights are sharded; begin_evaluation gathers them first");
+    if (pipe_) return pipe_->eval_loss(inputs, targets);
     return eval_->run(step_weights(), inputs, targets);
   }
   // The ranks take turns at an evaluation's batches: the weights are
@@ -179,16 +209,18 @@ class CpuEngine final : public Engine {
 
   void sum_over_world(std::span<double> values) override {
     sum_over_ranks(values);
-    if (!options_.tensor_parallel) return;
     Stream& comm = device_->stream(StreamKind::comm);
-    options_.tensor_parallel->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
-    options_.tensor_parallel->wait(comm);
+    for (Communicator* group : {options_.pipeline_parallel, options_.tensor_parallel}) {
+      if (!group) continue;
+      group->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
+      group->wait(comm);
+    }
   }
 
   std::string device_name() const override { return "cpu"; }
   bool on_gpu() const override { return false; }
   void sync_to_host() override {
-    if (tp_) return gather_pieces();
+    if (tp_ || pipe_) return gather_pieces();
     if (shard_ == StateSharding::weights && !weights_whole_) gather_weights();
     sync_moments();
   }
@@ -196,6 +228,7 @@ class CpuEngine final : public Engine {
   // them at the first read of it after a step, every rank reading alike.
   void read_state(StatePart part, size_t i, std::span<float> out) override {
     if (tp_) return tp_->read_whole(part, i, out, device_->stream(StreamKind::comm));
+    if (pipe_) return pipe_->read_whole(part, i, out);
     if (part != StatePart::master) sync_moments();
     if (part == StatePart::master && shard_ == StateSharding::weights && !weights_whole_) gather_weights();
     const model::LlamaWeights& from = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
@@ -203,7 +236,7 @@ class CpuEngine final : public Engine {
     SPW_CHECK(data.size() == out.size(), from.tensors()[i].name, "holds ", data.size(), " values, not ", out.size());
     std::copy(data.begin(), data.end(), out.begin());
   }
-  bool reads_are_collective() const override { return sharded_ != nullptr || tp_ != nullptr; }
+  bool reads_are_collective() const override { return sharded_ != nullptr || tp_ != nullptr || pipe_ != nullptr; }
   void finish() override { grads_ = model::LlamaWeights(); }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
@@ -221,17 +254,17 @@ class CpuEngine final : public Engine {
   AdamW& optimizer_;
   EngineOptions options_;
   std::vector<model::NamedTensor>& trained_grads() {
+    if (pipe_) return pipe_->grads();
     return options_.lora ? adapter_grads_.tensors() : tp_ ? tp_->grads().tensors() : grads_.tensors();
   }
   // The weights the steps run on: with tensor parallelism, this rank's pieces.
   model::LlamaWeights& step_weights() { return tp_ ? tp_->weights() : weights_; }
-  // The caller's weights and moments, whole, from every rank's pieces.
+  // The caller's weights and moments, whole, from every rank's pieces (or stages).
   void gather_pieces() {
-    Stream& comm = device_->stream(StreamKind::comm);
     for (StatePart part : {StatePart::master, StatePart::m, StatePart::v}) {
       model::LlamaWeights& to = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
       if (to.tensors().empty()) to = model::LlamaWeights::zeros(weights_.config());
-      for (size_t i = 0; i < to.tensors().size(); ++i) tp_->read_whole(part, i, to.tensors()[i].data, comm);
+      for (size_t i = 0; i < to.tensors().size(); ++i) read_state(part, i, to.tensors()[i].data);
     }
   }
 
@@ -303,6 +336,7 @@ class CpuEngine final : public Engine {
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer, gradients or weights
   std::unique_ptr<TensorParallelState> tp_;   // --tp: this rank's pieces of the state
+  std::unique_ptr<CpuPipeline> pipe_;         // --pp: this rank's stage and its state
   // What is sharded: none without data parallelism or with LoRA.
   StateSharding shard_ = StateSharding::none;
   bool profiling_ = false;

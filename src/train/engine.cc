@@ -127,6 +127,8 @@ std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   SPW_CHECK(options.lora == nullptr || !picks_gpu(options.device), "--lora-rank",
             "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
+  SPW_CHECK(options.pipeline_parallel == nullptr || !picks_gpu(options.device), "--pp",
+            "pipeline parallelism runs on the CPU engine so far; add --device cpu");
 #ifdef SPILLWAY_HAS_CUDA
   if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else

@@ -58,6 +58,10 @@ struct EngineOptions {
   // tokens between the layers' split regions.
   Communicator* tensor_parallel = nullptr;
   bool sequence_parallel = true;
+  // Pipeline parallelism (train/cpu_pipeline.h): the ranks whose stages of
+  // the model each micro-batch passes through in turn (null: none). The CPU
+  // engine only, so far.
+  Communicator* pipeline_parallel = nullptr;
   int gpu_ordinal = 0;  // the GPU this rank runs on
   // Ranks on this host: they share its memory (memory.host_mem is the
   // host's budget), each planning with an even share of it.

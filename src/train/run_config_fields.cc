@@ -202,7 +202,9 @@ const Field kFields[] = {
      .help = "with --tp: norms and residual adds split by tokens between the split regions (all-gather in, "
              "reduce-scatter out) instead of whole on every rank (all-reduce out)",
      .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::sequence_parallel>},
-    {.key = "parallel.pp", .flag = "--pp", .help = "pipeline-parallel degree (1 only, so far)",
+    {.key = "parallel.pp", .flag = "--pp",
+     .help = "pipeline-parallel degree: ranks that each hold a stage of the layers (balanced by the cost model), "
+             "every micro-batch passing through them in turn; the CPU engine, so far",
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp", .help = "context-parallel degree (1 only, so far)", .commands = kSteps,
      .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},

@@ -18,7 +18,8 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
                               {.weighted_loss = weighted_loss, .documents = documents, .lora = lora});
   if (!with_backward) forward.mark_output(model_.logits);
   forward.mark_output(model_.loss);
-  graph::StepRecipe recipe{.backward = with_backward};
+  graph::StepRecipe recipe;
+  recipe.backward = with_backward;
   std::optional<graph::RankGraph> rank;
   std::optional<graph::Builder> rank_builder;
   if (split && split->tp.ranks > 1) {

@@ -423,6 +423,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .shard = o.parallel.shard,
                                      .tensor_parallel = ranks.tensor_parallel,
                                      .sequence_parallel = o.parallel.sequence_parallel,
+                                     .pipeline_parallel = ranks.pipeline_parallel,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),

@@ -1,0 +1,203 @@
+#include "train/cpu_pipeline.h"
+
+#include <algorithm>
+
+#include "base/status.h"
+#include "model/llama_stages.h"
+#include "plan/machine_rates.h"
+
+namespace spillway::train {
+
+// A stage's graph made runnable: forward only (the next stage's input, or
+// the loss), or forward and backward from the gradient handed back (the
+// loss's own, at the last stage), the stage's gradient sums accumulated.
+struct CpuPipeline::Program {
+  graph::Graph g;
+  graph::Builder b{g, DType::f32};
+  model::LlamaGraph m;
+  graph::Gradients grads;
+  graph::Value seed;  // the gradient of hidden_out, handed back
+  std::unique_ptr<exec::CpuExecutor> exec;
+
+  Program(const model::LlamaConfig& c, int64_t batch, int64_t seq, const model::LlamaStage& stage, bool backward,
+          MemorySpace& space) {
+    m = model::build_llama(b, c, batch, seq, {.stage = stage});
+    graph::Value out = m.loss.valid() ? m.loss : m.hidden_out;
+    g.mark_output(out);
+    if (backward) {
+      std::vector<graph::Value> wrt = m.parameters;
+      if (m.hidden_in.valid()) wrt.push_back(m.hidden_in);
+      if (m.loss.valid()) {
+        grads = graph::append_backward(b, m.loss, wrt, graph::GradientOutput::accumulated);
+      } else {
+        seed = b.input("hidden_out.grad", g.value(m.hidden_out).shape, DType::f32);
+        grads = graph::append_backward_from(b, m.hidden_out, seed, wrt, graph::GradientOutput::accumulated);
+      }
+    }
+    exec = std::make_unique<exec::CpuExecutor>(g, space);
+  }
+};
+
+CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group,
+                         int64_t batch, int64_t seq, MemorySpace& space, Stream& comm)
+    : group_(group), comm_(comm), batch_(batch), seq_(seq), hidden_(weights.config().hidden_size) {
+  const model::LlamaConfig& c = weights.config();
+  // The stages' costs are proportions: any GPU's rates split them alike.
+  stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq, plan::h100_rates()), group.size());
+  forward_ = std::make_unique<Program>(c, batch, seq, stage(), false, space);
+  train_ = std::make_unique<Program>(c, batch, seq, stage(), true, space);
+  const size_t tensors = weights.tensors().size();
+  owner_.assign(tensors, -1);
+  own_index_.assign(tensors, -1);
+  for (int r = 0; r < group.size(); ++r) {
+    graph::Graph g;
+    graph::Builder b(g, DType::f32);
+    const model::LlamaGraph m = model::build_llama(b, c, batch, seq, {.stage = stages_[static_cast<size_t>(r)]});
+    for (const auto& parts : m.parameter_parts) {
+      int& owner = owner_.at(static_cast<size_t>(parts.front()));
+      if (owner < 0) owner = r;  // a tied table is the first stage's (the last holds a copy)
+    }
+  }
+  const bool moments = !optimizer.m.tensors().empty();
+  table_elements_ = static_cast<int64_t>(weights.tensors()[0].data.size());
+  for (const auto& parts : train_->m.parameter_parts) {
+    const auto t = static_cast<size_t>(parts.front());
+    own_index_[t] = static_cast<int>(weights_.size());
+    const model::NamedTensor& w = weights.tensors()[t];
+    weights_.push_back(w);
+    grads_.push_back({w.name, w.shape, std::vector<float>(w.data.size(), 0.0f)});
+    m_.push_back(moments ? optimizer.m.tensors()[t] : grads_.back());
+    v_.push_back(moments ? optimizer.v.tensors()[t] : grads_.back());
+  }
+  tied_ = c.tie_word_embeddings && group.size() > 1;
+  if (!first()) kept_.resize(1);
+  hidden_out_.resize(static_cast<size_t>(batch * seq * hidden_));
+  hidden_grad_.resize(hidden_out_.size());
+}
+
+CpuPipeline::~CpuPipeline() = default;
+
+std::string CpuPipeline::describe() const {
+  std::string d = "pipeline stage " + std::to_string(group_.rank() + 1) + " of " + std::to_string(group_.size()) +
+                  " (layers " + std::to_string(stage().first_layer) + "-" + std::to_string(stage().last_layer - 1) +
+                  "; stages split";
+  for (const model::LlamaStage& s : stages_) {
+    d += " " + std::to_string(s.last_layer - s.first_layer);
+  }
+  return d + " layers by their predicted time)";
+}
+
+void CpuPipeline::send(std::vector<float>& data, int peer) {
+  group_.send(data.data(), data.size(), DType::f32, peer, comm_);
+  group_.wait(comm_);
+}
+
+void CpuPipeline::receive(std::vector<float>& data, int peer) {
+  group_.recv(data.data(), data.size(), DType::f32, peer, comm_);
+  group_.wait(comm_);
+}
+
+double CpuPipeline::sum_over_stages(double value) {
+  group_.all_reduce_sum(&value, 1, DType::f64, comm_);
+  group_.wait(comm_);
+  return value;
+}
+
+double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<const int32_t> targets,
+                        std::vector<float>& hidden_in, std::vector<float>& hidden_grad) {
+  exec::CpuExecutor& e = *p.exec;
+  if (p.m.tokens.valid()) e.bind(p.m.tokens, tokens);
+  if (p.m.targets.valid()) e.bind(p.m.targets, targets);
+  if (p.m.hidden_in.valid()) e.bind(p.m.hidden_in, std::span<float>(hidden_in));
+  if (p.seed.valid()) e.bind(p.seed, std::span<float>(hidden_grad));
+  for (size_t i = 0; i < p.m.parameters.size(); ++i) {
+    const auto own = static_cast<size_t>(own_index_[static_cast<size_t>(p.m.parameter_parts[i].front())]);
+    e.bind(p.m.parameters[i], std::span<float>(weights_[own].data));
+    if (!p.grads.of.empty()) e.bind(p.grads[p.m.parameters[i]], std::span<float>(grads_[own].data));
+  }
+  // The gradient of the hidden state read: this run's alone.
+  if (!p.grads.of.empty() && p.m.hidden_in.valid()) {
+    std::fill(hidden_grad_.begin(), hidden_grad_.end(), 0.0f);
+    e.bind(p.grads[p.m.hidden_in], std::span<float>(hidden_grad_));
+  }
+  e.run();
+  if (p.grads.of.empty() && p.m.hidden_out.valid()) {
+    const auto h = e.read<float>(p.m.hidden_out);
+    std::copy(h.begin(), h.end(), hidden_out_.begin());
+  }
+  return p.m.loss.valid() ? e.read<float>(p.m.loss)[0] : 0.0;
+}
+
+double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                                      int64_t micro_batches) {
+  const auto n = static_cast<size_t>(batch_ * seq_);
+  const int rank = group_.rank();
+  if (!first()) kept_.assign(static_cast<size_t>(micro_batches), std::vector<float>(hidden_out_.size()));
+  std::vector<float> none;
+  // Forward: each stage's hidden state to the next, micro-batch by micro-batch.
+  for (int64_t mb = 0; mb < micro_batches; ++mb) {
+    const auto x = inputs.subspan(static_cast<size_t>(mb) * n, n), y = targets.subspan(static_cast<size_t>(mb) * n, n);
+    std::vector<float>& in = first() ? none : kept_[static_cast<size_t>(mb)];
+    if (!first()) receive(in, rank - 1);
+    if (last()) continue;  // the last stage's forward runs with its backward
+    run(*forward_, x, y, in, none);
+    send(hidden_out_, rank + 1);
+  }
+  // Backward, from the last stage back: each remakes its forward.
+  double loss = 0;
+  std::vector<float> handed_back(hidden_out_.size());
+  for (int64_t mb = 0; mb < micro_batches; ++mb) {
+    const auto x = inputs.subspan(static_cast<size_t>(mb) * n, n), y = targets.subspan(static_cast<size_t>(mb) * n, n);
+    std::vector<float>& in = first() ? none : kept_[static_cast<size_t>(mb)];
+    if (!last()) receive(handed_back, rank + 1);
+    loss += run(*train_, x, y, in, handed_back);
+    if (!first()) send(hidden_grad_, rank - 1);
+  }
+  // A tied table's gradient: the first stage's (the embedding) and the
+  // last's (lm_head), summed on both.
+  if (tied_) {
+    const int own = own_index_[0];
+    std::vector<float> none(own >= 0 ? 0 : static_cast<size_t>(table_elements_), 0.0f);
+    std::vector<float>& g = own >= 0 ? grads_[static_cast<size_t>(own)].data : none;
+    group_.all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
+    group_.wait(comm_);
+  }
+  return sum_over_stages(loss / static_cast<double>(micro_batches));
+}
+
+double CpuPipeline::grad_sum_of_squares() {
+  double sum = 0;
+  for (size_t i = 0; i < grads_.size(); ++i) {
+    if (tied_ && last() && static_cast<int>(i) == own_index_[0]) continue;  // counted on the first stage
+    for (float x : grads_[i].data) sum += static_cast<double>(x) * x;
+  }
+  return sum_over_stages(sum);
+}
+
+void CpuPipeline::step(AdamW& optimizer, double lr, double grad_scale) {
+  optimizer.step(weights_, grads_, m_, v_, lr, grad_scale);
+}
+
+double CpuPipeline::eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
+  const int rank = group_.rank();
+  std::vector<float> in(first() ? 0 : hidden_out_.size()), none;
+  if (!first()) receive(in, rank - 1);
+  const double loss = run(*forward_, inputs, targets, in, none);
+  if (!last()) send(hidden_out_, rank + 1);
+  return sum_over_stages(loss);
+}
+
+void CpuPipeline::read_whole(StatePart part, size_t i, std::span<float> out) {
+  const int own = own_index_.at(i);
+  if (own >= 0) {
+    const std::vector<model::NamedTensor>& from = part == StatePart::master ? weights_ : part == StatePart::m ? m_ : v_;
+    const std::vector<float>& data = from[static_cast<size_t>(own)].data;
+    SPW_CHECK(data.size() == out.size(), from[static_cast<size_t>(own)].name, "holds ", data.size(), " values, not ",
+              out.size());
+    std::copy(data.begin(), data.end(), out.begin());
+  }
+  group_.broadcast(out.data(), out.size(), DType::f32, owner_.at(i), comm_);
+  group_.wait(comm_);
+}
+
+}  // namespace spillway::train

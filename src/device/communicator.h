@@ -60,6 +60,11 @@ class Communicator {
   // with the matching recv.
   virtual void send(const void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
   virtual void recv(void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
+  // A send and a receive in flight together (to and from the same peer or
+  // two), so that two ranks sending to each other at once both go on: a
+  // pipeline's stages crossing activations and gradients.
+  virtual void send_recv(const void* send_data, uint64_t send_count, int send_peer, void* recv_data,
+                         uint64_t recv_count, int recv_peer, DType dtype, Stream& stream) = 0;
   // Returns once everything enqueued on `stream` has finished. Error naming
   // this rank when its collectives do not finish within the run's timeout
   // (a peer that died or hangs): no rank waits forever.

@@ -1,6 +1,7 @@
 #include "train/cpu_pipeline.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "base/status.h"
 #include "model/llama_stages.h"
@@ -70,7 +71,6 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
     v_.push_back(moments ? optimizer.v.tensors()[t] : grads_.back());
   }
   tied_ = c.tie_word_embeddings && group.size() > 1;
-  if (!first()) kept_.resize(1);
   hidden_out_.resize(static_cast<size_t>(batch * seq * hidden_));
   hidden_grad_.resize(hidden_out_.size());
 }
@@ -94,6 +94,11 @@ void CpuPipeline::send(std::vector<float>& data, int peer) {
 
 void CpuPipeline::receive(std::vector<float>& data, int peer) {
   group_.recv(data.data(), data.size(), DType::f32, peer, comm_);
+  group_.wait(comm_);
+}
+
+void CpuPipeline::exchange(std::vector<float>& out, std::vector<float>& in, int peer) {
+  group_.send_recv(out.data(), out.size(), peer, in.data(), in.size(), peer, DType::f32, comm_);
   group_.wait(comm_);
 }
 
@@ -128,37 +133,64 @@ double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<c
   return p.m.loss.valid() ? e.read<float>(p.m.loss)[0] : 0.0;
 }
 
+// 1F1B: stage k runs S - k - 1 forwards ahead, then a forward and a
+// backward in turn, then the backwards left; so it keeps at most S - k
+// micro-batches' inputs. Where a stage hands a hidden state on and waits
+// for a gradient back (or the other way), the send and the receive are one
+// exchange, so that neighbours sending to each other at once both go on.
 double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
                                       int64_t micro_batches) {
   const auto n = static_cast<size_t>(batch_ * seq_);
-  const int rank = group_.rank();
-  if (!first()) kept_.assign(static_cast<size_t>(micro_batches), std::vector<float>(hidden_out_.size()));
+  const int rank = group_.rank(), stages = group_.size();
+  const int64_t warmup = std::min<int64_t>(stages - rank - 1, micro_batches);
+  auto tokens = [&](int64_t mb) { return inputs.subspan(static_cast<size_t>(mb) * n, n); };
+  auto labels = [&](int64_t mb) { return targets.subspan(static_cast<size_t>(mb) * n, n); };
   std::vector<float> none;
-  // Forward: each stage's hidden state to the next, micro-batch by micro-batch.
-  for (int64_t mb = 0; mb < micro_batches; ++mb) {
-    const auto x = inputs.subspan(static_cast<size_t>(mb) * n, n), y = targets.subspan(static_cast<size_t>(mb) * n, n);
-    std::vector<float>& in = first() ? none : kept_[static_cast<size_t>(mb)];
-    if (!first()) receive(in, rank - 1);
-    if (last()) continue;  // the last stage's forward runs with its backward
-    run(*forward_, x, y, in, none);
-    send(hidden_out_, rank + 1);
-  }
-  // Backward, from the last stage back: each remakes its forward.
-  double loss = 0;
+  std::deque<std::vector<float>> kept;  // the inputs of micro-batches forwarded, not yet backward
+  auto forward = [&](int64_t mb, std::vector<float> in) {
+    if (!last()) run(*forward_, tokens(mb), labels(mb), in, none);
+    if (!first()) kept.push_back(std::move(in));
+  };
   std::vector<float> handed_back(hidden_out_.size());
-  for (int64_t mb = 0; mb < micro_batches; ++mb) {
-    const auto x = inputs.subspan(static_cast<size_t>(mb) * n, n), y = targets.subspan(static_cast<size_t>(mb) * n, n);
-    std::vector<float>& in = first() ? none : kept_[static_cast<size_t>(mb)];
+  double loss = 0;
+  auto backward = [&](int64_t mb) {
+    std::vector<float> in = first() ? std::vector<float>() : std::move(kept.front());
+    if (!first()) kept.pop_front();
+    loss += run(*train_, tokens(mb), labels(mb), in, handed_back);
+  };
+  auto received = [&] {
+    std::vector<float> in(hidden_out_.size());
+    receive(in, rank - 1);
+    return in;
+  };
+  for (int64_t mb = 0; mb < warmup; ++mb) {
+    forward(mb, first() ? std::vector<float>() : received());
+    if (!last()) send(hidden_out_, rank + 1);
+  }
+  std::vector<float> next = warmup < micro_batches && !first() ? received() : std::vector<float>();
+  for (int64_t j = 0; j + warmup < micro_batches; ++j) {
+    forward(j + warmup, std::move(next));
+    if (!last()) exchange(hidden_out_, handed_back, rank + 1);  // this state on, a gradient back
+    backward(j);
+    const bool more = j + warmup + 1 < micro_batches;
+    if (!first() && more) {
+      next.assign(hidden_out_.size(), 0.0f);
+      exchange(hidden_grad_, next, rank - 1);  // this gradient back, the next state in
+    } else if (!first()) {
+      send(hidden_grad_, rank - 1);
+    }
+  }
+  for (int64_t j = std::max<int64_t>(0, micro_batches - warmup); j < micro_batches; ++j) {
     if (!last()) receive(handed_back, rank + 1);
-    loss += run(*train_, x, y, in, handed_back);
+    backward(j);
     if (!first()) send(hidden_grad_, rank - 1);
   }
   // A tied table's gradient: the first stage's (the embedding) and the
   // last's (lm_head), summed on both.
   if (tied_) {
     const int own = own_index_[0];
-    std::vector<float> none(own >= 0 ? 0 : static_cast<size_t>(table_elements_), 0.0f);
-    std::vector<float>& g = own >= 0 ? grads_[static_cast<size_t>(own)].data : none;
+    std::vector<float> zeros(own >= 0 ? 0 : static_cast<size_t>(table_elements_), 0.0f);
+    std::vector<float>& g = own >= 0 ? grads_[static_cast<size_t>(own)].data : zeros;
     group_.all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
     group_.wait(comm_);
   }

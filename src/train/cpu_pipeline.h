@@ -1,12 +1,13 @@
 // Pipeline parallelism on the CPU engine (--pp S): this rank's stage of the
 // model (model/llama_stages.h: contiguous layers, balanced by the cost
 // model), its own weights, gradient sums and AdamW moments, and the
-// schedule of a step over the stages: every micro-batch's forward pass,
-// stage after stage, each handing its hidden state to the next over the
-// pipeline group; then every micro-batch's backward pass from the last
-// stage back, each stage remaking its forward from the hidden state it
-// kept and handing the gradient of that state back (GPipe's order, each
-// stage's activations recomputed: a stage keeps only its inputs).
+// schedule of a step over the stages: each micro-batch's forward pass stage
+// after stage, each handing its hidden state to the next over the pipeline
+// group, and its backward pass from the last stage back, each stage
+// remaking its forward from the hidden state it kept and handing the
+// gradient of that state back; in 1F1B's order (PipeDream-Flush, as
+// Megatron-LM runs it), each stage's activations recomputed: a stage keeps
+// only the inputs of the micro-batches in flight.
 #pragma once
 
 #include <memory>
@@ -61,6 +62,8 @@ class CpuPipeline {
              std::vector<float>& hidden_in, std::vector<float>& hidden_grad);
   void send(std::vector<float>& data, int peer);
   void receive(std::vector<float>& data, int peer);
+  // `out` to `peer` and `in` from it, in flight together.
+  void exchange(std::vector<float>& out, std::vector<float>& in, int peer);
   double sum_over_stages(double value);
 
   Communicator& group_;
@@ -71,7 +74,6 @@ class CpuPipeline {
   std::vector<int> own_index_;             // by checkpoint tensor: its place in this stage's arrays, or -1
   std::vector<model::NamedTensor> weights_, grads_, m_, v_;  // this stage's tensors
   std::unique_ptr<Program> forward_, train_;
-  std::vector<std::vector<float>> kept_;  // the hidden state each micro-batch read (not the first stage)
   std::vector<float> hidden_out_, hidden_grad_;
   bool tied_ = false;           // the first and last stages each hold the tied table
   int64_t table_elements_ = 0;

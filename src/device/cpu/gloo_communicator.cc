@@ -131,6 +131,20 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
+  void send_recv(const void* send_data, uint64_t send_count, int send_peer, void* recv_data, uint64_t recv_count,
+                 int recv_peer, DType dtype, Stream& stream) override {
+    const uint64_t elem = dtype_size(dtype);
+    enqueue(stream, "exchange with ranks " + std::to_string(send_peer) + " and " + std::to_string(recv_peer),
+            [=, this] {
+              auto in = context_->createUnboundBuffer(recv_data, recv_count * elem);
+              auto out = context_->createUnboundBuffer(const_cast<void*>(send_data), send_count * elem);
+              in->recv(recv_peer, kPointToPointSlot);
+              out->send(send_peer, kPointToPointSlot);
+              out->waitSend(timeout_);
+              in->waitRecv(timeout_);
+            });
+  }
+
   // Gloo's operations end at their own timeout.
   void wait(Stream& stream) override { stream.synchronize(); }
 

@@ -19,7 +19,7 @@ int run_training(const train::RunConfig& config, train::Command command) {
   if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
   const TrainingRanks ranks = meet_ranks(config, command);
   train::TrainResult r = train::train_model(config, infer::run_sample_text, ranks.data_parallel);
-  if (ranks.data_parallel.rank() != 0) return r.stop_signal != 0 ? 128 + r.stop_signal : 0;
+  if (ranks.data_parallel.world_rank != 0) return r.stop_signal != 0 ? 128 + r.stop_signal : 0;
   if (r.stop_signal != 0) {
     std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume\n",
                 r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", static_cast<long long>(r.steps_done),

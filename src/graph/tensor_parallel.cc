@@ -206,7 +206,13 @@ class Pass final : public Sharder {
         whole(n);
       }
     }
-    for (Value o : g.outputs()) out_.graph.mark_output(as(o, Placement::whole));
+    // The graph's outputs are whole on every rank: their handles name the
+    // whole values.
+    for (Value o : g.outputs()) {
+      const Value whole = as(o, Placement::whole);
+      out_.graph.mark_output(whole);
+      set(o, whole, Placement::whole);
+    }
   }
 
  private:

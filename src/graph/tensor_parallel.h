@@ -105,7 +105,7 @@ struct RankGraph {
 
 // The rank's graph of `forward` (a forward graph: no backward nodes, no
 // fused forms). `split` says how each parameter is split (by its value).
-// Inputs stay whole.
+// Inputs and outputs are whole, RankGraph::of naming the whole outputs.
 RankGraph shard_graph(const Graph& forward, DType dtype, const std::function<ParameterSplit(const ValueInfo&)>& split,
                       const TensorParallelism& tp);
 

@@ -44,7 +44,7 @@ graph::RankGraph shard_llama(const graph::Graph& forward, LlamaGraph& m, const L
   graph::RankGraph r = graph::shard_graph(
       forward, dtype, [&](const graph::ValueInfo& v) { return llama_parameter_split(config, v); }, tp);
   for (graph::Value* v : {&m.tokens, &m.targets, &m.loss_weights, &m.positions, &m.doc_starts, &m.logits, &m.loss,
-                          &m.lora_scaling}) {
+                          &m.lora_scaling, &m.hidden_in, &m.hidden_out}) {
     if (v->valid()) *v = r.of(*v);
   }
   for (auto* values : {&m.parameters, &m.adapters}) {

@@ -42,14 +42,14 @@ class CpuEngine final : public Engine {
       return;
     }
     if (o.pipeline_parallel) {
-      SPW_CHECK(!o.tensor_parallel, "--pp", "pipeline and tensor parallelism together are not supported yet");
       SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
                 "--shard " + std::string(enum_name(o.shard)), "with --pp, each stage keeps its own layers' state; ",
                 "sharding it over data-parallel ranks too is not supported yet");
       SPW_CHECK(!o.weighted_loss && !o.documents, "--pp", "instruction data and packed rows are not supported with "
                 "pipeline parallelism yet");
       pipe_ = std::make_unique<CpuPipeline>(weights_, optimizer_, *o.pipeline_parallel, o.batch, o.seq,
-                                            device_->device_memory(), device_->stream(StreamKind::comm));
+                                            device_->device_memory(), device_->stream(StreamKind::comm),
+                                            o.tensor_parallel, o.sequence_parallel);
       return;
     }
     if (o.tensor_parallel) {

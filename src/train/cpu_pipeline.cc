@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 
 #include "base/status.h"
+#include "model/llama_sharding.h"
 #include "model/llama_stages.h"
 #include "plan/machine_rates.h"
 
@@ -12,42 +14,64 @@ namespace spillway::train {
 // A stage's graph made runnable: forward only (the next stage's input, or
 // the loss), or forward and backward from the gradient handed back (the
 // loss's own, at the last stage), the stage's gradient sums accumulated.
+//
+// With tensor parallelism the stage's graph is the rank's (the pass of
+// graph/tensor_parallel.h); each rank of a tensor-parallel group hands its
+// part of a hidden state's gradient to the same rank of the previous
+// stage, whose backward from that part gives its part in turn.
 struct CpuPipeline::Program {
-  graph::Graph g;
-  graph::Builder b{g, DType::f32};
+  graph::Graph forward_graph;
+  graph::Builder fb{forward_graph, DType::f32};
+  std::optional<graph::RankGraph> rank;
+  std::optional<graph::Builder> rb;
   model::LlamaGraph m;
   graph::Gradients grads;
   graph::Value seed;  // the gradient of hidden_out, handed back
   std::unique_ptr<exec::CpuExecutor> exec;
 
   Program(const model::LlamaConfig& c, int64_t batch, int64_t seq, const model::LlamaStage& stage, bool backward,
-          MemorySpace& space) {
-    m = model::build_llama(b, c, batch, seq, {.stage = stage});
-    graph::Value out = m.loss.valid() ? m.loss : m.hidden_out;
-    g.mark_output(out);
+          MemorySpace& space, const graph::TensorParallelism& tp, const ops::CollectiveGroups* groups) {
+    m = model::build_llama(fb, c, batch, seq, {.stage = stage});
+    forward_graph.mark_output(m.loss.valid() ? m.loss : m.hidden_out);
+    graph::Builder* b = &fb;
+    if (tp.ranks > 1) {
+      rank = model::shard_llama(forward_graph, m, c, DType::f32, tp);
+      b = &rb.emplace(rank->graph, DType::f32);
+    }
+    graph::Graph& g = b->graph();
     if (backward) {
       std::vector<graph::Value> wrt = m.parameters;
       if (m.hidden_in.valid()) wrt.push_back(m.hidden_in);
       if (m.loss.valid()) {
-        grads = graph::append_backward(b, m.loss, wrt, graph::GradientOutput::accumulated);
+        grads = graph::append_backward(*b, m.loss, wrt, graph::GradientOutput::accumulated, graph::seed_gradient(tp));
       } else {
-        seed = b.input("hidden_out.grad", g.value(m.hidden_out).shape, DType::f32);
-        grads = graph::append_backward_from(b, m.hidden_out, seed, wrt, graph::GradientOutput::accumulated);
+        seed = b->input("hidden_out.grad", g.value(m.hidden_out).shape, DType::f32);
+        grads = graph::append_backward_from(*b, m.hidden_out, seed, wrt, graph::GradientOutput::accumulated);
       }
     }
-    exec = std::make_unique<exec::CpuExecutor>(g, space);
+    exec = std::make_unique<exec::CpuExecutor>(g, space, groups);
   }
 };
 
 CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group,
-                         int64_t batch, int64_t seq, MemorySpace& space, Stream& comm)
-    : group_(group), comm_(comm), batch_(batch), seq_(seq), hidden_(weights.config().hidden_size) {
+                         int64_t batch, int64_t seq, MemorySpace& space, Stream& comm, Communicator* tensor_group,
+                         bool sequence_parallel)
+    : group_(group), comm_(comm), tensor_group_(tensor_group), batch_(batch), seq_(seq),
+      hidden_(weights.config().hidden_size) {
   const model::LlamaConfig& c = weights.config();
   // The stages' costs are proportions: any GPU's rates split them alike.
   stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq, plan::h100_rates()), group.size());
-  forward_ = std::make_unique<Program>(c, batch, seq, stage(), false, space);
-  train_ = std::make_unique<Program>(c, batch, seq, stage(), true, space);
+  graph::TensorParallelism tp;
+  if (tensor_group) {
+    tp = {.rank = tensor_group->rank(), .ranks = tensor_group->size(), .sequence_parallel = sequence_parallel};
+    groups_.by_group[static_cast<size_t>(tp.group)] = tensor_group;
+    groups_.stream = &comm;
+  }
+  splits_ = model::llama_tensor_splits(c);
+  forward_ = std::make_unique<Program>(c, batch, seq, stage(), false, space, tp, &groups_);
+  train_ = std::make_unique<Program>(c, batch, seq, stage(), true, space, tp, &groups_);
   const size_t tensors = weights.tensors().size();
+  for (const model::NamedTensor& t : weights.tensors()) shapes_.push_back(t.shape);
   owner_.assign(tensors, -1);
   own_index_.assign(tensors, -1);
   for (int r = 0; r < group.size(); ++r) {
@@ -60,15 +84,23 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
     }
   }
   const bool moments = !optimizer.m.tensors().empty();
-  table_elements_ = static_cast<int64_t>(weights.tensors()[0].data.size());
+  table_elements_ = graph::piece_shape(weights.tensors()[0].shape, splits_[0], tensor_group ? tensor_group->rank() : 0,
+                                       tensor_group ? tensor_group->size() : 1)
+                        .numel();
+  // This stage's tensors, or with tensor parallelism this rank's pieces.
+  const int piece = tensor_group ? tensor_group->rank() : 0, pieces = tensor_group ? tensor_group->size() : 1;
+  auto mine = [&](const model::NamedTensor& t, size_t i) {
+    return model::NamedTensor{t.name, graph::piece_shape(t.shape, splits_[i], piece, pieces),
+                              graph::piece_of<float>(t.data, t.shape, splits_[i], piece, pieces)};
+  };
   for (const auto& parts : train_->m.parameter_parts) {
     const auto t = static_cast<size_t>(parts.front());
     own_index_[t] = static_cast<int>(weights_.size());
-    const model::NamedTensor& w = weights.tensors()[t];
-    weights_.push_back(w);
+    weights_.push_back(mine(weights.tensors()[t], t));
+    const model::NamedTensor& w = weights_.back();
     grads_.push_back({w.name, w.shape, std::vector<float>(w.data.size(), 0.0f)});
-    m_.push_back(moments ? optimizer.m.tensors()[t] : grads_.back());
-    v_.push_back(moments ? optimizer.v.tensors()[t] : grads_.back());
+    m_.push_back(moments ? mine(optimizer.m.tensors()[t], t) : grads_.back());
+    v_.push_back(moments ? mine(optimizer.v.tensors()[t], t) : grads_.back());
   }
   tied_ = c.tie_word_embeddings && group.size() > 1;
   hidden_out_.resize(static_cast<size_t>(batch * seq * hidden_));
@@ -194,16 +226,41 @@ double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span
     group_.all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
     group_.wait(comm_);
   }
+  // Each tensor-parallel rank's part of a whole tensor's gradient, summed.
+  if (tensor_group_) {
+    for (size_t t = 0; t < splits_.size(); ++t) {
+      if (own_index_[t] < 0 || splits_[t].placement != graph::Placement::whole) continue;
+      std::vector<float>& g = grads_[static_cast<size_t>(own_index_[t])].data;
+      tensor_group_->all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
+    }
+    tensor_group_->wait(comm_);
+  }
   return sum_over_stages(loss / static_cast<double>(micro_batches));
 }
 
 double CpuPipeline::grad_sum_of_squares() {
+  // A whole tensor's gradient is alike on every tensor-parallel rank:
+  // counted on rank 0; the tied table's, on the first stage.
+  std::vector<bool> counted(grads_.size(), true);
+  for (size_t t = 0; t < splits_.size(); ++t) {
+    const int own = own_index_[t];
+    if (own < 0) continue;
+    if (tensor_group_ && tensor_group_->rank() != 0 && splits_[t].placement == graph::Placement::whole) {
+      counted[static_cast<size_t>(own)] = false;
+    }
+    if (t == 0 && tied_ && last()) counted[static_cast<size_t>(own)] = false;
+  }
   double sum = 0;
   for (size_t i = 0; i < grads_.size(); ++i) {
-    if (tied_ && last() && static_cast<int>(i) == own_index_[0]) continue;  // counted on the first stage
+    if (!counted[i]) continue;
     for (float x : grads_[i].data) sum += static_cast<double>(x) * x;
   }
-  return sum_over_stages(sum);
+  sum = sum_over_stages(sum);
+  if (tensor_group_) {
+    tensor_group_->all_reduce_sum(&sum, 1, DType::f64, comm_);
+    tensor_group_->wait(comm_);
+  }
+  return sum;
 }
 
 void CpuPipeline::step(AdamW& optimizer, double lr, double grad_scale) {
@@ -220,16 +277,28 @@ double CpuPipeline::eval_loss(std::span<const int32_t> inputs, std::span<const i
 }
 
 void CpuPipeline::read_whole(StatePart part, size_t i, std::span<float> out) {
-  const int own = own_index_.at(i);
-  if (own >= 0) {
+  const int pieces = tensor_group_ ? tensor_group_->size() : 1;
+  const Shape& whole = shapes_.at(i);
+  SPW_CHECK(static_cast<int64_t>(out.size()) == whole.numel(), "checkpoint read", "tensor ", i, " holds ",
+            whole.numel(), " values, not ", out.size());
+  // The stage that holds it hands this rank's piece to every stage...
+  std::vector<float> piece(static_cast<size_t>(graph::piece_shape(whole, splits_[i], 0, pieces).numel()));
+  if (const int own = own_index_.at(i); own >= 0) {
     const std::vector<model::NamedTensor>& from = part == StatePart::master ? weights_ : part == StatePart::m ? m_ : v_;
-    const std::vector<float>& data = from[static_cast<size_t>(own)].data;
-    SPW_CHECK(data.size() == out.size(), from[static_cast<size_t>(own)].name, "holds ", data.size(), " values, not ",
-              out.size());
-    std::copy(data.begin(), data.end(), out.begin());
+    piece = from[static_cast<size_t>(own)].data;
   }
-  group_.broadcast(out.data(), out.size(), DType::f32, owner_.at(i), comm_);
+  group_.broadcast(piece.data(), piece.size(), DType::f32, owner_.at(i), comm_);
   group_.wait(comm_);
+  if (pieces == 1 || splits_[i].placement == graph::Placement::whole) {
+    std::copy(piece.begin(), piece.end(), out.begin());
+    return;
+  }
+  // ...and the tensor-parallel ranks put their pieces together.
+  std::vector<float> gathered(piece.size() * static_cast<size_t>(pieces));
+  tensor_group_->all_gather(piece.data(), gathered.data(), piece.size(), DType::f32, comm_);
+  tensor_group_->wait(comm_);
+  const std::vector<float> w = graph::whole_of<float>(gathered, whole, splits_[i], pieces);
+  std::copy(w.begin(), w.end(), out.begin());
 }
 
 }  // namespace spillway::train

@@ -19,6 +19,7 @@
 #include "device/memory_space.h"
 #include "exec/executor.h"
 #include "graph/autodiff.h"
+#include "graph/tensor_parallel.h"
 #include "model/llama_graph.h"
 #include "model/llama_weights.h"
 #include "train/optimizer.h"
@@ -30,8 +31,11 @@ class CpuPipeline {
  public:
   // Takes this rank's stage's tensors of `weights` and of `optimizer`'s
   // moments (zeros where it has none: a fresh run).
+  // `tensor_group`: the ranks splitting each of this stage's layers
+  // (graph/tensor_parallel.h), the same stage on each; null: none.
   CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group, int64_t batch,
-              int64_t seq, MemorySpace& space, Stream& comm);
+              int64_t seq, MemorySpace& space, Stream& comm, Communicator* tensor_group = nullptr,
+              bool sequence_parallel = true);
   ~CpuPipeline();
 
   const model::LlamaStage& stage() const { return stages_[static_cast<size_t>(group_.rank())]; }
@@ -68,6 +72,10 @@ class CpuPipeline {
 
   Communicator& group_;
   Stream& comm_;
+  Communicator* tensor_group_;
+  ops::CollectiveGroups groups_;                  // the stage's collectives, with tensor parallelism
+  std::vector<graph::ParameterSplit> splits_;     // by checkpoint tensor (tensor parallelism)
+  std::vector<Shape> shapes_;                     // by checkpoint tensor: its whole shape
   int64_t batch_, seq_, hidden_;
   std::vector<model::LlamaStage> stages_;  // by rank of the group
   std::vector<int> owner_;                 // by checkpoint tensor: the rank whose stage holds it

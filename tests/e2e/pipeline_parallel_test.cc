@@ -11,48 +11,22 @@
 #include <string>
 #include <vector>
 
-#include "e2e/e2e_util.h"
+#include "e2e/split_runs.h"
 
 namespace spillway::e2e {
 namespace {
 
-class PipelineParallel : public ::testing::Test {
+class PipelineParallel : public SplitRuns {
  protected:
+  PipelineParallel() : SplitRuns("pipeline_parallel") {}
   void SetUp() override {
-#ifndef SPILLWAY_HAS_GLOO
-    GTEST_SKIP() << "built without Gloo: the CPU backend runs one rank";
-#endif
-    write_file(dir_ / "corpus.txt", make_corpus(400, 7));
-    write_file(dir_ / "micro.json", micro_config_json());
+    SplitRuns::SetUp();
     // Four layers and a separate lm_head, for four stages.
     write_file(dir_ / "micro4.json",
                R"({"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
                    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false})");
   }
-  CommandResult run(const std::string& out, const std::string& more, const std::string& config = "micro.json") {
-    return run_spillway("train --device cpu --config " + (dir_ / config) + " --vocab 300 --data " +
-                        (dir_ / "corpus.txt") +
-                        " --separator % --batch 2 --seq 32 --grad-accum 4 --steps 10 --eval-every 5 "
-                        "--checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " +
-                        (dir_ / out) + " " + more);
-  }
-  void train(const std::string& out, const std::string& more, const std::string& config = "micro.json") {
-    const CommandResult r = run(out, more, config);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-  }
-  // The stages compute what one rank computes, each sum in its order but
-  // for the tied table's two halves (embedding, lm_head) added apart and the
-  // ranks' sums: the losses agree to ~1e-7 and the weights to ~1e-5 after
-  // ten steps (measured); a stage fed the wrong state moves them by 1e-2.
-  void expect_same_training(const std::string& a, const std::string& b) {
-    const std::vector<double> la = step_losses(dir_ / a), lb = step_losses(dir_ / b);
-    ASSERT_EQ(la.size(), 10u) << a;
-    ASSERT_EQ(lb.size(), 10u) << b;
-    for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-6 * la[i]) << a << " step " << i + 1;
-    EXPECT_LT(max_weight_difference(dir_ / (a + "/step-0000010"), dir_ / (b + "/step-0000010")), 5e-5f) << a;
-  }
-  ScratchDir dir_{"pipeline_parallel"};
 };
 
 TEST_F(PipelineParallel, RanksHoldingStagesTrainWhatOneRankTrains) {

@@ -9,44 +9,14 @@
 #include <string>
 #include <vector>
 
-#include "e2e/e2e_util.h"
+#include "e2e/split_runs.h"
 
 namespace spillway::e2e {
 namespace {
 
-class TensorParallel : public ::testing::Test {
+class TensorParallel : public SplitRuns {
  protected:
-  void SetUp() override {
-#ifndef SPILLWAY_HAS_GLOO
-    GTEST_SKIP() << "built without Gloo: the CPU backend runs one rank";
-#endif
-    write_file(dir_ / "corpus.txt", make_corpus(400, 7));
-    write_file(dir_ / "micro.json", micro_config_json());
-  }
-  // Four micro-batches of 2 x 32 tokens an optimizer step.
-  CommandResult run(const std::string& out, const std::string& more) {
-    return run_spillway("train --device cpu --config " + (dir_ / "micro.json") + " --vocab 300 --data " +
-                        (dir_ / "corpus.txt") +
-                        " --separator % --batch 2 --seq 32 --grad-accum 4 --steps 10 --eval-every 5 "
-                        "--checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " +
-                        (dir_ / out) + " " + more);
-  }
-  void train(const std::string& out, const std::string& more) {
-    const CommandResult r = run(out, more);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-  }
-  // A split layer sums its products in pieces, per rank and then over the
-  // ranks, so float rounding differs from one rank's: after ten AdamW steps
-  // at lr 1e-2 the losses agree to ~2e-8 and the weights to ~8e-6
-  // (measured); a wrong piece or a missing sum moves the losses by 1e-2.
-  void expect_same_training(const std::string& a, const std::string& b) {
-    const std::vector<double> la = step_losses(dir_ / a), lb = step_losses(dir_ / b);
-    ASSERT_EQ(la.size(), 10u) << a;
-    ASSERT_EQ(lb.size(), 10u) << b;
-    for (size_t i = 0; i < la.size(); ++i) EXPECT_NEAR(la[i], lb[i], 1e-6 * la[i]) << a << " step " << i + 1;
-    EXPECT_LT(max_weight_difference(dir_ / (a + "/step-0000010"), dir_ / (b + "/step-0000010")), 5e-5f) << a;
-  }
-  ScratchDir dir_{"tensor_parallel"};
+  TensorParallel() : SplitRuns("tensor_parallel") {}
 };
 
 TEST_F(TensorParallel, RanksSplittingTheLayersTrainWhatOneRankTrains) {

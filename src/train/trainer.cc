@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <tuple>
 
 #include "base/atomic_file.h"
 #include "base/config_file.h"
@@ -289,6 +290,13 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                         const StepHook& on_step) {
   // The lead rank prints, logs and checkpoints; every rank trains.
   const bool lead = ranks.world_rank == 0;
+  // The degrees asked for are the groups this process's ranks met in.
+  for (const auto& [flag, want, group] : {std::tuple{"--tp", o.parallel.tp, ranks.tensor_parallel},
+                                          std::tuple{"--pp", o.parallel.pp, ranks.pipeline_parallel}}) {
+    const int have = group ? group->size() : 1;
+    SPW_CHECK(want == have, flag, want, " asks for ", want, " ranks in each group; this run has ", have,
+              " (start the ranks with `spillway train --nproc-per-node N`, torchrun, mpirun or srun)");
+  }
   if (!lead) o.run.quiet = true;
   const Command command = o.model.init_from.empty() ? Command::train : Command::finetune;
   const fs::path run(o.run.out);

@@ -92,3 +92,11 @@ def test_a_missing_data_file_is_a_spillway_error(tmp_path, run_file):
     config = spillway.RunConfig(run_file, out=str(tmp_path / "run"), data={"paths": [str(tmp_path / "none.txt")]})
     with pytest.raises(spillway.Error, match="none.txt"):
         spillway.train(config)
+
+
+def test_split_degrees_without_their_ranks_are_one_error(tmp_path, run_file):
+    # One process has no tensor- or pipeline-parallel group to split into.
+    for degree in ("tp", "pp"):
+        config = spillway.RunConfig(run_file, out=str(tmp_path / degree), parallel={degree: 2})
+        with pytest.raises(spillway.Error, match=f"--{degree}: 2 asks for 2 ranks in each group; this run has 1"):
+            spillway.train(config)

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "ops/add_op.h"
 #include "ops/attention_op.h"
+#include "ops/collective_op.h"
 #include "ops/cross_entropy_op.h"
 #include "ops/embedding_op.h"
 #include "ops/matmul_op.h"
@@ -28,6 +29,12 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
             "pipeline stage", "layers [", stage.first_layer, ", ", last_layer, ") of a model of ",
             c.num_hidden_layers);
   const bool has_loss = last_layer == c.num_hidden_layers;
+  const LlamaContext& cp = options.context;
+  const bool split_sequence = cp.ranks > 1;
+  SPW_CHECK(!split_sequence || (batch == 1 && !options.fused_projections && !options.documents && options.lora == nullptr),
+            "context parallelism", "takes one sequence a micro-batch (batch 1), separate projections and no ",
+            "packed documents or LoRA so far");
+  const int64_t first_position = split_sequence ? cp.rank * seq : 0;
   // Checkpoint tensors named before this stage's: the embedding and nine
   // per layer (stacked projections stack the same tensors).
   constexpr int kLayerTensors = 9;
@@ -107,12 +114,17 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
       graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value q = ops::rope(b, project(x, wq, "self_attn.q_proj"), heads, inv_freq, 0, "self_attn.q_rope",
-                                 0, m.positions);
-      graph::Value k = ops::rope(b, project(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, 0,
+      graph::Value q = ops::rope(b, project(x, wq, "self_attn.q_proj"), heads, inv_freq, first_position,
+                                 "self_attn.q_rope", 0, m.positions);
+      graph::Value k = ops::rope(b, project(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, first_position,
                                  "self_attn.k_rope", 0, m.positions);
       graph::Value v = project(x, wv, "self_attn.v_proj");
-      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts);
+      if (split_sequence) {
+        const Shape whole{1, seq * cp.ranks, kv_heads * hd};
+        k = ops::all_gather(b, k, cp.group, cp.ranks, false, whole, "self_attn.k_all_gather");
+        v = ops::all_gather(b, v, cp.group, cp.ranks, false, whole, "self_attn.v_all_gather");
+      }
+      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts, first_position);
     }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
     h = ops::add(b, h, project(a, wo, "self_attn.o_proj"), "attn_residual");

@@ -21,6 +21,16 @@ struct LlamaStage {
   bool has_embedding() const { return first_layer == 0; }
 };
 
+// Context parallelism: the graph is this rank's chunk of each sequence, its
+// `seq` tokens positions [rank * seq, (rank + 1) * seq) of a sequence of
+// ranks * seq. RoPE rotates them there, and every layer's attention reads
+// every rank's keys and values, all-gathered over the group (dimension
+// `group` of the rank grid: dist::Dim::cp). One sequence a micro-batch.
+struct LlamaContext {
+  int rank = 0, ranks = 1;
+  int group = 2;
+};
+
 struct LlamaGraphOptions {
   // Each layer's q, k and v projections as one matmul, and gate and up as
   // another, over a weight that stacks the checkpoint's tensors by rows: one
@@ -44,6 +54,7 @@ struct LlamaGraphOptions {
   // Only these layers (model/llama_stages.h: pipeline parallelism); the whole
   // model by default. A tied table's last stage holds a copy of it.
   LlamaStage stage{};
+  LlamaContext context{};
 };
 
 struct LlamaGraph {

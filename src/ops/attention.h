@@ -43,12 +43,29 @@ struct AttentionShape {
   // cuDNN reads this layout; the own kernels and the CPU reference refuse it
   // (their callers unpack).
   bool packed_qkv = false;
+  // Context parallelism: the queries are positions [q_start, q_start + seq)
+  // of a sequence whose keys and values k, v hold [0, kv_seq) (0: seq, the
+  // plain case); query t sees keys u <= q_start + t. Only the CPU's
+  // reference (attention_offset_cpu.cc) runs it so far.
+  int64_t kv_seq = 0;
+  int64_t q_start = 0;
 
+  int64_t keys() const { return kv_seq > 0 ? kv_seq : seq; }
+  bool offset() const { return q_start != 0 || keys() != seq; }
   int64_t q_width() const { return q_heads * head_dim; }
   int64_t kv_width() const { return kv_heads * head_dim; }
   // A packed q|k|v row: q's columns, then k's, then v's.
   int64_t packed_width() const { return q_width() + 2 * kv_width(); }
 };
+
+// The offset case (AttentionShape::offset()), row by row in T: what
+// attention_forward and attention_backward run for it. No documents.
+template <typename T>
+void attention_offset_forward(const T* q, const T* k, const T* v, T* out, T* lse, const AttentionShape& shape,
+                              double scale);
+template <typename T>
+void attention_offset_backward(const T* dout, const T* q, const T* k, const T* v, const T* out, const T* lse, T* dq,
+                               T* dk, T* dv, const AttentionShape& shape, double scale);
 
 template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,

@@ -211,6 +211,10 @@ template <typename T>
 void attention_forward(const T* q, const T* k, const T* v, T* out, T* lse,
                        const AttentionShape& shape, double scale, const int32_t* doc_starts) {
   check_shape(shape);
+  if (shape.offset()) {
+    SPW_CHECK(!doc_starts, "attention", "documents and a query offset together are not supported");
+    return attention_offset_forward(q, k, v, out, lse, shape, scale);
+  }
   if (doc_starts) check_doc_starts(doc_starts, shape.batch, shape.seq, "attention");
   const Layout at(shape);
   const int64_t dim = at.dim;
@@ -297,6 +301,10 @@ void attention_backward(const T* dout, const T* q, const T* k, const T* v, const
                         const T* lse, T* dq, T* dk, T* dv, const AttentionShape& shape,
                         double scale, const int32_t* doc_starts) {
   check_shape(shape);
+  if (shape.offset()) {
+    SPW_CHECK(!doc_starts, "attention", "documents and a query offset together are not supported");
+    return attention_offset_backward(dout, q, k, v, out, lse, dq, dk, dv, shape, scale);
+  }
   if (doc_starts) check_doc_starts(doc_starts, shape.batch, shape.seq, "attention");
   const Layout at(shape);
   const int64_t dim = at.dim;

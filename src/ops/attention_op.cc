@@ -161,8 +161,10 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
 // cuDNN where it supports the shape and pass (else the own kernel, with the
 // reason logged), and the workspace either needs.
 uint64_t prepare_attention(const Graph& g, const Node& n, CudaOpContext& cuda) {
-  CudnnAttention& cudnn = cuda.cudnn();
   const AttentionShape shape = attention_shape(g, n);
+  SPW_CHECK(!shape.offset(), node_label(n), "attention from a query offset (context parallelism) runs on the CPU ",
+            "so far");
+  CudnnAttention& cudnn = cuda.cudnn();
   bool cudnn_ok = false;
   // The cuDNN graphs here are built without a document mask: packed rows
   // take the own kernel, which masks by document.
@@ -269,7 +271,7 @@ void attention_shard(Sharder& s, const Node& n) {
   if (n.attrs.packed) {
     attention_packed(s.b, piece(0), heads, kv_heads, n.attrs.scale, n.name, local_docs);
   } else {
-    attention(s.b, piece(0), piece(1), piece(2), heads, kv_heads, n.attrs.scale, n.name, local_docs);
+    attention(s.b, piece(0), piece(1), piece(2), heads, kv_heads, n.attrs.scale, n.name, local_docs, n.attrs.pos0);
   }
   s.define(n, Placement::columns);
 }
@@ -294,7 +296,8 @@ std::vector<graph::Value> with_doc_starts(graph::Builder& b, std::vector<graph::
 }  // namespace
 
 graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph::Value v, int64_t q_heads,
-                       int64_t kv_heads, double scale, std::string_view name, graph::Value doc_starts) {
+                       int64_t kv_heads, double scale, std::string_view name, graph::Value doc_starts,
+                       int64_t q_start) {
   const graph::ValueInfo& qi = b.info(q);
   const graph::ValueInfo& ki = b.info(k);
   const graph::ValueInfo& vi = b.info(v);
@@ -304,7 +307,14 @@ graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph:
             " query heads are not a multiple of ", kv_heads, " kv heads");
   SPW_CHECK(qi.shape.last() % q_heads == 0, label, "q ", qi.shape.str(), " does not split into ", q_heads, " heads");
   const int64_t head_dim = qi.shape.last() / q_heads;
-  const Shape kv_shape{qi.shape[0], qi.shape[1], kv_heads * head_dim};
+  // Keys for every query position up to the last: q_start + seq of them at
+  // least (context parallelism's chunk of queries against every key).
+  const int64_t keys = ki.shape.rank() == 3 ? ki.shape[1] : -1;
+  SPW_CHECK(q_start >= 0 && keys >= q_start + qi.shape[1], label, "queries from position ", q_start, " need ",
+            q_start + qi.shape[1], " keys at least; k is ", ki.shape.str());
+  SPW_CHECK((q_start == 0 && keys == qi.shape[1]) || !doc_starts.valid(), label,
+            "documents and a query offset together are not supported");
+  const Shape kv_shape{qi.shape[0], keys, kv_heads * head_dim};
   SPW_CHECK(ki.shape == kv_shape, label, "k ", ki.shape.str(), " does not match q ", qi.shape.str(), " with ",
             kv_heads, " kv heads (expected ", kv_shape.str(), ")");
   SPW_CHECK(vi.shape == kv_shape, label, "v ", vi.shape.str(), " does not match k ", ki.shape.str());
@@ -312,6 +322,7 @@ graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph:
   attrs.heads = q_heads;
   attrs.kv_heads = kv_heads;
   attrs.scale = scale;
+  attrs.pos0 = q_start;
   const Shape lse{qi.shape[0], q_heads, qi.shape[1]};
   return b.emit(OpKind::attention, name, with_doc_starts(b, {q, k, v}, doc_starts, qi.shape, label),
                 {{qi.shape, qi.dtype, ""}, {lse, graph::accumulation_dtype(qi.dtype), "lse"}}, attrs)[0];
@@ -363,9 +374,13 @@ graph::Value attention_packed_backward(graph::Builder& b, graph::Value dout, gra
 }
 
 AttentionShape attention_shape(const Graph& g, const Node& n) {
-  const Shape& q = g.value(n.inputs[n.kind == OpKind::attention ? 0 : 1]).shape;
+  const bool forward = n.kind == OpKind::attention;
+  const Shape& q = g.value(n.inputs[forward ? 0 : 1]).shape;
   const int64_t heads_in_row = n.attrs.heads + (n.attrs.packed ? 2 * n.attrs.kv_heads : 0);
-  return AttentionShape{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row, n.attrs.packed};
+  AttentionShape s{q[0], q[1], n.attrs.heads, n.attrs.kv_heads, q.last() / heads_in_row, n.attrs.packed};
+  if (!n.attrs.packed) s.kv_seq = g.value(n.inputs[forward ? 1 : 2]).shape[1];
+  s.q_start = n.attrs.pos0;
+  return s;
 }
 
 #ifdef SPILLWAY_HAS_CUDA

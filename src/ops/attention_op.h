@@ -16,9 +16,11 @@ namespace spillway::ops {
 // q_heads, seq]) for the backward. With `doc_starts` (i32 [batch, seq], see
 // ops/attention.h) each token attends within its own document only; without
 // it the node is the plain causal one.
+// `q_start` > 0: the queries are positions [q_start, q_start + seq) and k,
+// v hold keys from position 0 (context parallelism; ops/attention.h).
 graph::Value attention(graph::Builder& b, graph::Value q, graph::Value k, graph::Value v, int64_t q_heads,
                        int64_t kv_heads, double scale, std::string_view name = "attention",
-                       graph::Value doc_starts = {});
+                       graph::Value doc_starts = {}, int64_t q_start = 0);
 // Over one packed qkv [batch, seq, (q_heads + 2 kv_heads) * head_dim]: q, k
 // and v are its column blocks, in that order.
 graph::Value attention_packed(graph::Builder& b, graph::Value qkv, int64_t q_heads, int64_t kv_heads, double scale,

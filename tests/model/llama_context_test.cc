@@ -1,0 +1,132 @@
+// LLaMA with its sequence split over a context-parallel group
+// (LlamaGraphOptions::context): each rank runs its chunk of the sequence,
+// RoPE at its positions, attention from its queries' offset over every
+// rank's keys and values (all-gathered; their gradients reduce-scattered
+// back). Ranks as threads over Gloo, in float64: the mean of the ranks'
+// losses is one device's loss, and the sum of their gradients one device's
+// gradients, to 1e-12.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "device/cpu/cpu_device.h"
+#include "dist/tcp_store.h"
+#include "dist/world.h"
+#include "exec/executor.h"
+#include "graph/autodiff.h"
+#include "model/llama_graph.h"
+#include "testing/llama.h"
+#include "testing/numeric.h"
+
+namespace spillway::model {
+namespace {
+
+constexpr int64_t kSeq = 12;
+
+struct Step {
+  double loss = 0;
+  std::vector<std::vector<double>> grads;
+};
+
+// The step of `seq` tokens from position `first` of the sequence.
+Step run(const LlamaConfig& c, int64_t first, int64_t seq, const LlamaContext& cp, Communicator* comm, Stream* stream,
+         double seed) {
+  graph::Graph g;
+  graph::Builder b(g, DType::f64);
+  const LlamaGraph m = build_llama(b, c, 1, seq, {.context = cp});
+  g.mark_output(m.loss);
+  const auto grads = graph::append_backward(b, m.loss, m.parameters, graph::GradientOutput::fresh, seed);
+  ops::CollectiveGroups groups;
+  groups.by_group[static_cast<size_t>(cp.group)] = comm;
+  groups.stream = stream;
+  auto space = make_host_heap_space("test", MemorySpace::kUnlimited);
+  exec::CpuExecutor e(g, *space, comm ? &groups : nullptr);
+  std::vector<int32_t> tokens = testing::random_tokens(kSeq, 1, 37), targets = testing::random_tokens(kSeq, 2, 37);
+  std::vector<int32_t> x(tokens.begin() + first, tokens.begin() + first + seq);
+  std::vector<int32_t> y(targets.begin() + first, targets.begin() + first + seq);
+  e.bind(m.tokens, std::span<int32_t>(x));
+  e.bind(m.targets, std::span<int32_t>(y));
+  std::vector<std::vector<double>> w;
+  for (size_t i = 0; i < m.parameters.size(); ++i) {
+    w.push_back(testing::random_vector<double>(g.value(m.parameters[i]).shape.numel(), 100 + i, -0.5, 0.5));
+  }
+  for (size_t i = 0; i < m.parameters.size(); ++i) e.bind(m.parameters[i], std::span<double>(w[i]));
+  e.run();
+  Step s{e.read<double>(m.loss)[0], {}};
+  for (graph::Value p : m.parameters) {
+    auto d = e.read<double>(grads[p]);
+    s.grads.emplace_back(d.begin(), d.end());
+  }
+  return s;
+}
+
+#ifdef SPILLWAY_HAS_GLOO
+
+void expect_matches_one_device(const LlamaConfig& c, int ranks) {
+  const Step want = run(c, 0, kSeq, {}, nullptr, nullptr, 1.0);
+  const uint16_t port = dist::TcpStore("127.0.0.1", 0, true, std::chrono::seconds(1)).port();
+  std::vector<Step> got(static_cast<size_t>(ranks));
+  std::vector<std::string> errors(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < ranks; ++rank) {
+    threads.emplace_back([&, rank] {
+      try {
+        dist::LaunchEnv env;
+        env.rank = rank;
+        env.world = ranks;
+        env.master_port = port;
+        env.launcher = "test";
+        dist::World world(env, dist::RankGrid(1, 1, ranks, 1, ranks), -1, "same", std::chrono::seconds(30));
+        auto device = make_cpu_device();
+        const int64_t chunk = kSeq / ranks;
+        got[static_cast<size_t>(rank)] =
+            run(c, rank * chunk, chunk, {.rank = rank, .ranks = ranks, .group = static_cast<int>(dist::Dim::cp)},
+                world.group(dist::Dim::cp), &device->stream(StreamKind::comm), 1.0 / ranks);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(rank)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  double loss = 0;
+  for (int rank = 0; rank < ranks; ++rank) {
+    ASSERT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+    loss += got[static_cast<size_t>(rank)].loss / ranks;
+  }
+  EXPECT_NEAR(loss, want.loss, 1e-12 * want.loss);
+  for (size_t i = 0; i < want.grads.size(); ++i) {
+    double err = 0, scale = 1e-30;
+    for (size_t j = 0; j < want.grads[i].size(); ++j) {
+      double sum = 0;
+      for (const Step& s : got) sum += s.grads[i][j];
+      err = std::max(err, std::abs(sum - want.grads[i][j]));
+      scale = std::max(scale, std::abs(want.grads[i][j]));
+    }
+    EXPECT_LT(err / scale, 1e-12) << "parameter " << i;
+  }
+}
+
+TEST(LlamaContext, TwoRanksSplittingTheSequenceMatchOneDevice) {
+  expect_matches_one_device(testing::llama_config(37, 16, 24, 2, 4, 2), 2);
+}
+
+TEST(LlamaContext, FourRanksAndATiedTableMatchOneDevice) {
+  expect_matches_one_device(testing::llama_config(37, 16, 24, 2, 4, 2, /*tied=*/true), 4);
+}
+
+#endif  // SPILLWAY_HAS_GLOO
+
+TEST(LlamaContext, MoreThanOneSequenceAMicroBatchIsRefused) {
+  graph::Graph g;
+  graph::Builder b(g, DType::f64);
+  EXPECT_THROW(build_llama(b, testing::llama_config(37, 16, 24, 2, 4, 2), 2, 6, {.context = {.rank = 0, .ranks = 2}}),
+               Error);
+}
+
+}  // namespace
+}  // namespace spillway::model

@@ -68,6 +68,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                                 .tensor_parallel = ranks.data_parallel.tensor_parallel,
                                 .sequence_parallel = c.parallel.sequence_parallel,
                                 .pipeline_parallel = ranks.data_parallel.pipeline_parallel,
+                                .context_parallel = ranks.data_parallel.context_parallel,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host};
   auto engine = train::make_engine(weights, optimizer, eo);

@@ -52,7 +52,8 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
             " ranks, but this is one process: start them with --nproc-per-node ", p.dp,
             ", or with a launcher (torchrun, mpirun, srun)");
   const int64_t split = p.tp * p.pp * p.cp;
-  SPW_CHECK(!env.launcher.empty() || split == 1, p.tp > 1 ? "--tp" : "--pp", p.tp > 1 ? p.tp : p.pp, " needs ", split,
+  SPW_CHECK(!env.launcher.empty() || split == 1, p.tp > 1 ? "--tp" : p.pp > 1 ? "--pp" : "--cp",
+            p.tp > 1 ? p.tp : p.pp > 1 ? p.pp : p.cp, " needs ", split,
             " ranks at least, but this is one process: start them with --nproc-per-node ", split,
             ", or with a launcher (torchrun, mpirun, srun)");
   const dist::RankGrid grid = grid_of(p, env.world);
@@ -69,6 +70,7 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
   ranks.data_parallel.comm = world->group(dist::Dim::dp);
   ranks.data_parallel.tensor_parallel = world->group(dist::Dim::tp);
   ranks.data_parallel.pipeline_parallel = world->group(dist::Dim::pp);
+  ranks.data_parallel.context_parallel = world->group(dist::Dim::cp);
   ranks.data_parallel.world_rank = env.rank;
   ranks.data_parallel.world_size = env.world;
   ranks.data_parallel.barrier = [world](std::chrono::milliseconds wait) { world->barrier(wait); };

@@ -41,6 +41,14 @@ class CpuEngine final : public Engine {
       eval_->bind_adapters(o.lora->adapters, nullptr);
       return;
     }
+    if (o.context_parallel) {
+      SPW_CHECK(!o.tensor_parallel && !o.pipeline_parallel, "--cp", "context parallelism beside tensor or pipeline ",
+                "parallelism is not supported yet");
+      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
+                "--shard " + std::string(enum_name(o.shard)), "with --cp the weights are replicated; sharding them "
+                "over data-parallel ranks too is not supported yet");
+      SPW_CHECK(!o.weighted_loss, "--cp", "instruction data is not supported with context parallelism yet");
+    }
     if (o.pipeline_parallel) {
       SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
                 "--shard " + std::string(enum_name(o.shard)), "with --pp, each stage keeps its own layers' state; ",
@@ -129,10 +137,15 @@ class CpuEngine final : public Engine {
         for (auto& t : grads) std::fill(t.data.begin(), t.data.end(), 0.0f);
       }
       if (shard_ == StateSharding::weights) gather_weights();
-      const auto y = targets.subspan(micro * n, n);
+      auto y = targets.subspan(micro * n, n);
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       const PackedDocuments docs = documents.subspan(micro * n, n);
-      const auto x = inputs.subspan(micro * n, n);
+      auto x = inputs.subspan(micro * n, n);
+      if (options_.context_parallel) {  // this rank's chunk of the sequence
+        const size_t chunk = n / static_cast<size_t>(options_.context_parallel->size());
+        x = x.subspan(chunk * static_cast<size_t>(options_.context_parallel->rank()), chunk);
+        y = y.subspan(chunk * static_cast<size_t>(options_.context_parallel->rank()), chunk);
+      }
       const double loss =
           options_.lora ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
                         : step_->run(step_weights(), x, y, tp_ ? tp_->grads() : grads_, loss_weights_,
@@ -161,6 +174,13 @@ class CpuEngine final : public Engine {
     const int ranks = data_parallel_size(options_);
     Stream& comm = device_->stream(StreamKind::comm);
     if (tp_) tp_->sum_whole_gradients(comm);
+    // Every chunk's part of the gradient, and the chunks' mean loss.
+    if (Communicator* cp = options_.context_parallel) {
+      for (auto& t : grads) cp->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
+      cp->all_reduce_sum(&stats.loss, 1, DType::f64, comm);
+      cp->wait(comm);
+      stats.loss /= cp->size();
+    }
     if (ranks > 1) {
       for (auto& t : grads) {
         options_.data_parallel->all_reduce_sum(t.data.data(), t.data.size(), DType::f32, comm);
@@ -192,6 +212,15 @@ class CpuEngine final : public Engine {
     SPW_CHECK(weights_whole_ || shard_ != StateSharding::weights, "evaluation",
               "the weights are sharded; begin_evaluation gathers them first");
     if (pipe_) return pipe_->eval_loss(inputs, targets);
+    if (Communicator* cp = options_.context_parallel) {
+      const size_t chunk = inputs.size() / static_cast<size_t>(cp->size());
+      const size_t first = chunk * static_cast<size_t>(cp->rank());
+      double loss = eval_->run(step_weights(), inputs.subspan(first, chunk), targets.subspan(first, chunk));
+      Stream& comm = device_->stream(StreamKind::comm);
+      cp->all_reduce_sum(&loss, 1, DType::f64, comm);
+      cp->wait(comm);
+      return loss / cp->size();
+    }
     return eval_->run(step_weights(), inputs, targets);
   }
   // The ranks take turns at an evaluation's batches: the weights are
@@ -210,7 +239,7 @@ class CpuEngine final : public Engine {
   void sum_over_world(std::span<double> values) override {
     sum_over_ranks(values);
     Stream& comm = device_->stream(StreamKind::comm);
-    for (Communicator* group : {options_.pipeline_parallel, options_.tensor_parallel}) {
+    for (Communicator* group : {options_.pipeline_parallel, options_.context_parallel, options_.tensor_parallel}) {
       if (!group) continue;
       group->all_reduce_sum(values.data(), values.size(), DType::f64, comm);
       group->wait(comm);
@@ -303,6 +332,16 @@ class CpuEngine final : public Engine {
     const bool weighted = with_backward && options_.weighted_loss;
     const bool documents = with_backward && options_.documents;
     const model::LoraConfig* lora = options_.lora ? &options_.lora->adapters.lora() : nullptr;
+    if (options_.context_parallel) {
+      Communicator& group = *options_.context_parallel;
+      SPW_CHECK(options_.seq % group.size() == 0, "--cp", "a sequence of ", options_.seq,
+                " tokens does not split evenly over ", group.size(), " ranks");
+      groups_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = &group;
+      groups_.stream = &device_->stream(StreamKind::comm);
+      split_ = {.context = {.rank = group.rank(), .ranks = group.size()}, .groups = &groups_};
+      return std::make_unique<TrainStep>(c, options_.batch, options_.seq / group.size(), device_->device_memory(),
+                                         with_backward, weighted, documents, lora, &split_);
+    }
     if (options_.tensor_parallel) {
       SPW_CHECK(options_.memory.device_mem == 0, "--device-mem", "a device budget plans one device's step; with ",
                 "--tp the step is split over ranks, which the planner does not plan on the CPU yet");

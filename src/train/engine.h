@@ -62,6 +62,10 @@ struct EngineOptions {
   // the model each micro-batch passes through in turn (null: none). The CPU
   // engine only, so far.
   Communicator* pipeline_parallel = nullptr;
+  // Context parallelism (model::LlamaContext): the ranks each of whose
+  // micro-batches is its chunk of every sequence, the weights replicated
+  // (null: none). The CPU engine only, so far.
+  Communicator* context_parallel = nullptr;
   int gpu_ordinal = 0;  // the GPU this rank runs on
   // Ranks on this host: they share its memory (memory.host_mem is the
   // host's budget), each planning with an even share of it.

@@ -77,8 +77,6 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
             s.batch, " x seq ", s.seq, " is ", s.batch * s.seq, " tokens per micro-batch; at most ",
             limits::kMaxBatchTokens);
   const ParallelConfig& p = config.parallel;
-  SPW_CHECK(p.cp == 1, "parallel", "cp ", p.cp,
-            ": spillway splits runs over ranks by data, tensor and pipeline parallelism only so far; set --cp to 1");
   SPW_CHECK(command != Command::finetune || !config.model.init_from.empty(), "--model",
             "finetune needs the model or run folder to start from (--model, or model.init_from in a run file)");
   const LoraRunConfig& l = config.lora;

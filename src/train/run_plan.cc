@@ -58,7 +58,8 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
             " hosts");
   SPW_CHECK(a.link_rate >= 0 && a.link_rate < 1e6, "--link-rate", a.link_rate,
             " GB/s is not a rate a link has (0: the GPU's own)");
-  SPW_CHECK(run.parallel.pp == 1, "--pp", "the planner does not plan pipeline stages yet; plan without --pp");
+  SPW_CHECK(run.parallel.pp == 1 && run.parallel.cp == 1, run.parallel.pp > 1 ? "--pp" : "--cp",
+            "the planner does not plan pipeline stages or context parallelism yet; plan without them");
   const int tp = static_cast<int>(run.parallel.tp);
   SPW_CHECK(a.gpus % tp == 0, "--tp", tp, " does not divide the ", a.gpus, " GPUs (--gpus)");
   const int dp = a.gpus / tp;

@@ -15,7 +15,10 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   graph::Graph forward;
   graph::Builder b(forward, DType::f32);
   model_ = model::build_llama(b, config, batch, seq,
-                              {.weighted_loss = weighted_loss, .documents = documents, .lora = lora});
+                              {.weighted_loss = weighted_loss,
+                               .documents = documents,
+                               .lora = lora,
+                               .context = split ? split->context : model::LlamaContext{}});
   if (!with_backward) forward.mark_output(model_.logits);
   forward.mark_output(model_.loss);
   graph::StepRecipe recipe;
@@ -28,6 +31,8 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
     rank_builder.emplace(rank->graph, DType::f32);
     recipe.seed = graph::seed_gradient(split->tp);
   }
+  // Each rank's loss is its chunk's: the objective their mean.
+  if (split) recipe.seed /= split->context.ranks;
   graph::StepGraph step =
       graph::make_step_graph(rank_builder ? *rank_builder : b, model_.loss, model_.trainable(), recipe);
   if (model_.lora_scaling.valid()) {

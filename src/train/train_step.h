@@ -26,6 +26,9 @@ namespace spillway::train {
 // its collectives through `groups` (which must outlive the step).
 struct StepSplit {
   graph::TensorParallelism tp;
+  // Context parallelism: the step's `seq` tokens are this rank's chunk of
+  // each sequence (model::LlamaContext).
+  model::LlamaContext context;
   const ops::CollectiveGroups* groups = nullptr;
 };
 

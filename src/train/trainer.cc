@@ -292,7 +292,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   const bool lead = ranks.world_rank == 0;
   // The degrees asked for are the groups this process's ranks met in.
   for (const auto& [flag, want, group] : {std::tuple{"--tp", o.parallel.tp, ranks.tensor_parallel},
-                                          std::tuple{"--pp", o.parallel.pp, ranks.pipeline_parallel}}) {
+                                          std::tuple{"--pp", o.parallel.pp, ranks.pipeline_parallel},
+                                          std::tuple{"--cp", o.parallel.cp, ranks.context_parallel}}) {
     const int have = group ? group->size() : 1;
     SPW_CHECK(want == have, flag, want, " asks for ", want, " ranks in each group; this run has ", have,
               " (start the ranks with `spillway train --nproc-per-node N`, torchrun, mpirun or srun)");
@@ -432,6 +433,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .tensor_parallel = ranks.tensor_parallel,
                                      .sequence_parallel = o.parallel.sequence_parallel,
                                      .pipeline_parallel = ranks.pipeline_parallel,
+                                     .context_parallel = ranks.context_parallel,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),

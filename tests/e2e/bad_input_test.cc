@@ -135,8 +135,7 @@ TEST_F(BadInput, RunFilesWithUnknownKeysWrongTypesOrBadSyntax) {
   expect_one_error_line(run_spillway("train " + (dir_ / "absent.toml")), {"absent.toml", "cannot read"});
   expect_one_error_line(run_spillway("train --steps 0 --out " + (dir_ / "r")), {"--steps", "at least 1"});
   expect_one_error_line(run_spillway("train --dp 2 --out " + (dir_ / "r")), {"--dp", "--nproc-per-node 2"});
-  expect_one_error_line(run_spillway("train --cp 2 --out " + (dir_ / "r")),
-                        {"parallel", "data, tensor and pipeline parallelism only"});
+  expect_one_error_line(run_spillway("train --cp 2 --out " + (dir_ / "r")), {"--cp", "--nproc-per-node 2"});
   expect_one_error_line(run_spillway("train --pp 2 --out " + (dir_ / "r")), {"--pp", "--nproc-per-node 2"});
   expect_one_error_line(run_spillway("train --tp 2 --out " + (dir_ / "r")), {"--tp", "--nproc-per-node 2"});
   expect_one_error_line(run_spillway("train --nproc-per-node 2 --dp 3 --out " + (dir_ / "r")),

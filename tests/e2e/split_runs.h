@@ -21,13 +21,12 @@ class SplitRuns : public ::testing::Test {
     write_file(dir_ / "corpus.txt", make_corpus(400, 7));
     write_file(dir_ / "micro.json", micro_config_json());
   }
-  // Ten steps of four micro-batches of 2 x 32 tokens, checkpoints at 5 and 10.
+  // Ten steps of `schedule_` (256 tokens a step), checkpoints at 5 and 10.
   CommandResult run(const std::string& out, const std::string& more, const std::string& config = "micro.json") {
     return run_spillway("train --device cpu --config " + (dir_ / config) + " --vocab 300 --data " +
-                        (dir_ / "corpus.txt") +
-                        " --separator % --batch 2 --seq 32 --grad-accum 4 --steps 10 --eval-every 5 "
-                        "--checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 --quiet --out " +
-                        (dir_ / out) + " " + more);
+                        (dir_ / "corpus.txt") + " --separator % " + schedule_ +
+                        " --steps 10 --eval-every 5 --checkpoint-every 5 --sample-tokens 0 --lr 1e-2 --warmup 2 "
+                        "--quiet --out " + (dir_ / out) + " " + more);
   }
   void train(const std::string& out, const std::string& more, const std::string& config = "micro.json") {
     const CommandResult r = run(out, more, config);
@@ -45,6 +44,7 @@ class SplitRuns : public ::testing::Test {
     EXPECT_LT(max_weight_difference(dir_ / (a + "/step-0000010"), dir_ / (b + "/step-0000010")), 5e-5f) << a;
   }
   ScratchDir dir_;
+  std::string schedule_ = "--batch 2 --seq 32 --grad-accum 4";
 };
 
 }  // namespace spillway::e2e

@@ -175,9 +175,6 @@ TEST_F(RunConfigTest, BadFlagsNameTheFlag) {
   EXPECT_EQ(error_of_flag("optimizer.lr", "1e-3x"), "--lr: '1e-3x' is not a number");
   EXPECT_EQ(error_of_flag("schedule.steps", "-4"), "--steps: must be at least 1, got -4");
   EXPECT_EQ(error_of_flag("data.vocab_size", "99999999999"), "--vocab: '99999999999' is out of range");
-  EXPECT_EQ(error_of_flag("parallel.cp", "2"),
-            "parallel: cp 2: spillway splits runs over ranks by data, tensor and pipeline parallelism only so far; "
-            "set --cp to 1");
   EXPECT_EQ(error_of_flag("parallel.dp", "-1"), "--dp: must be at least 0, got -1");
   EXPECT_EQ(error_of_flag("parallel.nproc_per_node", "0"), "--nproc-per-node: must be at least 1, got 0");
 }

@@ -52,6 +52,18 @@ void reduce_scatter_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
 
 int first_input(const Node&, size_t) { return 0; }
 
+// A collective of another group (context parallelism's gathers of keys and
+// values) over a value tensor parallelism splits by columns: each piece
+// goes through it alone, its rows gathered or summed as the whole's are.
+void collective_shard(Sharder& s, const Node& n) {
+  const graph::Value x = n.inputs[0];
+  if (s.placement(x) != Placement::columns || n.attrs.split_columns) return s.whole(n);
+  const graph::Value piece = s.as(x, Placement::columns);
+  const graph::ValueInfo& out = s.g.value(n.outputs[0]);
+  s.b.emit(n.kind, n.name, {piece}, {{out.shape.with_last(s.b.info(piece).shape.last()), out.dtype, ""}}, n.attrs);
+  s.define(n, Placement::columns);
+}
+
 void cpu_all_reduce(const Graph& g, const Node& n, const std::vector<void*>& data, const CollectiveGroups& groups) {
   const Operands x(g, n, data);
   Communicator& comm = groups.of(n);
@@ -272,6 +284,7 @@ constinit const graph::OpDef all_reduce_def{
     .backward = all_reduce_vjp,
     .cost = collective_cost,
     .in_place_input = first_input,
+    .shard = collective_shard,
     .cpu_collective = cpu_all_reduce,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda = cuda_all_reduce,
@@ -281,6 +294,7 @@ constinit const graph::OpDef all_reduce_def{
 constinit const graph::OpDef all_gather_def{
     .backward = all_gather_vjp,
     .cost = collective_cost,
+    .shard = collective_shard,
     .cpu_collective = cpu_all_gather,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda_prepare = prepare_pieces,
@@ -291,6 +305,7 @@ constinit const graph::OpDef all_gather_def{
 constinit const graph::OpDef reduce_scatter_def{
     .backward = reduce_scatter_vjp,
     .cost = collective_cost,
+    .shard = collective_shard,
     .cpu_collective = cpu_reduce_scatter,
 #ifdef SPILLWAY_HAS_CUDA
     .cuda_prepare = prepare_pieces,

@@ -42,8 +42,7 @@ class CpuEngine final : public Engine {
       return;
     }
     if (o.context_parallel) {
-      SPW_CHECK(!o.tensor_parallel && !o.pipeline_parallel, "--cp", "context parallelism beside tensor or pipeline ",
-                "parallelism is not supported yet");
+      SPW_CHECK(!o.pipeline_parallel, "--cp", "context parallelism beside pipeline parallelism is not supported yet");
       SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
                 "--shard " + std::string(enum_name(o.shard)), "with --cp the weights are replicated; sharding them "
                 "over data-parallel ranks too is not supported yet");
@@ -332,26 +331,27 @@ class CpuEngine final : public Engine {
     const bool weighted = with_backward && options_.weighted_loss;
     const bool documents = with_backward && options_.documents;
     const model::LoraConfig* lora = options_.lora ? &options_.lora->adapters.lora() : nullptr;
-    if (options_.context_parallel) {
-      Communicator& group = *options_.context_parallel;
-      SPW_CHECK(options_.seq % group.size() == 0, "--cp", "a sequence of ", options_.seq,
-                " tokens does not split evenly over ", group.size(), " ranks");
-      groups_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = &group;
-      groups_.stream = &device_->stream(StreamKind::comm);
-      split_ = {.context = {.rank = group.rank(), .ranks = group.size()}, .groups = &groups_};
-      return std::make_unique<TrainStep>(c, options_.batch, options_.seq / group.size(), device_->device_memory(),
-                                         with_backward, weighted, documents, lora, &split_);
-    }
-    if (options_.tensor_parallel) {
+    // Tensor parallelism splits each layer, context parallelism each
+    // sequence: the step is the rank's graph of its chunk.
+    if (options_.tensor_parallel || options_.context_parallel) {
       SPW_CHECK(options_.memory.device_mem == 0, "--device-mem", "a device budget plans one device's step; with ",
-                "--tp the step is split over ranks, which the planner does not plan on the CPU yet");
-      Communicator& group = *options_.tensor_parallel;
-      groups_.by_group[static_cast<size_t>(graph::TensorParallelism{}.group)] = &group;
+                "--tp or --cp the step is split over ranks, which the planner does not plan on the CPU yet");
       groups_.stream = &device_->stream(StreamKind::comm);
-      split_ = {.tp = {.rank = group.rank(), .ranks = group.size(), .sequence_parallel = options_.sequence_parallel},
-                .groups = &groups_};
-      return std::make_unique<TrainStep>(c, options_.batch, options_.seq, device_->device_memory(), with_backward,
-                                         weighted, documents, lora, &split_);
+      int64_t seq = options_.seq;
+      if (Communicator* tp = options_.tensor_parallel) {
+        groups_.by_group[static_cast<size_t>(graph::TensorParallelism{}.group)] = tp;
+        split_.tp = {.rank = tp->rank(), .ranks = tp->size(), .sequence_parallel = options_.sequence_parallel};
+      }
+      if (Communicator* cp = options_.context_parallel) {
+        SPW_CHECK(seq % cp->size() == 0, "--cp", "a sequence of ", seq, " tokens does not split evenly over ",
+                  cp->size(), " ranks");
+        groups_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = cp;
+        split_.context = {.rank = cp->rank(), .ranks = cp->size()};
+        seq /= cp->size();
+      }
+      split_.groups = &groups_;
+      return std::make_unique<TrainStep>(c, options_.batch, seq, device_->device_memory(), with_backward, weighted,
+                                         documents, lora, &split_);
     }
     if (options_.memory.device_mem) {
       return std::make_unique<TrainStep>(c, options_.batch, options_.seq, *device_, with_backward, weighted,

@@ -1,7 +1,8 @@
 // Context-parallel training on the CPU backend, ranks as processes, through
 // the command line users get (`--cp C` with `--nproc-per-node`): ranks that
 // each take a chunk of every sequence, attention reading every rank's keys
-// and values, train what one rank trains, beside data parallelism; the
+// and values, train what one rank trains, beside data and tensor
+// parallelism; the
 // weights are replicated, so a run resumes on any number of ranks; a split
 // the run does not allow is one clear error.
 #include <gtest/gtest.h>
@@ -24,7 +25,9 @@ TEST_F(ContextParallel, RanksSplittingEachSequenceTrainWhatOneRankTrains) {
   train("cp2", "--nproc-per-node 2 --cp 2");
   train("cp4", "--nproc-per-node 4 --cp 4");
   train("cp2-dp2", "--nproc-per-node 4 --cp 2");
-  for (const char* run : {"cp2", "cp4", "cp2-dp2"}) expect_same_training(run, "one");
+  // Each chunk's layers split over two ranks too.
+  train("cp2-tp2", "--nproc-per-node 4 --cp 2 --tp 2");
+  for (const char* run : {"cp2", "cp4", "cp2-dp2", "cp2-tp2"}) expect_same_training(run, "one");
 }
 
 TEST_F(ContextParallel, ARunWithSplitSequencesResumesOnOneRank) {
@@ -45,10 +48,9 @@ TEST_F(ContextParallel, ASplitTheRunDoesNotAllowIsOneClearError) {
   EXPECT_NE(uneven.out.find("a sequence of 30 tokens does not split evenly over 4 ranks"), std::string::npos)
       << uneven.out;
   schedule_ = "--batch 1 --seq 32 --grad-accum 8";
-  const CommandResult both = run("both", "--nproc-per-node 4 --cp 2 --tp 2");
+  const CommandResult both = run("both", "--nproc-per-node 4 --cp 2 --pp 2");
   EXPECT_NE(both.exit_code, 0);
-  EXPECT_NE(both.out.find("context parallelism beside tensor or pipeline parallelism"), std::string::npos)
-      << both.out;
+  EXPECT_NE(both.out.find("context parallelism beside pipeline parallelism"), std::string::npos) << both.out;
 }
 
 }  // namespace

@@ -72,11 +72,12 @@ class KernelsSection:
 class ParallelSection:
     dp: int
     tp: int
+    sequence_parallel: bool
     pp: int
     cp: int
     nproc_per_node: int
     timeout_s: int
-    shard: Literal["auto", "none", "optimizer"]
+    shard: Literal["auto", "none", "optimizer", "gradients", "weights"]
 
 class RunSection:
     device: Literal["auto", "cpu", "cuda"]

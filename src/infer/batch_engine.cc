@@ -110,7 +110,7 @@ void BatchEngine::admit() {
 void BatchEngine::retire(Active& a, FinishReason reason, const std::string& error) {
   decoder_->close(a.sequence);
   a.sequence = -1;
-  a.stream->finish(reason, error);
+  finished_.push_back({a.stream, reason, error});
   std::lock_guard lock(mutex_);
   switch (reason) {
     case FinishReason::stop: ++stats_.finished_stop; break;
@@ -119,6 +119,11 @@ void BatchEngine::retire(Active& a, FinishReason reason, const std::string& erro
     case FinishReason::error: ++stats_.failed; break;
     case FinishReason::running: break;
   }
+}
+
+void BatchEngine::publish_finishes() {
+  for (Finished& f : finished_) f.stream->finish(f.reason, std::move(f.error));
+  finished_.clear();
 }
 
 bool BatchEngine::step() {
@@ -202,6 +207,8 @@ void BatchEngine::loop() {
       stats_.running = static_cast<int64_t>(running_.size());
       stats_.blocks_used = decoder_->blocks().used_blocks();
     }
+    // A client told its request is done finds the stats saying so.
+    publish_finishes();
     // Nothing could run (every waiting request cancelled meanwhile): wait for news.
     if (!ran) {
       std::unique_lock lock(mutex_);
@@ -210,6 +217,7 @@ void BatchEngine::loop() {
   }
   for (auto& a : running_) retire(*a, FinishReason::cancelled);
   running_.clear();
+  publish_finishes();
   std::lock_guard lock(mutex_);
   for (auto& a : waiting_) a->stream->finish(FinishReason::cancelled);
   waiting_.clear();

@@ -108,7 +108,10 @@ class BatchEngine {
   void loop();
   void admit();                 // under mutex_
   bool step();                  // one batch step; false when there was nothing to run
+  // Closes a's sequence and counts it; its stream hears the finish at
+  // publish_finishes, once the step's stats say it too.
   void retire(Active& a, FinishReason reason, const std::string& error = {});
+  void publish_finishes();
 
   std::unique_ptr<BatchDecoder> decoder_;
   const EngineOptions options_;
@@ -118,6 +121,12 @@ class BatchEngine {
   std::deque<std::unique_ptr<Active>> waiting_;   // guarded by mutex_
   std::vector<std::unique_ptr<Active>> running_;  // the step thread's; its size mirrored in stats_
   EngineStats stats_;                             // guarded by mutex_
+  struct Finished {
+    std::shared_ptr<RequestStream> stream;
+    FinishReason reason;
+    std::string error;
+  };
+  std::vector<Finished> finished_;  // the step thread's: retired, not yet told
   bool stopping_ = false;
   std::thread thread_;
 };

@@ -114,22 +114,10 @@ TEST_F(DataParallelGpus, TwoGpusTrainWhatOneTrains) {
 TEST_F(DataParallelGpus, AHungRankEndsTheOtherWithinTheTimeout) {
   const std::vector<std::string> args = words_of(train_args("hung", 100000) + " --nproc-per-node 2 --rank-timeout 10");
   const std::string log = dir_ / "hung.log";
-  const pid_t parent = start_spillway(args, {}, log);
-  ASSERT_TRUE(wait_until_exists(dir_ / "hung/train_log.jsonl", 120s)) << read_file(log);
-  const auto deadline = std::chrono::steady_clock::now() + 120s;
-  while (read_file(dir_ / "hung/train_log.jsonl").find("\"loss\"") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(log);
-    std::this_thread::sleep_for(20ms);
-  }
-  const std::vector<pid_t> ranks = ranks_of(parent);
-  ASSERT_EQ(ranks.size(), 2u);
-  const auto stopped = std::chrono::steady_clock::now();
-  ::kill(ranks[1], SIGSTOP);
-  const int exit_code = wait_for(parent, 120s);
-  // Whatever happened, no rank outlives the test holding a GPU.
-  for (pid_t rank : ranks) ::kill(rank, SIGKILL);
-  EXPECT_EQ(exit_code, 1) << read_file(log);
-  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 60s);
+  const std::optional<HungRun> hung = hang_a_rank_after_a_step(args, dir_ / "hung", log);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->exit_code, 1) << read_file(log);
+  EXPECT_LT(hung->ended_after, 60s);
   const std::string out = read_file(log);
   EXPECT_NE(out.find("did not finish within 10 s (--rank-timeout): another rank died or hangs"), std::string::npos)
       << out;

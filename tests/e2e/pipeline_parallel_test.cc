@@ -8,11 +8,9 @@
 // clear error.
 #include <gtest/gtest.h>
 
-#include <signal.h>
 
 #include <chrono>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "e2e/processes.h"
@@ -76,21 +74,10 @@ TEST_F(PipelineParallel, AHungStageEndsTheRunWithinTheTimeout) {
       words_of("train --device cpu --config " + (dir_ / "micro.json") + " --vocab 300 --data " + (dir_ / "corpus.txt") +
                " --separator % --batch 2 --seq 32 --grad-accum 4 --steps 100000 --sample-tokens 0 --quiet "
                "--nproc-per-node 2 --pp 2 --rank-timeout 5 --out " + (dir_ / "hung"));
-  const pid_t parent = start_spillway(args, {}, log);
-  ASSERT_TRUE(wait_until_exists(dir_ / "hung/train_log.jsonl", 60s)) << read_file(log);
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (read_file(dir_ / "hung/train_log.jsonl").find("\"loss\"") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << read_file(log);
-    std::this_thread::sleep_for(20ms);
-  }
-  const std::vector<pid_t> ranks = ranks_of(parent);
-  ASSERT_EQ(ranks.size(), 2u);
-  const auto stopped = std::chrono::steady_clock::now();
-  ::kill(ranks[1], SIGSTOP);
-  const int exit_code = wait_for(parent, 60s);
-  for (pid_t rank : ranks) ::kill(rank, SIGKILL);
-  EXPECT_EQ(exit_code, 1) << read_file(log);
-  EXPECT_LT(std::chrono::steady_clock::now() - stopped, 30s);
+  const std::optional<HungRun> hung = hang_a_rank_after_a_step(args, dir_ / "hung", log);
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->exit_code, 1) << read_file(log);
+  EXPECT_LT(hung->ended_after, 30s);
   EXPECT_NE(read_file(log).find("rank 0: ended with exit code 1; stopping the other ranks"), std::string::npos)
       << read_file(log);
 }

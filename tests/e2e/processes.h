@@ -12,10 +12,13 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "e2e/e2e_util.h"
 
@@ -85,6 +88,40 @@ inline std::vector<pid_t> ranks_of(pid_t parent) {
   for (pid_t p; children >> p;) ranks.push_back(p);
   std::sort(ranks.begin(), ranks.end());
   return ranks;
+}
+
+// A run of two ranks (`args`, its output to `log`) whose rank 1 hangs
+// (SIGSTOP) once the run's log in `run` has a step's loss: its exit code and
+// how long after the hang it ended (every rank then killed). Nothing where
+// the run never got to a step (a test failure added).
+struct HungRun {
+  int exit_code;
+  std::chrono::steady_clock::duration ended_after;
+};
+inline std::optional<HungRun> hang_a_rank_after_a_step(const std::vector<std::string>& args, const std::string& run,
+                                                        const std::string& log) {
+  const pid_t parent = start_spillway(args, {}, log);
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (read_file(run + "/train_log.jsonl").find("\"loss\"") == std::string::npos) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(parent, SIGKILL);
+      ADD_FAILURE() << "no step within 120 s: " << read_file(log);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  const std::vector<pid_t> ranks = ranks_of(parent);
+  if (ranks.size() != 2) {
+    ADD_FAILURE() << ranks.size() << " ranks, not 2";
+    return std::nullopt;
+  }
+  const auto stopped = std::chrono::steady_clock::now();
+  ::kill(ranks[1], SIGSTOP);
+  const int exit_code = wait_for(parent, 120s);
+  const auto ended_after = std::chrono::steady_clock::now() - stopped;
+  // Whatever happened, no rank outlives the test holding a GPU or a port.
+  for (pid_t rank : ranks) ::kill(rank, SIGKILL);
+  return HungRun{exit_code, ended_after};
 }
 
 }  // namespace spillway::e2e

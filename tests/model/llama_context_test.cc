@@ -11,17 +11,16 @@
 #include <cmath>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "device/cpu/cpu_device.h"
-#include "dist/tcp_store.h"
 #include "dist/world.h"
 #include "exec/executor.h"
 #include "graph/autodiff.h"
 #include "model/llama_graph.h"
 #include "testing/llama.h"
 #include "testing/numeric.h"
+#include "testing/thread_ranks.h"
 
 namespace spillway::model {
 namespace {
@@ -69,30 +68,15 @@ Step run(const LlamaConfig& c, int64_t first, int64_t seq, const LlamaContext& c
 
 void expect_matches_one_device(const LlamaConfig& c, int ranks) {
   const Step want = run(c, 0, kSeq, {}, nullptr, nullptr, 1.0);
-  const uint16_t port = dist::TcpStore("127.0.0.1", 0, true, std::chrono::seconds(1)).port();
   std::vector<Step> got(static_cast<size_t>(ranks));
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < ranks; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        dist::LaunchEnv env;
-        env.rank = rank;
-        env.world = ranks;
-        env.master_port = port;
-        env.launcher = "test";
-        dist::World world(env, dist::RankGrid(1, 1, ranks, 1, ranks), -1, "same", std::chrono::seconds(30));
+  const std::vector<std::string> errors =
+      testing::run_thread_ranks(dist::RankGrid(1, 1, ranks, 1, ranks), [&](dist::World& world, int rank) {
         auto device = make_cpu_device();
         const int64_t chunk = kSeq / ranks;
         got[static_cast<size_t>(rank)] =
             run(c, rank * chunk, chunk, {.rank = rank, .ranks = ranks, .group = static_cast<int>(dist::Dim::cp)},
                 world.group(dist::Dim::cp), &device->stream(StreamKind::comm), 1.0 / ranks);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   double loss = 0;
   for (int rank = 0; rank < ranks; ++rank) {
     ASSERT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;

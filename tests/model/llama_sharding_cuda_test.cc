@@ -7,12 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "device/cpu/cpu_device.h"
 #include "device/cuda/cuda_device.h"
-#include "dist/tcp_store.h"
 #include "dist/world.h"
 #include "exec/cuda/cuda_node_runner.h"
 #include "exec/executor.h"
@@ -23,6 +21,7 @@
 #include "testing/cuda_arrays.h"
 #include "testing/llama.h"
 #include "testing/numeric.h"
+#include "testing/thread_ranks.h"
 
 namespace spillway::model {
 namespace {
@@ -117,28 +116,15 @@ void expect_matches_reference(bool sequence_parallel) {
   graph::Graph names;
   graph::Builder nb(names, DType::f64);
   const LlamaGraph m = build_llama(nb, config(), kBatch, kSeq);
-  const uint16_t port = dist::TcpStore("127.0.0.1", 0, true, std::chrono::seconds(1)).port();
-  std::vector<std::string> errors(2);
   std::vector<Step> got(2);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
+  const std::vector<std::string> errors = testing::run_thread_ranks(
+      dist::RankGrid(1, 1, 1, 2, 2),
+      [&](dist::World& world, int rank) {
         set_current_cuda_device(rank);
         auto device = make_cuda_device(rank);
-        dist::LaunchEnv env;
-        env.rank = rank;
-        env.world = 2;
-        env.master_port = port;
-        env.launcher = "test";
-        dist::World world(env, dist::RankGrid(1, 1, 1, 2, 2), rank, "same", std::chrono::seconds(60));
         got[static_cast<size_t>(rank)] = on_gpu(rank, sequence_parallel, *world.group(dist::Dim::tp), *device);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      },
+      /*gpus=*/true);
   for (int rank = 0; rank < 2; ++rank) {
     ASSERT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
     const Step& s = got[static_cast<size_t>(rank)];

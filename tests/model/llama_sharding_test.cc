@@ -15,12 +15,10 @@
 #include <functional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
-#include "dist/tcp_store.h"
 #include "dist/world.h"
 #include "exec/executor.h"
 #include "graph/autodiff.h"
@@ -29,6 +27,7 @@
 #include "model/llama_graph.h"
 #include "testing/llama.h"
 #include "testing/numeric.h"
+#include "testing/thread_ranks.h"
 
 namespace spillway::model {
 namespace {
@@ -134,35 +133,18 @@ double relative_error(std::span<const double> got, std::span<const double> want)
 
 #ifdef SPILLWAY_HAS_GLOO
 
-uint16_t some_free_port() { return dist::TcpStore("127.0.0.1", 0, true, std::chrono::seconds(1)).port(); }
-
 // Every rank's step against the single device's; "" or the first mismatch.
 void expect_matches_single_device(const Case& c, int ranks, bool sequence_parallel) {
   const Step want = single_device(c);
   Model names(c);
-  const uint16_t port = some_free_port();
-  std::vector<std::string> errors(static_cast<size_t>(ranks));
   std::vector<Step> got(static_cast<size_t>(ranks));
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < ranks; ++rank) {
-    threads.emplace_back([&, rank] {
-      try {
-        dist::LaunchEnv env;
-        env.rank = rank;
-        env.world = ranks;
-        env.master_port = port;
-        env.launcher = "test";
-        dist::World world(env, dist::RankGrid(1, 1, 1, ranks, ranks), -1, "same", std::chrono::seconds(30));
+  const std::vector<std::string> errors =
+      testing::run_thread_ranks(dist::RankGrid(1, 1, 1, ranks, ranks), [&](dist::World& world, int rank) {
         auto device = make_cpu_device();
         const graph::TensorParallelism tp{.rank = rank, .ranks = ranks, .group = static_cast<int>(dist::Dim::tp),
                                           .sequence_parallel = sequence_parallel};
         got[static_cast<size_t>(rank)] = on_rank(c, tp, *world.group(dist::Dim::tp), device->stream(StreamKind::comm));
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(rank)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+      });
   for (int rank = 0; rank < ranks; ++rank) {
     ASSERT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
     const Step& s = got[static_cast<size_t>(rank)];

@@ -41,17 +41,15 @@ class CpuEngine final : public Engine {
       eval_->bind_adapters(o.lora->adapters, nullptr);
       return;
     }
+    const bool split = o.tensor_parallel || o.pipeline_parallel || o.context_parallel;
+    SPW_CHECK(!split || o.shard == StateSharding::none || o.shard == StateSharding::automatic,
+              "--shard " + std::string(enum_name(o.shard)), "with --tp, --pp or --cp, sharding the state over the ",
+              "data-parallel ranks too is not supported yet");
     if (o.context_parallel) {
       SPW_CHECK(!o.pipeline_parallel, "--cp", "context parallelism beside pipeline parallelism is not supported yet");
-      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
-                "--shard " + std::string(enum_name(o.shard)), "with --cp the weights are replicated; sharding them "
-                "over data-parallel ranks too is not supported yet");
       SPW_CHECK(!o.weighted_loss, "--cp", "instruction data is not supported with context parallelism yet");
     }
     if (o.pipeline_parallel) {
-      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
-                "--shard " + std::string(enum_name(o.shard)), "with --pp, each stage keeps its own layers' state; ",
-                "sharding it over data-parallel ranks too is not supported yet");
       SPW_CHECK(!o.weighted_loss && !o.documents, "--pp", "instruction data and packed rows are not supported with "
                 "pipeline parallelism yet");
       pipe_ = std::make_unique<CpuPipeline>(weights_, optimizer_, *o.pipeline_parallel, o.batch, o.seq,
@@ -60,9 +58,6 @@ class CpuEngine final : public Engine {
       return;
     }
     if (o.tensor_parallel) {
-      SPW_CHECK(o.shard == StateSharding::none || o.shard == StateSharding::automatic,
-                "--shard " + std::string(enum_name(o.shard)), "with --tp, the state is split by the layers' pieces; ",
-                "sharding it over data-parallel ranks too is not supported yet");
       tp_ = std::make_unique<TensorParallelState>(weights_, optimizer_, *o.tensor_parallel);
       return;
     }

@@ -37,8 +37,7 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   const int64_t first_position = split_sequence ? cp.rank * seq : 0;
   // Checkpoint tensors named before this stage's: the embedding and nine
   // per layer (stacked projections stack the same tensors).
-  constexpr int kLayerTensors = 9;
-  int tensors = stage.has_embedding() ? 0 : static_cast<int>(1 + kLayerTensors * stage.first_layer);
+  int tensors = stage.has_embedding() ? 0 : static_cast<int>(1 + kLlamaLayerTensors * stage.first_layer);
   const LoraConfig* lora = options.lora && options.lora->enabled() ? options.lora : nullptr;
   if (lora) {
     check_lora_config(*lora, "LoRA");

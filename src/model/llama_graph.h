@@ -10,6 +10,10 @@
 
 namespace spillway::model {
 
+// Checkpoint tensors a layer has (norms, q, k, v, o, gate, up, down), after
+// the embedding's one: layer i's are 1 + 9i on.
+inline constexpr int kLlamaLayerTensors = 9;
+
 // A stage of a pipeline (pipeline parallelism): the layers [first_layer,
 // last_layer) of the model, with the embedding where it is the first stage
 // and the final norm, lm_head and loss where it is the last. A stage

@@ -34,6 +34,18 @@ LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_
   return costs;
 }
 
+int llama_stage_of_tensor(const LlamaConfig& config, const std::vector<LlamaStage>& stages, int t) {
+  const int64_t layers = config.num_hidden_layers;
+  if (t == 0) return 0;
+  if (t > kLlamaLayerTensors * layers) return static_cast<int>(stages.size()) - 1;  // the final norm, lm_head
+  const int64_t layer = (t - 1) / kLlamaLayerTensors;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const int64_t last = stages[s].last_layer < 0 ? layers : stages[s].last_layer;
+    if (layer >= stages[s].first_layer && layer < last) return static_cast<int>(s);
+  }
+  throw Error("pipeline stage", "no stage holds layer " + std::to_string(layer));
+}
+
 double stage_seconds(const LlamaStepCosts& costs, const LlamaStage& stage) {
   const auto layers = static_cast<int64_t>(costs.layers.size());
   const int64_t last = stage.last_layer < 0 ? layers : stage.last_layer;

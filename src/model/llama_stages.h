@@ -28,6 +28,10 @@ LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_
 // gives (each stage at least one layer). Error naming --pp where the model
 // has fewer layers than stages.
 std::vector<LlamaStage> balance_llama_stages(const LlamaStepCosts& costs, int stages);
+// The stage of `stages` that holds checkpoint tensor `t` (parameter_specs'
+// order: the embedding, nine a layer, the final norm, lm_head), a tied
+// table's being the first stage's.
+int llama_stage_of_tensor(const LlamaConfig& config, const std::vector<LlamaStage>& stages, int t);
 // A stage's predicted seconds.
 double stage_seconds(const LlamaStepCosts& costs, const LlamaStage& stage);
 

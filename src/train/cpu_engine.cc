@@ -93,7 +93,7 @@ class CpuEngine final : public Engine {
            " projections (" + std::to_string(a.numel()) + " trained parameters, the weights frozen)";
       if (!quantized_.tensors.empty()) d += "; " + quantized_.describe();
     }
-    if (const plan::Placement* p = step_->placement()) {
+    if (const plan::Placement* p = step_ ? step_->placement() : nullptr) {
       d += "; device budget " + format_bytes(options_.memory.device_mem) + " planned: peak " +
            format_bytes(p->device_peak) + ", " + std::to_string(p->values_offloaded) + " values offloaded, " +
            format_bytes(p->bytes_loaded + p->bytes_stored) + " moved per micro-step";
@@ -263,10 +263,11 @@ class CpuEngine final : public Engine {
   void finish() override { grads_ = model::LlamaWeights(); }
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   void set_profiling(bool on) override {
-    if (auto* e = dynamic_cast<exec::Executor*>(&step_->program())) e->set_profiling(on);
+    if (auto* e = step_ ? dynamic_cast<exec::Executor*>(&step_->program()) : nullptr) e->set_profiling(on);
     profiling_ = on;
   }
   std::string profile_report() const override {
+    if (!step_) return "no per-op profile of a pipeline stage yet\n";
     auto* e = dynamic_cast<const exec::Executor*>(&step_->program());
     return e ? op_time_report(step_->graph(), e->node_seconds(), std::max(1, profiled_steps_), 0)
              : "no profile under a device budget\n";
@@ -321,7 +322,9 @@ class CpuEngine final : public Engine {
   // memory; without one they run in device memory alone.
   // Evaluation keeps the plain mean (the trainer weighs its batches itself)
   // over rows of one example each.
+  // None for a pipeline stage, whose programs are its own (train/cpu_pipeline.h).
   std::unique_ptr<TrainStep> make_step(bool with_backward) {
+    if (options_.pipeline_parallel) return nullptr;
     const auto& c = weights_.config();
     const bool weighted = with_backward && options_.weighted_loss;
     const bool documents = with_backward && options_.documents;

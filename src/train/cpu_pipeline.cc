@@ -74,15 +74,8 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
   for (const model::NamedTensor& t : weights.tensors()) shapes_.push_back(t.shape);
   owner_.assign(tensors, -1);
   own_index_.assign(tensors, -1);
-  for (int r = 0; r < group.size(); ++r) {
-    graph::Graph g;
-    graph::Builder b(g, DType::f32);
-    const model::LlamaGraph m = model::build_llama(b, c, batch, seq, {.stage = stages_[static_cast<size_t>(r)]});
-    for (const auto& parts : m.parameter_parts) {
-      int& owner = owner_.at(static_cast<size_t>(parts.front()));
-      if (owner < 0) owner = r;  // a tied table is the first stage's (the last holds a copy)
-    }
-  }
+  // A tied table is the first stage's (the last holds a copy).
+  for (size_t t = 0; t < tensors; ++t) owner_[t] = model::llama_stage_of_tensor(c, stages_, static_cast<int>(t));
   const bool moments = !optimizer.m.tensors().empty();
   table_elements_ = graph::piece_shape(weights.tensors()[0].shape, splits_[0], tensor_group ? tensor_group->rank() : 0,
                                        tensor_group ? tensor_group->size() : 1)

@@ -186,6 +186,26 @@ TEST(LlamaStages, ATiedTableSplitBetweenStagesHasBothGradients) {
   expect_same(first, whole);
 }
 
+// Where a tensor lies, derived from the layer ranges, is where each
+// stage's graph names it (a tied table: with the first stage).
+TEST(LlamaStages, EachTensorsStageIsTheStageWhoseGraphHoldsIt) {
+  for (bool tied : {false, true}) {
+    const LlamaConfig c = testing::llama_config(37, 16, 24, 4, 4, 2, tied);
+    const std::vector<LlamaStage> stages{{0, 1}, {1, 3}, {3, 4}};
+    std::vector<int> holder(parameter_specs(c).size(), -1);
+    for (size_t s = 0; s < stages.size(); ++s) {
+      graph::Graph g;
+      graph::Builder b(g, DType::f64);
+      for (const auto& parts : build_llama(b, c, 1, 4, {.stage = stages[s]}).parameter_parts) {
+        if (holder[static_cast<size_t>(parts.front())] < 0) holder[static_cast<size_t>(parts.front())] = static_cast<int>(s);
+      }
+    }
+    for (size_t t = 0; t < holder.size(); ++t) {
+      EXPECT_EQ(llama_stage_of_tensor(c, stages, static_cast<int>(t)), holder[t]) << "tensor " << t << " tied " << tied;
+    }
+  }
+}
+
 TEST(LlamaStages, SplitsThatCannotBeAreRefusedNamingWhy) {
   LlamaStepCosts costs;
   costs.layers = {1.0, 1.0};

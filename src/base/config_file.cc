@@ -4,15 +4,11 @@
 #include <fstream>
 #include <sstream>
 
-// toml++ is used header-only, so that a machine that has only its headers
-// (the GPU build machine unpacks them from the .deb) links nothing more.
-#define TOML_HEADER_ONLY 1
-#include <toml++/toml.h>
-
 #include "base/json_text.h"
 #include "base/regular_file.h"
 #include "base/status.h"
 #include "base/toml_guard.h"
+#include "base/toml_parser.h"
 
 namespace spillway {
 
@@ -53,6 +49,8 @@ json read_toml(const std::string& path, const std::string& text) {
   } catch (const toml::parse_error& e) {
     const toml::source_position at = e.source().begin;
     throw Error(where(path, at.line, at.column), std::string(e.description()));
+  } catch (const TomlCheckFailed& e) {
+    throw Error(path, std::string("not valid TOML: ") + e.what() + "; write the file as JSON if it is valid");
   }
 }
 

@@ -131,6 +131,7 @@ class Scanner {
     expect_value_ = false;
     const bool multi_line = n == 3;
     while (at_ < text_.size() && !starts_with(quote)) {
+      if (!multi_line && text_[at_] == '\n') return;  // toml++ reports the unclosed string here
       if (escapes && text_[at_] == '\\' && at_ + 1 < text_.size()) {
         advance();
         if (multi_line && skip_whitespace_after_backslash()) continue;  // a line-ending backslash
@@ -138,6 +139,9 @@ class Scanner {
       advance();
     }
     for (size_t i = 0; i < n && at_ < text_.size(); ++i) advance();
+    // A multi-line string's last one or two characters may be its quote,
+    // just inside the closing delimiter (""""" closes on the last three).
+    for (int extra = 0; multi_line && extra < 2 && at_ < text_.size() && text_[at_] == quote[0]; ++extra) advance();
   }
 
   // The code point that starts at `at` and its length in bytes; a length of

@@ -73,6 +73,11 @@ TEST_F(SettingsFile, TomlTheParserWouldAssertOnIsRefusedFirst) {
             "f.toml:1:16: a non-ASCII character in a value that is not a string");
   EXPECT_EQ(error_of_file("e.toml", "[model]\nconfig = [[1, # c\n }]]\n"),
             "e.toml:3:2: '}' where an array expects a value or ']'");
+  // A multi-line string may end in one or two of its quotes just inside the
+  // delimiter: the header after it is still seen (fuzzer finding).
+  EXPECT_EQ(error_of_file("k.toml", "x = \"\"\"\"\"\"\"\n[\n"),
+            "k.toml:2:2: a table header's '[' must be followed by a key name");
+  EXPECT_EQ(error_of_file("l.toml", "x = \"ab\n[\n"), "l.toml:2:2: a table header's '[' must be followed by a key name");
   const nlohmann::json fine = read_settings_file(write("fine.toml", R"(# [= a comment, 中
 [data]
 paths = [
@@ -85,12 +90,14 @@ w="中"
 separator = """
 [=
 """
+quoted = """"a"""""
 [ "run" ]
 out = '[= 中'
 )"));
   EXPECT_EQ(fine["data"]["paths"], nlohmann::json({"a", "b"}));
   EXPECT_EQ(fine["data"]["nested"].size(), 3u);
   EXPECT_EQ(fine["data"]["separator"], "[=\n");
+  EXPECT_EQ(fine["data"]["quoted"], "\"a\"\"");
   EXPECT_EQ(fine["run"]["out"], "[= \xe4\xb8\xad");
   // The same characters anywhere else in a string, and in comments, are
   // read: toml++ never tests them there.

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,14 @@ class RendezvousStore {
   // the key when it never is.
   virtual std::vector<char> get(const std::string& key) = 0;
   virtual std::chrono::milliseconds timeout() const = 0;
+};
+
+// One side of a point-to-point message: `count` elements at `data`, to or
+// from rank `peer`.
+struct PeerBuffer {
+  void* data;
+  uint64_t count;
+  int peer;
 };
 
 enum class Collective : uint8_t { all_reduce, reduce_scatter, all_gather };
@@ -60,11 +69,11 @@ class Communicator {
   // with the matching recv.
   virtual void send(const void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
   virtual void recv(void* data, uint64_t count, DType dtype, int peer, Stream& stream) = 0;
-  // A send and a receive in flight together (to and from the same peer or
-  // two), so that two ranks sending to each other at once both go on: a
-  // pipeline's stages crossing activations and gradients.
-  virtual void send_recv(const void* send_data, uint64_t send_count, int send_peer, void* recv_data,
-                         uint64_t recv_count, int recv_peer, DType dtype, Stream& stream) = 0;
+  // Sends and receives in flight together, so that ranks sending to each
+  // other at once all go on: a pipeline's stages crossing activations and
+  // gradients. At most one message each way between two ranks a call.
+  virtual void exchange(std::span<const PeerBuffer> sends, std::span<const PeerBuffer> receives, DType dtype,
+                        Stream& stream) = 0;
   // Returns once everything enqueued on `stream` has finished. Error naming
   // this rank when its collectives do not finish within the run's timeout
   // (a peer that died or hangs): no rank waits forever.

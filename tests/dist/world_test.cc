@@ -81,7 +81,16 @@ TEST(World, CollectivesOfEveryKindAmongFourRanks) {
       c.recv(from_left.data(), 5, DType::f32, left, s);
       c.send(ring.data(), 5, DType::f32, right, s);
     }
+    // Every rank sends right and receives from both sides at once: a
+    // circle of sends, which one exchange a rank lets through.
+    std::vector<float> out(3, 100.0f + static_cast<float>(rank)), in_left(3), in_right(2);
+    std::vector<float> to_left(2, 200.0f + static_cast<float>(rank));
+    const PeerBuffer sends[] = {{out.data(), 3, right}, {to_left.data(), 2, left}};
+    const PeerBuffer receives[] = {{in_left.data(), 3, left}, {in_right.data(), 2, right}};
+    c.exchange(sends, receives, DType::f32, s);
     s.synchronize();
+    EXPECT_EQ(in_left, (std::vector<float>(3, 100.0f + static_cast<float>(left))));
+    EXPECT_EQ(in_right, (std::vector<float>(2, 200.0f + static_cast<float>(right))));
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 4.0f * static_cast<float>(i) + 6.0f) << i;
     EXPECT_EQ(mine, (std::vector<double>{10.0, 10.0}));
     EXPECT_EQ(ids, (std::vector<int32_t>{0, 10, 20, 30}));

@@ -131,17 +131,27 @@ class GlooCommunicator final : public Communicator {
     });
   }
 
-  void send_recv(const void* send_data, uint64_t send_count, int send_peer, void* recv_data, uint64_t recv_count,
-                 int recv_peer, DType dtype, Stream& stream) override {
+  void exchange(std::span<const PeerBuffer> sends, std::span<const PeerBuffer> receives, DType dtype,
+                Stream& stream) override {
     const uint64_t elem = dtype_size(dtype);
-    enqueue(stream, "exchange with ranks " + std::to_string(send_peer) + " and " + std::to_string(recv_peer),
-            [=, this] {
-              auto in = context_->createUnboundBuffer(recv_data, recv_count * elem);
-              auto out = context_->createUnboundBuffer(const_cast<void*>(send_data), send_count * elem);
-              in->recv(recv_peer, kPointToPointSlot);
-              out->send(send_peer, kPointToPointSlot);
-              out->waitSend(timeout_);
-              in->waitRecv(timeout_);
+    std::string peers;
+    for (const auto* list : {&sends, &receives}) {
+      for (const PeerBuffer& b : *list) peers += (peers.empty() ? "" : ", ") + std::to_string(b.peer);
+    }
+    enqueue(stream, "exchange with ranks " + peers,
+            [=, this, sends = std::vector<PeerBuffer>(sends.begin(), sends.end()),
+             receives = std::vector<PeerBuffer>(receives.begin(), receives.end())] {
+              std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> in, out;
+              for (const PeerBuffer& r : receives) {
+                in.push_back(context_->createUnboundBuffer(r.data, r.count * elem));
+                in.back()->recv(r.peer, kPointToPointSlot);
+              }
+              for (const PeerBuffer& s : sends) {
+                out.push_back(context_->createUnboundBuffer(s.data, s.count * elem));
+                out.back()->send(s.peer, kPointToPointSlot);
+              }
+              for (auto& b : out) b->waitSend(timeout_);
+              for (auto& b : in) b->waitRecv(timeout_);
             });
   }
 

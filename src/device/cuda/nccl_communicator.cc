@@ -74,11 +74,15 @@ class NcclCommunicator final : public Communicator {
   void recv(void* data, uint64_t count, DType dtype, int peer, Stream& stream) override {
     check(ncclRecv(data, count, nccl_type(dtype), peer, comm_, handle(stream)), "ncclRecv", true);
   }
-  void send_recv(const void* send_data, uint64_t send_count, int send_peer, void* recv_data, uint64_t recv_count,
-                 int recv_peer, DType dtype, Stream& stream) override {
+  void exchange(std::span<const PeerBuffer> sends, std::span<const PeerBuffer> receives, DType dtype,
+                Stream& stream) override {
     check(ncclGroupStart(), "ncclGroupStart", true);
-    check(ncclSend(send_data, send_count, nccl_type(dtype), send_peer, comm_, handle(stream)), "ncclSend", true);
-    check(ncclRecv(recv_data, recv_count, nccl_type(dtype), recv_peer, comm_, handle(stream)), "ncclRecv", true);
+    for (const PeerBuffer& s : sends) {
+      check(ncclSend(s.data, s.count, nccl_type(dtype), s.peer, comm_, handle(stream)), "ncclSend", true);
+    }
+    for (const PeerBuffer& r : receives) {
+      check(ncclRecv(r.data, r.count, nccl_type(dtype), r.peer, comm_, handle(stream)), "ncclRecv", true);
+    }
     check(ncclGroupEnd(), "ncclGroupEnd", true);
   }
 

@@ -74,6 +74,7 @@ class ParallelSection:
     tp: int
     sequence_parallel: bool
     pp: int
+    virtual_stages: int
     cp: int
     nproc_per_node: int
     timeout_s: int

@@ -46,15 +46,19 @@ class CpuEngine final : public Engine {
               "--shard " + std::string(enum_name(o.shard)), "with --tp, --pp or --cp, sharding the state over the ",
               "data-parallel ranks too is not supported yet");
     if (o.context_parallel) {
-      SPW_CHECK(!o.pipeline_parallel, "--cp", "context parallelism beside pipeline parallelism is not supported yet");
       SPW_CHECK(!o.weighted_loss, "--cp", "instruction data is not supported with context parallelism yet");
     }
     if (o.pipeline_parallel) {
       SPW_CHECK(!o.weighted_loss && !o.documents, "--pp", "instruction data and packed rows are not supported with "
                 "pipeline parallelism yet");
-      pipe_ = std::make_unique<CpuPipeline>(weights_, optimizer_, *o.pipeline_parallel, o.batch, o.seq,
-                                            device_->device_memory(), device_->stream(StreamKind::comm),
-                                            o.tensor_parallel, o.sequence_parallel);
+      check_pipeline_micro_batches(o.pipeline_parallel->size(), o.virtual_stages, o.micro_batches);
+      pipe_ = std::make_unique<CpuPipeline>(weights_, optimizer_,
+                                            PipelineRanks{.pipeline = o.pipeline_parallel,
+                                                          .tensor = o.tensor_parallel,
+                                                          .context = o.context_parallel,
+                                                          .sequence_parallel = o.sequence_parallel,
+                                                          .chunks = o.virtual_stages},
+                                            o.batch, o.seq, device_->device_memory(), device_->stream(StreamKind::comm));
       return;
     }
     if (o.tensor_parallel) {

@@ -1,10 +1,11 @@
 #include "train/cpu_pipeline.h"
 
 #include <algorithm>
-#include <deque>
 #include <optional>
 
 #include "base/status.h"
+#include "exec/executor.h"
+#include "graph/autodiff.h"
 #include "model/llama_sharding.h"
 #include "model/llama_stages.h"
 #include "plan/machine_rates.h"
@@ -30,8 +31,9 @@ struct CpuPipeline::Program {
   std::unique_ptr<exec::CpuExecutor> exec;
 
   Program(const model::LlamaConfig& c, int64_t batch, int64_t seq, const model::LlamaStage& stage, bool backward,
-          MemorySpace& space, const graph::TensorParallelism& tp, const ops::CollectiveGroups* groups) {
-    m = model::build_llama(fb, c, batch, seq, {.stage = stage});
+          MemorySpace& space, const graph::TensorParallelism& tp, const model::LlamaContext& context,
+          const ops::CollectiveGroups* groups) {
+    m = model::build_llama(fb, c, batch, seq, {.stage = stage, .context = context});
     forward_graph.mark_output(m.loss.valid() ? m.loss : m.hidden_out);
     graph::Builder* b = &fb;
     if (tp.ranks > 1) {
@@ -43,7 +45,9 @@ struct CpuPipeline::Program {
       std::vector<graph::Value> wrt = m.parameters;
       if (m.hidden_in.valid()) wrt.push_back(m.hidden_in);
       if (m.loss.valid()) {
-        grads = graph::append_backward(*b, m.loss, wrt, graph::GradientOutput::accumulated, graph::seed_gradient(tp));
+        // Each context rank's loss is its chunk's mean: the step's is their mean.
+        grads = graph::append_backward(*b, m.loss, wrt, graph::GradientOutput::accumulated,
+                                       graph::seed_gradient(tp) / context.ranks);
       } else {
         seed = b->input("hidden_out.grad", g.value(m.hidden_out).shape, DType::f32);
         grads = graph::append_backward_from(*b, m.hidden_out, seed, wrt, graph::GradientOutput::accumulated);
@@ -53,78 +57,82 @@ struct CpuPipeline::Program {
   }
 };
 
-CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group,
-                         int64_t batch, int64_t seq, MemorySpace& space, Stream& comm, Communicator* tensor_group,
-                         bool sequence_parallel)
-    : group_(group), comm_(comm), tensor_group_(tensor_group), batch_(batch), seq_(seq),
+CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, const PipelineRanks& ranks,
+                         int64_t batch, int64_t seq, MemorySpace& space, Stream& comm)
+    : group_(*ranks.pipeline), ranks_(ranks), comm_(comm), batch_(batch), seq_(seq),
       hidden_(weights.config().hidden_size) {
   const model::LlamaConfig& c = weights.config();
-  // The stages' costs are proportions: any GPU's rates split them alike.
-  stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq, plan::h100_rates()), group.size());
   graph::TensorParallelism tp;
-  if (tensor_group) {
-    tp = {.rank = tensor_group->rank(), .ranks = tensor_group->size(), .sequence_parallel = sequence_parallel};
-    groups_.by_group[static_cast<size_t>(tp.group)] = tensor_group;
-    groups_.stream = &comm;
+  if (ranks.tensor) {
+    tp = {.rank = ranks.tensor->rank(), .ranks = ranks.tensor->size(), .sequence_parallel = ranks.sequence_parallel};
+    groups_.by_group[static_cast<size_t>(tp.group)] = ranks.tensor;
   }
+  model::LlamaContext context;
+  if (ranks.context) {
+    SPW_CHECK(seq % ranks.context->size() == 0, "--cp", "a sequence of ", seq, " tokens does not split evenly over ",
+              ranks.context->size(), " ranks");
+    context = {.rank = ranks.context->rank(), .ranks = ranks.context->size()};
+    groups_.by_group[static_cast<size_t>(context.group)] = ranks.context;
+    seq_ = seq / ranks.context->size();
+  }
+  groups_.stream = &comm;
+  SPW_CHECK(ranks.chunks == 1 || stage_count() <= c.num_hidden_layers, "--virtual-stages",
+            ranks.chunks, " stages a rank over ", group_.size(), " ranks make ", stage_count(),
+            " stages, more than the model's ", c.num_hidden_layers, " layers");
+  // The stages' costs are proportions: any GPU's rates split them alike.
+  stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq_, plan::h100_rates()), stage_count());
   splits_ = model::llama_tensor_splits(c);
-  forward_ = std::make_unique<Program>(c, batch, seq, stage(), false, space, tp, &groups_);
-  train_ = std::make_unique<Program>(c, batch, seq, stage(), true, space, tp, &groups_);
+  for (int k = 0; k < ranks.chunks; ++k) {
+    const model::LlamaStage& s = stages_[static_cast<size_t>(k * group_.size() + rank())];
+    chunks_.push_back({s, std::make_unique<Program>(c, batch, seq_, s, false, space, tp, context, &groups_),
+                       std::make_unique<Program>(c, batch, seq_, s, true, space, tp, context, &groups_)});
+  }
   const size_t tensors = weights.tensors().size();
   for (const model::NamedTensor& t : weights.tensors()) shapes_.push_back(t.shape);
   owner_.assign(tensors, -1);
   own_index_.assign(tensors, -1);
   // A tied table is the first stage's (the last holds a copy).
-  for (size_t t = 0; t < tensors; ++t) owner_[t] = model::llama_stage_of_tensor(c, stages_, static_cast<int>(t));
+  for (size_t t = 0; t < tensors; ++t) {
+    owner_[t] = model::llama_stage_of_tensor(c, stages_, static_cast<int>(t)) % group_.size();
+  }
   const bool moments = !optimizer.m.tensors().empty();
-  table_elements_ = graph::piece_shape(weights.tensors()[0].shape, splits_[0], tensor_group ? tensor_group->rank() : 0,
-                                       tensor_group ? tensor_group->size() : 1)
-                        .numel();
-  // This stage's tensors, or with tensor parallelism this rank's pieces.
-  const int piece = tensor_group ? tensor_group->rank() : 0, pieces = tensor_group ? tensor_group->size() : 1;
+  // This rank's tensors, or with tensor parallelism its pieces.
+  const int piece = ranks.tensor ? ranks.tensor->rank() : 0, pieces = ranks.tensor ? ranks.tensor->size() : 1;
+  table_elements_ = graph::piece_shape(weights.tensors()[0].shape, splits_[0], piece, pieces).numel();
   auto mine = [&](const model::NamedTensor& t, size_t i) {
     return model::NamedTensor{t.name, graph::piece_shape(t.shape, splits_[i], piece, pieces),
                               graph::piece_of<float>(t.data, t.shape, splits_[i], piece, pieces)};
   };
-  for (const auto& parts : train_->m.parameter_parts) {
-    const auto t = static_cast<size_t>(parts.front());
-    own_index_[t] = static_cast<int>(weights_.size());
-    weights_.push_back(mine(weights.tensors()[t], t));
-    const model::NamedTensor& w = weights_.back();
-    grads_.push_back({w.name, w.shape, std::vector<float>(w.data.size(), 0.0f)});
-    m_.push_back(moments ? mine(optimizer.m.tensors()[t], t) : grads_.back());
-    v_.push_back(moments ? mine(optimizer.v.tensors()[t], t) : grads_.back());
+  for (const Chunk& chunk : chunks_) {
+    for (const auto& parts : chunk.train->m.parameter_parts) {
+      const auto t = static_cast<size_t>(parts.front());
+      own_index_[t] = static_cast<int>(weights_.size());
+      weights_.push_back(mine(weights.tensors()[t], t));
+      const model::NamedTensor& w = weights_.back();
+      grads_.push_back({w.name, w.shape, std::vector<float>(w.data.size(), 0.0f)});
+      m_.push_back(moments ? mine(optimizer.m.tensors()[t], t) : grads_.back());
+      v_.push_back(moments ? mine(optimizer.v.tensors()[t], t) : grads_.back());
+    }
   }
-  tied_ = c.tie_word_embeddings && group.size() > 1;
-  hidden_out_.resize(static_cast<size_t>(batch * seq * hidden_));
+  tied_ = c.tie_word_embeddings && group_.size() > 1;
+  hidden_out_.resize(static_cast<size_t>(batch * seq_ * hidden_));
   hidden_grad_.resize(hidden_out_.size());
 }
 
 CpuPipeline::~CpuPipeline() = default;
 
 std::string CpuPipeline::describe() const {
-  std::string d = "pipeline stage " + std::to_string(group_.rank() + 1) + " of " + std::to_string(group_.size()) +
-                  " (layers " + std::to_string(stage().first_layer) + "-" + std::to_string(stage().last_layer - 1) +
-                  "; stages split";
-  for (const model::LlamaStage& s : stages_) {
-    d += " " + std::to_string(s.last_layer - s.first_layer);
+  const int ranks = group_.size();
+  std::string d = "pipeline rank " + std::to_string(rank() + 1) + " of " + std::to_string(ranks) + " (layers";
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    const model::LlamaStage& s = chunks_[k].stage;
+    d += (k ? ", " : " ") + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer - 1);
   }
-  return d + " layers by their predicted time)";
-}
-
-void CpuPipeline::send(std::vector<float>& data, int peer) {
-  group_.send(data.data(), data.size(), DType::f32, peer, comm_);
-  group_.wait(comm_);
-}
-
-void CpuPipeline::receive(std::vector<float>& data, int peer) {
-  group_.recv(data.data(), data.size(), DType::f32, peer, comm_);
-  group_.wait(comm_);
-}
-
-void CpuPipeline::exchange(std::vector<float>& out, std::vector<float>& in, int peer) {
-  group_.send_recv(out.data(), out.size(), peer, in.data(), in.size(), peer, DType::f32, comm_);
-  group_.wait(comm_);
+  d += "; " + std::to_string(stage_count()) + " stages of";
+  for (const model::LlamaStage& s : stages_) d += " " + std::to_string(s.last_layer - s.first_layer);
+  d += " layers, split by their predicted time; ";
+  d += ranks_.chunks > 1 ? "interleaved 1F1B, " + std::to_string(ranks_.chunks) + " stages a rank)" : "1F1B)";
+  return d;
 }
 
 double CpuPipeline::sum_over_stages(double value) {
@@ -158,58 +166,72 @@ double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<c
   return p.m.loss.valid() ? e.read<float>(p.m.loss)[0] : 0.0;
 }
 
-// 1F1B: stage k runs S - k - 1 forwards ahead, then a forward and a
-// backward in turn, then the backwards left; so it keeps at most S - k
-// micro-batches' inputs. Where a stage hands a hidden state on and waits
-// for a gradient back (or the other way), the send and the receive are one
-// exchange, so that neighbours sending to each other at once both go on.
-double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
-                                      int64_t micro_batches) {
+// Every rank walks the same ticks: at each it runs its pass, if it has one
+// there, then sends what the pass made and receives what the other ranks'
+// passes of the tick made for it, all in one exchange. A rank that waits
+// at a tick waits only on ranks at that tick or behind it, so the ranks
+// never wait on each other in a circle.
+double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<const int32_t> inputs,
+                                 std::span<const int32_t> targets, bool training) {
   const auto n = static_cast<size_t>(batch_ * seq_);
-  const int rank = group_.rank(), stages = group_.size();
-  const int64_t warmup = std::min<int64_t>(stages - rank - 1, micro_batches);
-  auto tokens = [&](int64_t mb) { return inputs.subspan(static_cast<size_t>(mb) * n, n); };
-  auto labels = [&](int64_t mb) { return targets.subspan(static_cast<size_t>(mb) * n, n); };
+  const size_t whole = ranks_.context ? n * static_cast<size_t>(ranks_.context->size()) : n;
+  const size_t offset = ranks_.context ? n * static_cast<size_t>(ranks_.context->rank()) : 0;
+  auto tokens = [&](int64_t mb) { return inputs.subspan(static_cast<size_t>(mb) * whole + offset, n); };
+  auto labels = [&](int64_t mb) { return targets.subspan(static_cast<size_t>(mb) * whole + offset, n); };
   std::vector<float> none;
-  std::deque<std::vector<float>> kept;  // the inputs of micro-batches forwarded, not yet backward
-  auto forward = [&](int64_t mb, std::vector<float> in) {
-    if (!last()) run(*forward_, tokens(mb), labels(mb), in, none);
-    if (!first()) kept.push_back(std::move(in));
-  };
-  std::vector<float> handed_back(hidden_out_.size());
+  std::vector<std::vector<float>> received;
   double loss = 0;
-  auto backward = [&](int64_t mb) {
-    std::vector<float> in = first() ? std::vector<float>() : std::move(kept.front());
-    if (!first()) kept.pop_front();
-    loss += run(*train_, tokens(mb), labels(mb), in, handed_back);
-  };
-  auto received = [&] {
-    std::vector<float> in(hidden_out_.size());
-    receive(in, rank - 1);
-    return in;
-  };
-  for (int64_t mb = 0; mb < warmup; ++mb) {
-    forward(mb, first() ? std::vector<float>() : received());
-    if (!last()) send(hidden_out_, rank + 1);
-  }
-  std::vector<float> next = warmup < micro_batches && !first() ? received() : std::vector<float>();
-  for (int64_t j = 0; j + warmup < micro_batches; ++j) {
-    forward(j + warmup, std::move(next));
-    if (!last()) exchange(hidden_out_, handed_back, rank + 1);  // this state on, a gradient back
-    backward(j);
-    const bool more = j + warmup + 1 < micro_batches;
-    if (!first() && more) {
-      next.assign(hidden_out_.size(), 0.0f);
-      exchange(hidden_grad_, next, rank - 1);  // this gradient back, the next state in
-    } else if (!first()) {
-      send(hidden_grad_, rank - 1);
+  for (const auto& tick : timeline.ticks) {
+    std::vector<PeerBuffer> sends, receives;
+    if (const auto& pass = tick[static_cast<size_t>(rank())]) {
+      const int stage = timeline.stage_of(rank(), *pass);
+      const int64_t mb = pass->micro_batch;
+      Chunk& chunk = chunks_[static_cast<size_t>(pass->chunk)];
+      const bool last_stage = stage + 1 == stage_count();
+      std::vector<float>& in = stage == 0 ? none : inputs_.at({stage, mb});
+      if (!pass->backward && (!training || !last_stage)) {
+        // The last stage's forward pass is its backward's to make: its loss
+        // needs no hidden state handed on.
+        loss += run(*chunk.forward, tokens(mb), labels(mb), in, none);
+      } else if (pass->backward) {
+        std::vector<float>& grad = last_stage ? none : handed_back_.at({stage, mb});
+        loss += run(*chunk.train, tokens(mb), labels(mb), in, grad);
+        if (stage > 0) inputs_.erase({stage, mb});
+        if (!last_stage) handed_back_.erase({stage, mb});
+      }
+      if (const auto to = timeline.receiver(stage, *pass)) {
+        std::vector<float>& made = pass->backward ? hidden_grad_ : hidden_out_;
+        sends.push_back({made.data(), made.size(), *to});
+      }
+      if (!training && stage > 0) inputs_.erase({stage, mb});
+    }
+    // What the other ranks' passes of this tick made for this rank.
+    received.clear();
+    received.reserve(static_cast<size_t>(group_.size()));  // the receives point into it
+    std::vector<std::pair<bool, std::pair<int, int64_t>>> keys;
+    for (int r = 0; r < group_.size(); ++r) {
+      const auto& pass = tick[static_cast<size_t>(r)];
+      if (r == rank() || !pass) continue;
+      const int from = timeline.stage_of(r, *pass);
+      if (timeline.receiver(from, *pass) != rank()) continue;
+      received.emplace_back(hidden_out_.size());
+      receives.push_back({received.back().data(), received.back().size(), r});
+      keys.push_back({pass->backward, {pass->backward ? from - 1 : from + 1, pass->micro_batch}});
+    }
+    if (sends.empty() && receives.empty()) continue;
+    group_.exchange(sends, receives, DType::f32, comm_);
+    group_.wait(comm_);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      (keys[i].first ? handed_back_ : inputs_)[keys[i].second] = std::move(received[i]);
     }
   }
-  for (int64_t j = std::max<int64_t>(0, micro_batches - warmup); j < micro_batches; ++j) {
-    if (!last()) receive(handed_back, rank + 1);
-    backward(j);
-    if (!first()) send(hidden_grad_, rank - 1);
-  }
+  return loss;
+}
+
+double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                                      int64_t micro_batches) {
+  const double loss = run_timeline(pipeline_timeline(group_.size(), ranks_.chunks, micro_batches, true), inputs,
+                                   targets, true);
   // A tied table's gradient: the first stage's (the embedding) and the
   // last's (lm_head), summed on both.
   if (tied_) {
@@ -220,13 +242,13 @@ double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span
     group_.wait(comm_);
   }
   // Each tensor-parallel rank's part of a whole tensor's gradient, summed.
-  if (tensor_group_) {
+  if (Communicator* tensor = ranks_.tensor) {
     for (size_t t = 0; t < splits_.size(); ++t) {
       if (own_index_[t] < 0 || splits_[t].placement != graph::Placement::whole) continue;
       std::vector<float>& g = grads_[static_cast<size_t>(own_index_[t])].data;
-      tensor_group_->all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
+      tensor->all_reduce_sum(g.data(), g.size(), DType::f32, comm_);
     }
-    tensor_group_->wait(comm_);
+    tensor->wait(comm_);
   }
   return sum_over_stages(loss / static_cast<double>(micro_batches));
 }
@@ -238,7 +260,7 @@ double CpuPipeline::grad_sum_of_squares() {
   for (size_t t = 0; t < splits_.size(); ++t) {
     const int own = own_index_[t];
     if (own < 0) continue;
-    if (tensor_group_ && tensor_group_->rank() != 0 && splits_[t].placement == graph::Placement::whole) {
+    if (ranks_.tensor && ranks_.tensor->rank() != 0 && splits_[t].placement == graph::Placement::whole) {
       counted[static_cast<size_t>(own)] = false;
     }
     if (t == 0 && tied_ && last()) counted[static_cast<size_t>(own)] = false;
@@ -249,9 +271,9 @@ double CpuPipeline::grad_sum_of_squares() {
     for (float x : grads_[i].data) sum += static_cast<double>(x) * x;
   }
   sum = sum_over_stages(sum);
-  if (tensor_group_) {
-    tensor_group_->all_reduce_sum(&sum, 1, DType::f64, comm_);
-    tensor_group_->wait(comm_);
+  if (Communicator* tensor = ranks_.tensor) {
+    tensor->all_reduce_sum(&sum, 1, DType::f64, comm_);
+    tensor->wait(comm_);
   }
   return sum;
 }
@@ -261,16 +283,18 @@ void CpuPipeline::step(AdamW& optimizer, double lr, double grad_scale) {
 }
 
 double CpuPipeline::eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) {
-  const int rank = group_.rank();
-  std::vector<float> in(first() ? 0 : hidden_out_.size()), none;
-  if (!first()) receive(in, rank - 1);
-  const double loss = run(*forward_, inputs, targets, in, none);
-  if (!last()) send(hidden_out_, rank + 1);
-  return sum_over_stages(loss);
+  double loss = sum_over_stages(run_timeline(pipeline_timeline(group_.size(), ranks_.chunks, 1, false), inputs,
+                                             targets, false));
+  if (Communicator* context = ranks_.context) {  // the mean of the chunks' means
+    context->all_reduce_sum(&loss, 1, DType::f64, comm_);
+    context->wait(comm_);
+    loss /= context->size();
+  }
+  return loss;
 }
 
 void CpuPipeline::read_whole(StatePart part, size_t i, std::span<float> out) {
-  const int pieces = tensor_group_ ? tensor_group_->size() : 1;
+  const int pieces = ranks_.tensor ? ranks_.tensor->size() : 1;
   const Shape& whole = shapes_.at(i);
   SPW_CHECK(static_cast<int64_t>(out.size()) == whole.numel(), "checkpoint read", "tensor ", i, " holds ",
             whole.numel(), " values, not ", out.size());
@@ -288,8 +312,8 @@ void CpuPipeline::read_whole(StatePart part, size_t i, std::span<float> out) {
   }
   // ...and the tensor-parallel ranks put their pieces together.
   std::vector<float> gathered(piece.size() * static_cast<size_t>(pieces));
-  tensor_group_->all_gather(piece.data(), gathered.data(), piece.size(), DType::f32, comm_);
-  tensor_group_->wait(comm_);
+  ranks_.tensor->all_gather(piece.data(), gathered.data(), piece.size(), DType::f32, comm_);
+  ranks_.tensor->wait(comm_);
   const std::vector<float> w = graph::whole_of<float>(gathered, whole, splits_[i], pieces);
   std::copy(w.begin(), w.end(), out.begin());
 }

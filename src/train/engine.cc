@@ -129,6 +129,8 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
   SPW_CHECK(options.pipeline_parallel == nullptr || !picks_gpu(options.device), "--pp",
             "pipeline parallelism runs on the CPU engine so far; add --device cpu");
+  SPW_CHECK(options.virtual_stages == 1 || options.pipeline_parallel != nullptr, "--virtual-stages",
+            options.virtual_stages, " stages a rank need pipeline parallelism (--pp 2 or more)");
   SPW_CHECK(options.context_parallel == nullptr || !picks_gpu(options.device), "--cp",
             "context parallelism runs on the CPU engine so far; add --device cpu");
 #ifdef SPILLWAY_HAS_CUDA

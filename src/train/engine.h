@@ -62,6 +62,9 @@ struct EngineOptions {
   // the model each micro-batch passes through in turn (null: none). The CPU
   // engine only, so far.
   Communicator* pipeline_parallel = nullptr;
+  // Pipeline stages each rank holds: more than one runs interleaved 1F1B
+  // (train/pipeline_schedule.h).
+  int virtual_stages = 1;
   // Context parallelism (model::LlamaContext): the ranks each of whose
   // micro-batches is its chunk of every sequence, the weights replicated
   // (null: none). The CPU engine only, so far.

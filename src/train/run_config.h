@@ -201,10 +201,13 @@ struct KernelConfig {
 
 // Degrees of data, tensor, pipeline and context parallelism (DESIGN.md's
 // rank grid, dist/rank_grid.h), and how the ranks start. Data parallelism
-// runs; tp, pp and cp must stay 1 until their layouts exist.
+// runs on both engines; tp, pp and cp on the CPU engine, tp on the GPU's.
 struct ParallelConfig {
   int64_t dp = 0;  // 0: every rank the other degrees leave
   int64_t tp = 1, pp = 1, cp = 1;
+  // With pp > 1: stages each rank holds, interleaved 1F1B when more than one
+  // (train/pipeline_schedule.h).
+  int64_t virtual_stages = 1;
   // With tp > 1: the residual stream (norms, residual adds) split by tokens
   // between the layers' tensor-parallel regions (graph/tensor_parallel.h).
   bool sequence_parallel = true;

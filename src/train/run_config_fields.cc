@@ -206,6 +206,11 @@ const Field kFields[] = {
      .help = "pipeline-parallel degree: ranks that each hold a stage of the layers (balanced by the cost model), "
              "every micro-batch passing through them in turn; the CPU engine, so far",
      .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
+    {.key = "parallel.virtual_stages", .flag = "--virtual-stages",
+     .help = "with --pp: stages each rank holds (the layers cut into pp x this many stages, rank r holding stages "
+             "r, r + pp, ...), run as interleaved 1F1B: a smaller pipeline bubble for more hidden states handed on",
+     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::virtual_stages>, .min = 1,
+     .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "
              "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far",

@@ -433,6 +433,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .tensor_parallel = ranks.tensor_parallel,
                                      .sequence_parallel = o.parallel.sequence_parallel,
                                      .pipeline_parallel = ranks.pipeline_parallel,
+                                     .virtual_stages = static_cast<int>(o.parallel.virtual_stages),
                                      .context_parallel = ranks.context_parallel,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,

@@ -61,4 +61,27 @@ int RankGrid::group_index(Dim d, int rank) const {
   return index;
 }
 
+std::vector<int> RankGrid::replicas(int rank) const {
+  Coordinates c = coordinates(rank);
+  std::vector<int> ranks;
+  for (int dp = 0; dp < degree(Dim::dp); ++dp) {
+    for (int cp = 0; cp < degree(Dim::cp); ++cp) {
+      c.at[static_cast<size_t>(Dim::dp)] = dp;
+      c.at[static_cast<size_t>(Dim::cp)] = cp;
+      ranks.push_back(rank_of(c));
+    }
+  }
+  return ranks;
+}
+
+int RankGrid::replica_position(int rank) const {
+  const Coordinates c = coordinates(rank);
+  return c[Dim::dp] * degree(Dim::cp) + c[Dim::cp];
+}
+
+int RankGrid::replica_group_index(int rank) const {
+  const Coordinates c = coordinates(rank);
+  return c[Dim::pp] * degree(Dim::tp) + c[Dim::tp];
+}
+
 }  // namespace spillway::dist

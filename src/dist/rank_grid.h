@@ -37,6 +37,13 @@ class RankGrid {
   // Which group along `d` `rank` is in (0 .. world / degree(d) - 1): the key
   // its group's communicator is made under.
   int group_index(Dim d, int rank) const;
+  // The ranks whose coordinates equal `rank`'s along pp and tp, in order of
+  // (dp, cp): those holding the same part of the model's state (context
+  // parallelism replicates the weights, as data parallelism does), among
+  // which its gradients are summed and its state may be sharded.
+  std::vector<int> replicas(int rank) const;
+  int replica_position(int rank) const;  // `rank`'s place in replicas(rank)
+  int replica_group_index(int rank) const;  // which such group: pp x tp of them
 
  private:
   std::array<int, kDims> degree_{};

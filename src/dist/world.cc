@@ -98,6 +98,11 @@ World::World(const LaunchEnv& env, const RankGrid& grid, int gpu_ordinal, const 
     groups_[static_cast<size_t>(d)] =
         make_communicator(in_group, static_cast<int>(members.size()), prefixed, gpu_ordinal, host);
   }
+  if (grid.degree(Dim::cp) > 1 && grid.degree(Dim::dp) > 1) {
+    PrefixedStore prefixed(*store_, "replicas/" + std::to_string(grid.replica_group_index(rank_)) + "/");
+    replicas_ = make_communicator(grid.replica_position(rank_), static_cast<int>(grid.replicas(rank_).size()),
+                                  prefixed, gpu_ordinal, host);
+  }
 }
 
 World::~World() = default;

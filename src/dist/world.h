@@ -34,6 +34,12 @@ class World {
   const RankGrid& grid() const { return grid_; }
   // This rank's communicator along `d`; null where the degree is 1.
   Communicator* group(Dim d) const { return groups_[static_cast<size_t>(d)].get(); }
+  // This rank's communicator among RankGrid::replicas (dp x cp): the dp or
+  // cp group's where the other's degree is 1; null where both are 1.
+  Communicator* replicas() const {
+    if (replicas_) return replicas_.get();
+    return grid_.degree(Dim::cp) > 1 ? group(Dim::cp) : group(Dim::dp);
+  }
   // Returns once every rank of the world has called it, waiting at most
   // `wait` (rank 0 preparing what the others then read can take long; a
   // rank 0 that ends ends the wait at once, with an error).
@@ -45,6 +51,7 @@ class World {
   std::unique_ptr<TcpStore> store_;
   int barriers_ = 0;
   std::array<std::unique_ptr<Communicator>, kDims> groups_;
+  std::unique_ptr<Communicator> replicas_;  // made only where cp > 1 and dp > 1
 };
 
 // FNV-1a over the bytes of this process's executable: what tells two

@@ -45,8 +45,9 @@ struct AttentionShape {
   bool packed_qkv = false;
   // Context parallelism: the queries are positions [q_start, q_start + seq)
   // of a sequence whose keys and values k, v hold [0, kv_seq) (0: seq, the
-  // plain case); query t sees keys u <= q_start + t. Only the CPU's
-  // reference (attention_offset_cpu.cc) runs it so far.
+  // plain case); query t sees keys u <= q_start + t. The CPU's reference
+  // (attention_offset_cpu.cc) and cuDNN (its causal band moved right by
+  // q_start) run it; the own GPU kernels do not.
   int64_t kv_seq = 0;
   int64_t q_start = 0;
 

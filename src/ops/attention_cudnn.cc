@@ -46,6 +46,9 @@ void check_shape(const AttentionShape& s) {
             ", ", s.head_dim);
   SPW_CHECK(s.q_heads % s.kv_heads == 0, "cuDNN attention", "q_heads ", s.q_heads,
             " is not a multiple of kv_heads ", s.kv_heads);
+  SPW_CHECK(!s.offset() || (!s.packed_qkv && s.q_start >= 0 && s.q_start + s.seq <= s.keys()), "cuDNN attention",
+            "queries from offset ", s.q_start, " (", s.seq, " of them) over ", s.keys(),
+            " keys: they must lie among the keys, and q, k, v apart");
 }
 
 bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
@@ -53,14 +56,18 @@ bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
 // cuDNN sees [batch, heads, seq, head_dim] with the strides of our
 // [batch, seq, heads * head_dim] layout, whose rows are `row` elements apart
 // (wider than heads * head_dim when q, k and v are packed in one tensor).
+// Keys and values (and their gradients) have s.keys() rows: more than the
+// queries' from a query offset (context parallelism).
 fe::graph::Tensor_attributes& lay_out_activation(fe::graph::Tensor_attributes& t, const char* name,
                                                  Uid uid, const AttentionShape& s, int64_t heads) {
   const bool packed = s.packed_qkv && uid != kOut && uid != kDout;
   const int64_t row = packed ? s.packed_width() : heads * s.head_dim;
+  const bool keys = uid == kK || uid == kV || uid == kDk || uid == kDv;
+  const int64_t seq = keys ? s.keys() : s.seq;
   return t.set_name(name)
       .set_uid(uid)
-      .set_dim({s.batch, heads, s.seq, s.head_dim})
-      .set_stride({s.seq * row, s.head_dim, row, 1});
+      .set_dim({s.batch, heads, seq, s.head_dim})
+      .set_stride({seq * row, s.head_dim, row, 1});
 }
 
 // The softmax stats, packed [batch, q_heads, seq, 1]: our lse layout.
@@ -93,6 +100,8 @@ std::shared_ptr<fe::graph::Graph> new_graph() {
   return graph;
 }
 
+// The causal mask from the top-left corner, moved right by the query
+// offset: query t sees keys u <= q_start + t.
 std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float scale) {
   auto graph = new_graph();
   auto q = input(*graph, "q", kQ, s, s.q_heads);
@@ -103,7 +112,7 @@ std::shared_ptr<fe::graph::Graph> forward_graph(const AttentionShape& s, float s
                      .set_generate_stats(true)
                      .set_attn_scale(scale)
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0);
+                     .set_diagonal_band_right_bound(s.q_start);
   auto [out, stats] = graph->sdpa(q, k, v, options);
   output(out, "out", kOut, s, s.q_heads);
   lay_out_stats(*stats, s).set_output(true);
@@ -124,7 +133,7 @@ std::shared_ptr<fe::graph::Graph> backward_graph(const AttentionShape& s, float 
                      .set_name("attention_backward")
                      .set_attn_scale(scale)
                      .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
-                     .set_diagonal_band_right_bound(0)
+                     .set_diagonal_band_right_bound(s.q_start)
                      .set_deterministic_algorithm(order == CudnnBackwardOrder::kDeterministic);
   auto [dq, dk, dv] = graph->sdpa_backward(q, k, v, out, dout, lse, options);
   output(dq, "dq", kDq, s, s.q_heads);
@@ -185,8 +194,8 @@ CudnnAttention::~CudnnAttention() {
 
 CudnnAttention::PlanKey CudnnAttention::key(const AttentionShape& shape, float scale,
                                             AttentionPass pass, int index) {
-  return PlanKey{shape.batch,    shape.seq, shape.q_heads, shape.kv_heads,
-                 shape.head_dim, std::bit_cast<uint32_t>(scale), pass, shape.packed_qkv, index};
+  return PlanKey{shape.batch,    shape.seq,     shape.q_heads, shape.kv_heads, shape.head_dim, shape.keys(),
+                 shape.q_start,  std::bit_cast<uint32_t>(scale), pass,           shape.packed_qkv, index};
 }
 
 CudnnAttention::Plan& CudnnAttention::plan(const AttentionShape& shape, double scale,

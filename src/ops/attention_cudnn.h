@@ -102,12 +102,13 @@ class CudnnAttention {
 
  private:
   struct Plan;
-  // The shape, the scale's bits, the pass, and the plan: kHeuristicPlan for
+  // The shape (with the keys' count and the query offset), the scale's
+  // bits, the pass, and the plan: kHeuristicPlan for
   // the default path's graph; for the graph built with every plan, one entry
   // per index into the list (sharing that graph) and one for the list as a
   // whole (attention_cudnn.cc's kWholeList).
   using PlanKey =
-      std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, AttentionPass, bool, int>;
+      std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, uint32_t, AttentionPass, bool, int>;
 
   static PlanKey key(const AttentionShape& shape, float scale, AttentionPass pass, int index);
   // The plan the passes run now (pinned_plan_).

@@ -41,14 +41,16 @@ void attention_vjp(graph::Vjp& vjp, const Node& n, graph::Value dout) {
   for (size_t j = 0; j < 3; ++j) vjp.add(in[j], d[j]);
 }
 
-// Causal attention's model FLOPs (the masked half not counted); the
-// backward does 2.5 times the forward's.
+// Causal attention's model FLOPs (the masked keys not counted: half the
+// square, plus every key before a query offset); the backward does 2.5
+// times the forward's.
 graph::OpCost attention_cost(const Graph& g, const Node& n) {
   const AttentionShape a = attention_shape(g, n);
   const double b = static_cast<double>(a.batch), s = static_cast<double>(a.seq);
   const double head_dim = static_cast<double>(a.head_dim);
   const double d = static_cast<double>(a.q_heads) * head_dim;
-  const double forward = 2.0 * 2.0 * b * s * s * d / 2.0;
+  const double keys_seen = s * static_cast<double>(a.q_start) + s * s / 2.0;
+  const double forward = 2.0 * 2.0 * b * keys_seen * d;
   return {n.kind == OpKind::attention ? forward : 2.5 * forward, graph::operand_bytes(g, n),
           head_dim <= 64 ? graph::RateClass::attention_head_dim_64 : graph::RateClass::attention};
 }
@@ -162,9 +164,18 @@ void copy_blocks(const QkvBlocks& b, const bf16* from, bool from_packed, bf16* t
 // reason logged), and the workspace either needs.
 uint64_t prepare_attention(const Graph& g, const Node& n, CudaOpContext& cuda) {
   const AttentionShape shape = attention_shape(g, n);
-  SPW_CHECK(!shape.offset(), node_label(n), "attention from a query offset (context parallelism) runs on the CPU ",
-            "so far");
   CudnnAttention& cudnn = cuda.cudnn();
+  // The own kernels start every query's keys at 0 of its own sequence.
+  if (shape.offset()) {
+    try {
+      const uint64_t workspace = cudnn.workspace_bytes(shape, n.attrs.scale, pass_of(n));
+      cuda.preferred[&n] = true;
+      return workspace;
+    } catch (const Error& e) {
+      throw Error(node_label(n), std::string("attention from a query offset (context parallelism) runs on cuDNN ") +
+                                     "alone, which refused it: " + e.what());
+    }
+  }
   bool cudnn_ok = false;
   // The cuDNN graphs here are built without a document mask: packed rows
   // take the own kernel, which masks by document.

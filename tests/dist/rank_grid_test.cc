@@ -22,6 +22,11 @@ TEST(RankGrid, TensorParallelismIsInnermost) {
   EXPECT_EQ(g.group(Dim::cp, 5), (std::vector<int>{5, 7}));
   EXPECT_EQ(g.group(Dim::dp, 5), (std::vector<int>{1, 5}));
   EXPECT_EQ(g.group(Dim::pp, 5), (std::vector<int>{5}));
+  // The same layers' state: dp x cp, the same tp coordinate.
+  EXPECT_EQ(g.replicas(5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(g.replica_position(5), 2);
+  EXPECT_EQ(g.replica_group_index(5), 1);
+  EXPECT_EQ(g.replica_group_index(4), 0);
 }
 
 // Along each dimension the groups cover the world once, each numbered once.

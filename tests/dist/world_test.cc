@@ -118,6 +118,23 @@ TEST(World, EachDimensionSumsWithinItsGroup) {
   EXPECT_EQ(error, "");
 }
 
+// dp 2 x cp 2 x tp 2: the replicas of a tp coordinate's state are the
+// four ranks of that coordinate, dp and cp together.
+TEST(World, ReplicasSumOverDataAndContextParallelism) {
+  const std::string error = run_ranks(8, [](int rank, uint16_t port) {
+    World world(env_of(rank, 8, port), RankGrid(2, 1, 2, 2, 8), -1, "same", std::chrono::seconds(30));
+    ASSERT_NE(world.replicas(), nullptr);
+    EXPECT_EQ(world.replicas()->size(), 4);
+    auto device = make_cpu_device();
+    Stream& s = device->stream(StreamKind::comm);
+    float x = static_cast<float>(rank);
+    world.replicas()->all_reduce_sum(&x, 1, DType::f32, s);
+    s.synchronize();
+    EXPECT_EQ(x, rank % 2 == 0 ? 0.0f + 2 + 4 + 6 : 1.0f + 3 + 5 + 7);
+  });
+  EXPECT_EQ(error, "");
+}
+
 TEST(World, RanksWithAnotherConfigurationDoNotStart) {
   const std::string error = run_ranks(2, [](int rank, uint16_t port) {
     World world(env_of(rank, 2, port), RankGrid(2, 1, 1, 1, 2), -1, rank == 1 ? "steps=7" : "steps=6",

@@ -8,6 +8,7 @@
 #include "graph/builder.h"
 #include "graph/fuse_loss_gradient.h"
 #include "graph/fuse_matmul_swiglu.h"
+#include "ops/attention_op.h"
 #include "ops/collective_op.h"
 #include "ops/cross_entropy_op.h"
 #include "ops/fill_op.h"
@@ -144,6 +145,24 @@ TEST(NodeCost, AProductWithSwigluBackwardCountsTheProductsFlops) {
   const double product_flops = 2.0 * kTokens * kFfn * kDim;
   EXPECT_DOUBLE_EQ(node_cost(g, g.nodes()[0], r).flops, product_flops);
   EXPECT_DOUBLE_EQ(node_cost(fused, fused.nodes()[0], r).flops, product_flops);
+}
+
+// Context parallelism's chunk of queries at an offset sees every key
+// before it and half its own square: the last of four chunks does seven
+// times the first's work.
+TEST(NodeCost, AttentionFromAQueryOffsetCountsTheKeysBeforeIt) {
+  constexpr int64_t kChunk = 1024, kWidth = 4096;
+  auto cost_of_chunk = [&](int64_t rank) {
+    graph::Graph g;
+    graph::Builder b(g, DType::bf16);
+    const graph::Value q = b.input("q", Shape{1, kChunk, kWidth}, DType::bf16);
+    const graph::Value k = b.input("k", Shape{1, 4 * kChunk, kWidth / 4}, DType::bf16);
+    const graph::Value v = b.input("v", Shape{1, 4 * kChunk, kWidth / 4}, DType::bf16);
+    ops::attention(b, q, k, v, 32, 8, 0.1, "attention", {}, rank * kChunk);
+    return node_cost(g, g.nodes().back(), h100_rates()).flops;
+  };
+  EXPECT_DOUBLE_EQ(cost_of_chunk(0), 2.0 * 2.0 * kChunk * kChunk * kWidth / 2.0);
+  EXPECT_DOUBLE_EQ(cost_of_chunk(3), 7.0 * cost_of_chunk(0));
 }
 
 // A collective takes the time the bytes it sends over the links take (a

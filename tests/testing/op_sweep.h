@@ -104,7 +104,6 @@ struct SweepCase {
   bool same_bits = false;
   double f32_tolerance = 1e-5;   // the f32 graph against the f64 one
   double bf16_tolerance = 2e-2;  // the GPU's bf16 graph against the CPU's f32 one
-  bool on_gpu = true;            // false: a form only the CPU runs so far (the GPU sweep skips it)
 };
 
 // The seed a case's inputs are drawn from: its own, from its label.

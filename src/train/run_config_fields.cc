@@ -204,12 +204,13 @@ const Field kFields[] = {
      .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::sequence_parallel>},
     {.key = "parallel.pp", .flag = "--pp",
      .help = "pipeline-parallel degree: ranks that each hold a stage of the layers (balanced by the cost model), "
-             "every micro-batch passing through them in turn; the CPU engine, so far",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
+             "every micro-batch passing through them in turn; the CPU engine, so far (plan predicts it)",
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "
-             "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far",
-     .commands = kSteps,
+             "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far (plan predicts "
+             "it)",
+     .commands = kAll,
      .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.nproc_per_node", .flag = "--nproc-per-node",
      .help = "start this many ranks on this host, one per device, when no launcher (torchrun, mpirun, srun) did",

@@ -7,7 +7,9 @@
 #include "base/bytes.h"
 #include "base/status.h"
 #include "cli/commands.h"
+#include "cli/plan_layouts.h"
 #include "cli/run_flags.h"
+#include "train/layout_search.h"
 #include "train/run_plan.h"
 
 namespace spillway::cli {
@@ -22,15 +24,18 @@ struct PlanArgs {
 
 // Every --shard level side by side, as the planner would lay it out: what
 // each GPU holds and the predicted step, or why it does not fit.
-void print_sharding_levels(const train::StepPlanRequest& req, const plan::TrainingStateSpec& chosen) {
+void print_sharding_levels(const train::RunConfig& run, const train::RunPlanOptions& a,
+                           const plan::TrainingStateSpec& chosen) {
   using train::StateSharding;
   const StateSharding chosen_level = train::sharding_level(chosen);
   for (StateSharding level :
        {StateSharding::none, StateSharding::optimizer, StateSharding::gradients, StateSharding::weights}) {
     std::string line;
     try {
-      const train::PlannedStep o = train::plan_data_parallel_step(req, level);
-      const plan::TrainingPlan& q = o.plan;
+      train::RunConfig with = run;
+      with.parallel.shard = level;
+      const train::RunPlan o = train::plan_run(with, a);
+      const plan::TrainingPlan& q = o.plan();
       char step[64];
       std::snprintf(step, sizeof step, "step %.3f s (MFU %.3f)", q.step_seconds, q.mfu);
       line = format_bytes(q.resident_bytes + q.placement.device_peak) + " a GPU; " + q.layout() + "; " + step;
@@ -42,53 +47,11 @@ void print_sharding_levels(const train::StepPlanRequest& req, const plan::Traini
   }
 }
 
-// Every way to split the GPUs into tensor-parallel groups (each layer split
-// over a group's GPUs, the groups data-parallel ranks), each planned as
-// `train` would run it: what each GPU holds and the predicted step, or why
-// it does not fit; the fastest marked, for --tp to take.
-void print_tensor_parallel_layouts(const train::RunConfig& run, const train::RunPlanOptions& a) {
-  struct Layout {
-    int tp;
-    std::string line;
-    double step_seconds = 0, tokens_per_second = 0;
-  };
-  std::vector<Layout> layouts;
-  for (int tp = 1; tp <= a.gpus; tp *= 2) {
-    if (a.gpus % tp != 0) continue;
-    train::RunConfig with = run;
-    with.parallel.tp = tp;
-    Layout l{tp, ""};
-    try {
-      const train::RunPlan p = train::plan_run(with, a);
-      const plan::TrainingPlan& q = p.plan();
-      l.step_seconds = q.step_seconds;
-      l.tokens_per_second = q.tokens_per_second * p.request.data_parallel;
-      char step[96];
-      std::snprintf(step, sizeof step, "step %.3f s, %.0f tok/s over all GPUs (MFU %.3f)", q.step_seconds,
-                    l.tokens_per_second, q.mfu);
-      l.line = format_bytes(q.resident_bytes + q.placement.device_peak) + " a GPU; --shard " +
-               std::string(train::enum_name(train::sharding_level(p.chosen.state))) + "; " + q.layout() + "; " + step;
-    } catch (const Error& e) {
-      l.line = std::string("does not fit: ") + e.what();
-    }
-    layouts.push_back(std::move(l));
-  }
-  const auto fastest = std::max_element(layouts.begin(), layouts.end(), [](const Layout& x, const Layout& y) {
-    return x.tokens_per_second < y.tokens_per_second;
-  });
-  std::printf("tensor-parallel layouts of the %d GPUs:\n", a.gpus);
-  for (const Layout& l : layouts) {
-    const bool best = fastest != layouts.end() && fastest->tokens_per_second > 0 && &l == &*fastest;
-    std::printf("  --tp %-2d x dp %-4d %s%s%s\n", l.tp, a.gpus / l.tp, l.line.c_str(),
-                l.tp == run.parallel.tp ? " (chosen)" : "", best ? " (fastest)" : "");
-  }
-}
-
-int run_plan(const train::RunConfig& run, const PlanArgs& args) {
+// The plan of `run`'s layout, in detail.
+int print_plan(const train::RunConfig& run, const train::RunPlan& planned, const PlanArgs& args) {
   const train::RunPlanOptions& a = args.options;
   const train::ScheduleConfig& s = run.schedule;
   const train::MemoryConfig& m = run.memory;
-  const train::RunPlan planned = train::plan_run(run, a);
   const train::StepPlanRequest& req = planned.request;
   const train::PlannedStep& chosen = planned.chosen;
   const int64_t batch = req.batch, micro_batches = req.micro_batches;
@@ -107,7 +70,8 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
     std::printf("tensor parallel over %d GPUs%s: each splits every layer's matrices (its graph's collectives priced "
                 "at %.0f GB/s)%s\n",
                 planned.tp, run.parallel.sequence_parallel ? " with sequence parallelism" : "",
-                req.rates.collective_bytes / 1e9,
+                (req.rates.graph_collective_bytes > 0 ? req.rates.graph_collective_bytes : req.rates.collective_bytes) /
+                    1e9,
                 planned.tp < a.gpus ? (", " + std::to_string(a.gpus / planned.tp) + " such groups").c_str() : "");
   }
   if (req.data_parallel > 1) {
@@ -134,9 +98,12 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
                 req.data_parallel, where.c_str(), kept.c_str(), rings.c_str(), format_bytes(p.bytes_communicated).c_str(),
                 sums.c_str(), gathered.c_str(), req.rates.collective_bytes / 1e9, planned.link_rate_source.c_str(),
                 p.communication_seconds);
-    print_sharding_levels(req, st);
+    print_sharding_levels(run, a, st);
   }
-  if (a.gpus > 1 && !a.largest) print_tensor_parallel_layouts(run, a);
+  print_split_lines(planned);
+  if (run.parallel.degrees_given && a.gpus > 1 && !a.largest && planned.pp == 1 && planned.cp == 1) {
+    print_tensor_parallel_layouts(run, a);
+  }
   std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
               recompute.empty() ? "" : ("; recomputation: " + recompute).c_str());
@@ -172,6 +139,19 @@ int run_plan(const train::RunConfig& run, const PlanArgs& args) {
     std::printf("timeline: %s\n", args.svg.c_str());
   }
   return 0;
+}
+
+// With no degree given, the planner chooses the layout of the GPUs: the
+// search is printed, then the choice in detail.
+int run_plan(const train::RunConfig& run, PlanArgs args) {
+  train::RunPlanOptions& a = args.options;
+  // The --shard levels and the layouts beside the plan build the same graphs.
+  a.cache = std::make_shared<train::LlamaStepCache>();
+  if (run.parallel.degrees_given || a.gpus == 1 || a.largest) return print_plan(run, train::plan_run(run, a), args);
+  train::LayoutSearch search = train::search_layouts(run, a);
+  print_layout_search(search, a.gpus);
+  const train::Layout& l = search.fastest.front().layout;
+  return print_plan(train::with_layout(run, l), *search.chosen, args);
 }
 
 }  // namespace

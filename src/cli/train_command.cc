@@ -17,8 +17,9 @@ namespace {
 int run_training(const train::RunConfig& config, train::Command command) {
   train::check_run_folder(config);  // once here, rather than once from every rank
   if (std::optional<int> exit_code = start_ranks_here(config)) return *exit_code;
-  const TrainingRanks ranks = meet_ranks(config, command);
-  train::TrainResult r = train::train_model(config, infer::run_sample_text, ranks.data_parallel);
+  const train::RunConfig run = with_planned_layout(config);
+  const TrainingRanks ranks = meet_ranks(run, command);
+  train::TrainResult r = train::train_model(run, infer::run_sample_text, ranks.data_parallel);
   if (ranks.data_parallel.world_rank != 0) return r.stop_signal != 0 ? 128 + r.stop_signal : 0;
   if (r.stop_signal != 0) {
     std::printf("stopped by %s after step %lld: checkpoint %s; continue with --resume\n",

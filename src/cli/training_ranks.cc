@@ -1,13 +1,16 @@
 #include "cli/training_ranks.h"
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
+#include "base/host_memory.h"
 #include "base/log.h"
 #include "base/status.h"
 #include "dist/launch_env.h"
 #include "dist/spawn.h"
 #include "train/engine.h"
+#include "train/layout_choice.h"
 #include "train/run_config_fields.h"
 
 #ifdef SPILLWAY_HAS_CUDA
@@ -43,6 +46,27 @@ std::optional<int> start_ranks_here(const train::RunConfig& config) {
   if (p.nproc_per_node == 1 || !dist::read_launch_env().launcher.empty()) return std::nullopt;
   grid_of(p, static_cast<int>(p.nproc_per_node));  // one error here rather than one from every rank
   return dist::run_local_ranks(static_cast<int>(p.nproc_per_node));
+}
+
+train::RunConfig with_planned_layout(const train::RunConfig& config) {
+  const dist::LaunchEnv env = dist::read_launch_env();
+  if (!train::picks_gpu(config.run.device) || env.world <= 1) return config;
+#ifdef SPILLWAY_HAS_CUDA
+  const int gpu = gpu_of(env);
+  const train::MemoryConfig& m = config.memory;
+  const uint64_t device = m.device_mem ? m.device_mem : cuda_default_device_budget(gpu);
+  const uint64_t host = m.host_mem ? m.host_mem : available_host_bytes();
+  const int hosts = env.local_world > 0 && env.world % env.local_world == 0 ? env.world / env.local_world : 1;
+  const std::optional<train::LayoutChoice> choice =
+      train::choose_gpu_layout(config, env.world, hosts, cuda_device_name(gpu), device, host);
+  if (!choice) return config;
+  if (env.rank == 0) std::printf("%s\n", choice->line.c_str());
+  train::RunConfig chosen = config;
+  chosen.parallel.tp = choice->layout.tp;
+  return chosen;
+#else
+  return config;
+#endif
 }
 
 TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command) {

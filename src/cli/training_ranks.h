@@ -23,4 +23,10 @@ struct TrainingRanks {
 std::optional<int> start_ranks_here(const train::RunConfig& config);
 TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command);
 
+// The configuration this rank trains: `config`, and on GPUs with no degree
+// given, the layout the planner chose for the run's GPUs (every rank plans
+// alike; the lead says which). On the CPU, whose step the planner's GPU
+// rates say nothing about, every rank stays a data-parallel rank.
+train::RunConfig with_planned_layout(const train::RunConfig& config);
+
 }  // namespace spillway::cli

@@ -6,12 +6,12 @@
 
 namespace spillway::graph {
 
-StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& parameters, const StepRecipe& recipe) {
-  Graph& g = b.graph();
-  g.mark_output(loss);
+namespace {
+
+// Fusion comes before recomputation: see graph/fuse_step.h.
+StepGraph fused_step(const Graph& g, Gradients grads, const StepRecipe& recipe) {
   StepGraph step;
-  if (recipe.backward) step.grads = append_backward(b, loss, parameters, GradientOutput::accumulated, recipe.seed);
-  // Fusion comes before recomputation: see graph/fuse_step.h.
+  step.grads = std::move(grads);
   step.graph = fuse_step(g);
   if (!recipe.recomputed_kinds.empty()) {
     step.graph = recompute(step.graph, keep_rule(recipe.recomputed_kinds)).graph;
@@ -21,6 +21,23 @@ StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& para
     step.graph = fuse_matmul_rope(fuse_matmul_swiglu(step.graph).graph).graph;
   }
   return step;
+}
+
+}  // namespace
+
+StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& parameters, const StepRecipe& recipe) {
+  b.graph().mark_output(loss);
+  Gradients grads;
+  if (recipe.backward) grads = append_backward(b, loss, parameters, GradientOutput::accumulated, recipe.seed);
+  return fused_step(b.graph(), std::move(grads), recipe);
+}
+
+StepGraph make_step_graph_from(Builder& b, Value output, Value seed, const std::vector<Value>& wrt,
+                               const StepRecipe& recipe) {
+  b.graph().mark_output(output);
+  Gradients grads;
+  if (recipe.backward) grads = append_backward_from(b, output, seed, wrt, GradientOutput::accumulated);
+  return fused_step(b.graph(), std::move(grads), recipe);
 }
 
 }  // namespace spillway::graph

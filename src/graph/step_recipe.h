@@ -43,4 +43,11 @@ struct StepGraph {
 // gradient. Values the caller marked as outputs before stay outputs.
 StepGraph make_step_graph(Builder& b, Value loss, const std::vector<Value>& parameters, const StepRecipe& recipe);
 
+// The same for a pipeline stage that hands `output` on instead of ending in
+// the loss: the backward pass starts from `seed` (an input of `output`'s
+// shape, the gradient the next stage hands back; recipe.seed is unused).
+// `output` stays an output, so that the forward pass it hands on survives.
+StepGraph make_step_graph_from(Builder& b, Value output, Value seed, const std::vector<Value>& wrt,
+                               const StepRecipe& recipe);
+
 }  // namespace spillway::graph

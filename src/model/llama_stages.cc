@@ -16,8 +16,12 @@ LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_
   graph::Builder b(g, DType::bf16);
   const LlamaGraph m = build_llama(b, config, batch, seq);
   graph::append_backward(b, m.loss, m.parameters);
+  return llama_graph_costs(g, config.num_hidden_layers, rates);
+}
+
+LlamaStepCosts llama_graph_costs(const graph::Graph& g, int64_t layers, const plan::MachineRates& rates) {
   LlamaStepCosts costs;
-  costs.layers.assign(static_cast<size_t>(config.num_hidden_layers), 0.0);
+  costs.layers.assign(static_cast<size_t>(layers), 0.0);
   const std::string layer_prefix = "model.layers.";
   for (const graph::Node& n : g.nodes()) {
     const double s = plan::node_cost(g, n, rates).seconds;

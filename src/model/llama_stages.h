@@ -23,6 +23,10 @@ struct LlamaStepCosts {
 };
 LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_t seq,
                                 const plan::MachineRates& rates);
+// The same for any graph of build_llama's names (a rank's graph, a step
+// graph): each node's seconds by the part its name says, the nodes of
+// neither a layer nor the embedding counted with the head.
+LlamaStepCosts llama_graph_costs(const graph::Graph& g, int64_t layers, const plan::MachineRates& rates);
 
 // The `stages` stages whose slowest is the fastest any contiguous split
 // gives (each stage at least one layer). Error naming --pp where the model

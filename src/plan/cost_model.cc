@@ -31,7 +31,7 @@ NodeCost node_cost(const graph::Graph& g, const graph::Node& n, const MachineRat
   c.bytes = op.bytes;
   const double rate = compute_rate(op.rate, r);
   const double compute_s = rate > 0 ? c.flops / rate : 0;
-  const double link_s = op.link_bytes / r.collective_bytes;
+  const double link_s = op.link_bytes / (r.graph_collective_bytes > 0 ? r.graph_collective_bytes : r.collective_bytes);
   c.seconds = std::max({compute_s, link_s, c.bytes / r.memory_bytes});
   return c;
 }

@@ -20,6 +20,10 @@ struct MachineRates {
   // What one GPU's collectives move to its peers on the host per second
   // (NCCL over NVLink): the bytes each rank sends, over the time.
   double collective_bytes = 150e9;
+  // The same for the collectives inside a rank's graph (tensor and context
+  // parallelism), where their groups stay within a host while the
+  // data-parallel ranks span hosts; 0: collective_bytes.
+  double graph_collective_bytes = 0;
   // The part of a collective's time that the compute it runs beside loses
   // (NCCL's kernels take SMs and memory bandwidth): LLaMA-3-8B on 4 H200s
   // ran 46 ms a micro-batch slower with 0.32 s of gathers and

@@ -120,6 +120,9 @@ RunConfig resolve_run_config(Command command, const RunSources& sources) {
     set_field_text(f, config, *texts, f.flag);
     blame[f.key] = {std::string(f.flag)};
   }
+  for (std::string_view key : {"parallel.dp", "parallel.tp", "parallel.pp", "parallel.cp"}) {
+    config.parallel.degrees_given = config.parallel.degrees_given || blame.count(key) > 0;
+  }
   check(config, command, blame);
   return config;
 }

@@ -216,6 +216,10 @@ struct ParallelConfig {
   int64_t nproc_per_node = 1;
   int64_t timeout_s = 300;  // how long a rank waits for the others to meet, or to answer
   StateSharding shard = StateSharding::automatic;
+  // Whether a file, variable or flag set dp, tp, pp or cp: if not, the
+  // planner may choose them (spillway plan --gpus N, train on GPUs). Not a
+  // field: resolve_run_config says it.
+  bool degrees_given = false;
 };
 
 // Where the run executes and keeps its files.

@@ -204,8 +204,8 @@ const Field kFields[] = {
      .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::sequence_parallel>},
     {.key = "parallel.pp", .flag = "--pp",
      .help = "pipeline-parallel degree: ranks that each hold a stage of the layers (balanced by the cost model), "
-             "every micro-batch passing through them in turn; the CPU engine, so far",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
+             "every micro-batch passing through them in turn; the CPU engine, so far (plan predicts it)",
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::pp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.virtual_stages", .flag = "--virtual-stages",
      .help = "with --pp: stages each rank holds (the layers cut into pp x this many stages, rank r holding stages "
              "r, r + pp, ...), run as interleaved 1F1B: a smaller pipeline bubble for more hidden states handed on",
@@ -213,8 +213,9 @@ const Field kFields[] = {
      .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "
-             "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far",
-     .commands = kSteps,
+             "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far (plan predicts "
+             "it)",
+     .commands = kAll,
      .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.nproc_per_node", .flag = "--nproc-per-node",
      .help = "start this many ranks on this host, one per device, when no launcher (torchrun, mpirun, srun) did",

@@ -50,58 +50,121 @@ std::string RunPlan::timeline_svg() const {
   return plan::timeline_svg(chosen.step->step.graph, chosen.plan.placement, chosen.plan.micro, request.rates, title);
 }
 
-RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
+void check_layout(const model::LlamaConfig& c, const RunConfig& run, int gpus, bool batch_auto) {
+  const ParallelConfig& p = run.parallel;
+  const int64_t tp = p.tp, pp = p.pp, cp = p.cp;
+  SPW_CHECK(gpus % tp == 0, "--tp", tp, " does not divide the ", gpus, " GPUs (--gpus)");
+  SPW_CHECK(gpus % (tp * pp) == 0, "--pp", pp, " stages of ", tp, " GPUs each do not divide the ", gpus,
+            " GPUs (--gpus)");
+  SPW_CHECK(gpus % (tp * pp * cp) == 0, "--cp", cp, " context ranks of ", tp * pp, " GPUs each do not divide the ",
+            gpus, " GPUs (--gpus)");
+  SPW_CHECK(c.num_attention_heads % tp == 0 && c.num_key_value_heads % tp == 0, "--tp", tp,
+            " does not divide the model's ", c.num_attention_heads, " query heads and ", c.num_key_value_heads,
+            " key/value heads");
+  SPW_CHECK(c.intermediate_size % tp == 0, "--tp", tp, " does not divide the model's MLP width ",
+            c.intermediate_size);
+  SPW_CHECK(pp <= c.num_hidden_layers, "--pp", pp, " pipeline stages need at least as many layers; the model has ",
+            c.num_hidden_layers);
   const ScheduleConfig& s = run.schedule;
-  const MemoryConfig& m = run.memory;
-  SPW_CHECK(a.gpus >= 1, "--gpus", "needs at least one GPU, not ", a.gpus);
-  SPW_CHECK(a.hosts >= 1 && a.gpus % a.hosts == 0, "--hosts", a.gpus, " GPUs do not split evenly over ", a.hosts,
-            " hosts");
-  SPW_CHECK(a.link_rate >= 0 && a.link_rate < 1e6, "--link-rate", a.link_rate,
-            " GB/s is not a rate a link has (0: the GPU's own)");
-  SPW_CHECK(run.parallel.pp == 1 && run.parallel.cp == 1, run.parallel.pp > 1 ? "--pp" : "--cp",
-            "the planner does not plan pipeline stages or context parallelism yet; plan without them");
-  const int tp = static_cast<int>(run.parallel.tp);
-  SPW_CHECK(a.gpus % tp == 0, "--tp", tp, " does not divide the ", a.gpus, " GPUs (--gpus)");
-  const int dp = a.gpus / tp;
+  if (cp > 1) {
+    SPW_CHECK(!batch_auto && s.batch == 1, "--cp", "context parallelism takes one sequence a micro-batch: --batch 1");
+    SPW_CHECK(s.seq % cp == 0, "--cp", "a sequence of ", s.seq, " tokens does not split evenly over ", cp, " ranks");
+  }
+  // Sequence parallelism splits a micro-batch's tokens (the rank's chunk)
+  // over the tensor-parallel group.
+  SPW_CHECK(tp == 1 || !p.sequence_parallel || batch_auto || s.batch * (s.seq / cp) % tp == 0, "--tp",
+            s.batch * (s.seq / cp), " tokens of a micro-batch do not split evenly over ", tp,
+            " ranks (--no-sequence-parallel keeps them whole)");
+  const int64_t dp = gpus / (tp * pp * cp);
   // As in training, --grad-accum counts the micro-batches of all
-  // data-parallel ranks; a tensor-parallel group shares its rank's.
+  // data-parallel ranks; the ranks of a group share theirs.
   SPW_CHECK(s.grad_accum % dp == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", dp,
             " data-parallel ranks");
-  RunPlan out;
-  out.gpus = a.gpus;
-  out.hosts = a.hosts;
-  out.tp = tp;
-  out.batch_auto = a.batch_auto;
-  StepPlanRequest& req = out.request;
+}
+
+StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std::string* link_rate_source) {
+  const ScheduleConfig& s = run.schedule;
+  const MemoryConfig& m = run.memory;
+  const int tp = static_cast<int>(run.parallel.tp), pp = static_cast<int>(run.parallel.pp),
+            cp = static_cast<int>(run.parallel.cp);
+  const int dp = a.gpus / (tp * pp * cp);
+  StepPlanRequest req;
   req.config = model::resolve_config(run.model.config);
-  req.data_parallel = dp;
+  // A context group's ranks hold the same weights, as data-parallel ranks
+  // do: their gradients are summed over dp x cp, and the state may be
+  // sharded over them.
+  req.data_parallel = dp * cp;
   req.tensor_parallel = {.rank = 0, .ranks = tp, .sequence_parallel = run.parallel.sequence_parallel};
-  const int64_t grad_accum = s.grad_accum / dp;
-  req.seq = s.seq;
+  // The last context rank's queries see every key: its attention is the
+  // group's slowest.
+  req.context = {.rank = cp - 1, .ranks = cp};
+  req.seq = s.seq / cp;
+  req.batch = s.batch;
+  req.micro_batches = s.grad_accum / dp;
   req.device_budget = m.device_mem;
   // The GPUs of one host share its memory evenly.
   req.host_budget = m.host_mem / static_cast<uint64_t>(a.gpus / a.hosts);
   req.host_reserved = kHostRuntimeBytes;
   // Kernel workspaces outside the graph, as the GPU engine measures them:
   // a few gigabytes at most.
-  out.reserved = 2ull << 30;
-  req.device_reserved = [reserved = out.reserved](const LlamaStep&) { return reserved; };
+  req.device_reserved = [](const LlamaStep&) { return kKernelWorkspaceBytes; };
   req.rates = plan::rates_for_gpu(a.gpu);
-  out.link_rate_source = "the " + req.rates.name + "'s NVLink, measured";
+  const double nvlink = req.rates.collective_bytes;
+  std::string source = "the " + req.rates.name + "'s NVLink, measured";
   if (a.link_rate > 0) {
     req.rates.collective_bytes = a.link_rate * 1e9;
-    out.link_rate_source = "given";
+    source = "given";
   } else if (a.hosts > 1) {
     req.rates.collective_bytes = kNetworkRate;
-    out.link_rate_source = "a 400 Gb/s network link per GPU, assumed: measure with bench --collectives and give "
-                           "--link-rate";
+    source = "a 400 Gb/s network link per GPU, assumed: measure with bench --collectives and give --link-rate";
   }
+  if (link_rate_source) *link_rate_source = source;
+  // Groups of neighbouring ranks (tp innermost, then cp, then pp) that a
+  // host holds whole talk over its NVLink; the rest cross the network.
+  const int per_host = a.gpus / a.hosts;
+  if (a.hosts > 1 && per_host % (tp * cp) == 0) req.rates.graph_collective_bytes = nvlink;
+  if (a.hosts > 1 && per_host % (tp * cp * pp) == 0) req.stage_link_bytes = nvlink;
   req.bf16_moments = m.bf16_moments;
   req.offload = m.offload;
   const ProjectionMode projections = run.kernels.projections;
   if (projections != ProjectionMode::automatic) req.fused_projections = projections == ProjectionMode::fused;
   req.recompute = recompute_policy(m.recompute);
+  req.cache = a.cache;
+  return req;
+}
+
+RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
+  const ScheduleConfig& s = run.schedule;
+  SPW_CHECK(a.gpus >= 1, "--gpus", "needs at least one GPU, not ", a.gpus);
+  SPW_CHECK(a.hosts >= 1 && a.gpus % a.hosts == 0, "--hosts", a.gpus, " GPUs do not split evenly over ", a.hosts,
+            " hosts");
+  SPW_CHECK(a.link_rate >= 0 && a.link_rate < 1e6, "--link-rate", a.link_rate,
+            " GB/s is not a rate a link has (0: the GPU's own)");
+  check_layout(model::resolve_config(run.model.config), run, a.gpus, a.batch_auto);
+  const int tp = static_cast<int>(run.parallel.tp), pp = static_cast<int>(run.parallel.pp),
+            cp = static_cast<int>(run.parallel.cp);
+  SPW_CHECK(pp == 1 || !a.largest, "--largest", "plans the layers of one stage's model; plan it without --pp");
+  RunPlan out;
+  out.gpus = a.gpus;
+  out.hosts = a.hosts;
+  out.dp = a.gpus / (tp * pp * cp);
+  out.pp = pp;
+  out.cp = cp;
+  out.tp = tp;
+  out.batch_auto = a.batch_auto;
+  out.reserved = kKernelWorkspaceBytes;
+  StepPlanRequest& req = out.request;
+  req = rank_request(run, a, &out.link_rate_source);
+  const int64_t grad_accum = req.micro_batches;
   out.model = out.name = run.model.config;
+  auto plan_rank = [&](const StepPlanRequest& r) {
+    if (pp == 1) return PlannedPipeline{plan_data_parallel_step(r, run.parallel.shard), {}};
+    return plan_pipeline_step(r, run.parallel.shard, pp);
+  };
+  auto choose = [&](PlannedPipeline p) {
+    out.chosen = std::move(p.step);
+    if (pp > 1) out.pipeline = std::move(p.pricing);
+  };
   if (a.largest) {
     SPW_CHECK(!a.batch_auto, "--largest", "plans the batch as given, not --batch auto");
     req.batch = s.batch;
@@ -121,9 +184,9 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
       req.batch = b;
       req.micro_batches = grad_accum / b;
       try {
-        PlannedStep c = plan_data_parallel_step(req, run.parallel.shard);
-        if (!out.chosen.step || c.plan.step_seconds < out.chosen.plan.step_seconds) {
-          out.chosen = std::move(c);
+        PlannedPipeline c = plan_rank(req);
+        if (!out.chosen.step || c.step.plan.step_seconds < out.chosen.plan.step_seconds) {
+          choose(std::move(c));
           batch = req.batch;
           micro_batches = req.micro_batches;
         }
@@ -137,7 +200,7 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
   } else {
     req.batch = s.batch;
     req.micro_batches = grad_accum;
-    out.chosen = plan_data_parallel_step(req, run.parallel.shard);
+    choose(plan_rank(req));
   }
   out.minimum_device_budget =
       plan::minimum_device_budget(out.chosen.step->step.graph,

@@ -6,8 +6,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
+#include <optional>
+
+#include "train/pipeline_plan.h"
 #include "train/run_config.h"
 #include "train/step_plan.h"
 
@@ -21,6 +25,9 @@ struct RunPlanOptions {
   bool batch_auto = false;  // split the step's sequences into the micro-batch size with the fastest step
   bool largest = false;     // plan the most layers that fit instead of the model's own count
   std::string gpu = "H100";  // the GPU to predict for: H100 or H200
+  // Step graphs shared by several plans of one model (a search, the --shard
+  // levels beside a plan); none: each plan builds its own.
+  std::shared_ptr<LlamaStepCache> cache;
 };
 
 struct RunPlan {
@@ -35,7 +42,11 @@ struct RunPlan {
   // The least device budget the step graph runs in beside the resident state.
   uint64_t minimum_device_budget = 0;
   int gpus = 1, hosts = 1;
-  int tp = 1;  // GPUs of a tensor-parallel group; gpus / tp data-parallel ranks
+  // The layout, tp innermost: gpus = dp x pp x cp x tp. A rank plans its
+  // own graph: its stage's layers, its chunk of each sequence, its part
+  // of each layer's matrices.
+  int dp = 1, pp = 1, cp = 1, tp = 1;
+  std::optional<PipelinePricing> pipeline;  // with pp > 1: how the 1F1B step was priced
   bool batch_auto = false;
   std::string link_rate_source;  // where the collectives' rate came from: measured, given, assumed
 
@@ -54,9 +65,26 @@ inline constexpr double kNetworkRate = 50e9;
 // data's pages. The GPU engine measures its own (resident memory less its
 // arrays); a plan made without one assumes this.
 inline constexpr uint64_t kHostRuntimeBytes = 4ull << 30;
+// Kernel workspaces outside the graph, as the GPU engine measures them: a
+// few gigabytes at most.
+inline constexpr uint64_t kKernelWorkspaceBytes = 2ull << 30;
 
 // Error naming the flag or the budget when the step cannot be planned
-// (--gpus, --grad-accum, --device-mem, --host-mem, ...).
+// (--gpus, --grad-accum, --device-mem, --host-mem, ...). The degrees are
+// run.parallel's tp, pp and cp; the data-parallel ranks what they leave of
+// the GPUs.
 RunPlan plan_run(const RunConfig& run, const RunPlanOptions& options);
+
+// A rank's request of run's layout (run.parallel's degrees) on
+// options.gpus GPUs, its batch and micro-batches as given: what plan_run
+// plans. `link_rate_source`: where the collectives' rate came from.
+StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& options,
+                             std::string* link_rate_source = nullptr);
+
+// Error naming the flag (--gpus, --tp, --pp, --cp, --batch, --grad-accum)
+// where a layout of `gpus` GPUs cannot split the model or the step: the
+// GPUs by the degrees, the heads and MLP width by tp, the layers by pp, the
+// sequence by cp (one sequence a micro-batch), the micro-batches by dp.
+void check_layout(const model::LlamaConfig& config, const RunConfig& run, int gpus, bool batch_auto);
 
 }  // namespace spillway::train

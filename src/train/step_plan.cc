@@ -18,7 +18,11 @@ namespace spillway::train {
 
 namespace {
 
-int64_t largest_tensor(const model::LlamaConfig& config) {
+// Every layer's tensors are alike: one layer's model has the largest
+// (listing every layer's costs more than the rest of a plan, which a
+// search over layouts makes many of).
+int64_t largest_tensor(model::LlamaConfig config) {
+  config.num_hidden_layers = 1;
   int64_t largest = 1;
   for (const auto& spec : model::parameter_specs(config)) largest = std::max(largest, spec.shape.numel());
   return largest;
@@ -86,8 +90,11 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
     spec.parameters.push_back({w, s.step.grads[w], vocab_sized});
   }
   spec.kept_first_label = "the vocabulary-sized ones";
-  spec.inputs = {s.model.tokens, s.model.targets};
-  if (s.model.loss_weights.valid()) spec.inputs.push_back(s.model.loss_weights);
+  // A pipeline stage reads a hidden state (and its gradient) where the
+  // first and last stages read tokens and targets.
+  for (graph::Value v : {s.model.tokens, s.model.targets, s.model.loss_weights, s.model.hidden_in, s.hidden_out_grad}) {
+    if (v.valid()) spec.inputs.push_back(v);
+  }
   spec.master_bytes = kMasterRestBytes;
   spec.optimizer_bytes = adamw_moment_bytes(bf16_moments);
   spec.staging_bytes = OptimizerStaging(largest_tensor(config)).device_bytes();
@@ -100,22 +107,40 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
 
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
-                                            bool weighted_loss, bool documents, const graph::TensorParallelism& tp) {
+                                            bool weighted_loss, bool documents, const graph::TensorParallelism& tp,
+                                            const model::LlamaStage& stage, const model::LlamaContext& context) {
   auto s = std::make_unique<LlamaStep>();
   graph::Graph g;
   graph::Builder b(g, dtype);
-  s->model = model::build_llama(
-      b, config, batch, seq,
-      {.fused_projections = fused_projections, .weighted_loss = weighted_loss, .documents = documents});
+  s->model = model::build_llama(b, config, batch, seq,
+                                {.fused_projections = fused_projections, .weighted_loss = weighted_loss,
+                                 .documents = documents, .stage = stage, .context = context});
+  // A stage short of the loss hands its hidden state on and starts its
+  // backward from the gradient handed back.
+  const bool hands_on = !s->model.loss.valid();
+  const graph::Value end = hands_on ? s->model.hidden_out : s->model.loss;
+  graph::StepRecipe split = recipe;
+  graph::Builder* sb = &b;
+  std::optional<graph::RankGraph> rank;
+  std::optional<graph::Builder> rb;
   if (tp.ranks > 1) {
-    g.mark_output(s->model.loss);
-    graph::RankGraph rank = model::shard_llama(g, s->model, config, dtype, tp);
-    graph::Builder rb(rank.graph, dtype);
-    graph::StepRecipe split = recipe;
+    g.mark_output(end);
+    rank = model::shard_llama(g, s->model, config, dtype, tp);
+    sb = &rb.emplace(rank->graph, dtype);
     split.seed = graph::seed_gradient(tp);
-    s->step = graph::make_step_graph(rb, s->model.loss, s->model.parameters, split);
+  }
+  // Every context rank computes its chunk's loss; the objective is their mean.
+  split.seed /= context.ranks;
+  std::vector<graph::Value> wrt = s->model.parameters;
+  if (s->model.hidden_in.valid() && recipe.backward) wrt.push_back(s->model.hidden_in);
+  if (hands_on) {
+    const graph::Value out = s->model.hidden_out;  // renamed into the rank's graph
+    if (recipe.backward) {
+      s->hidden_out_grad = sb->input("hidden_out.grad", sb->graph().value(out).shape, dtype);
+    }
+    s->step = graph::make_step_graph_from(*sb, out, s->hidden_out_grad, wrt, split);
   } else {
-    s->step = graph::make_step_graph(b, s->model.loss, s->model.parameters, recipe);
+    s->step = graph::make_step_graph(*sb, s->model.loss, wrt, split);
   }
   s->fused_projections = fused_projections;
   s->recompute = recipe.recompute;
@@ -133,6 +158,42 @@ std::string recompute_report(const LlamaStep& step, bool automatic) {
   return automatic ? (s.empty() ? "none" : s) + " (auto)" : s;
 }
 
+std::shared_ptr<const LlamaStep> LlamaStepCache::get(const std::string& key,
+                                                     const std::function<std::unique_ptr<LlamaStep>()>& build) {
+  auto it = steps_.find(key);
+  if (it == steps_.end()) it = steps_.emplace(key, std::shared_ptr<const LlamaStep>(build())).first;
+  return it->second;
+}
+
+const model::LlamaStepCosts& LlamaStepCache::costs(const std::string& key,
+                                                   const std::function<model::LlamaStepCosts()>& compute) {
+  auto it = costs_.find(key);
+  if (it == costs_.end()) it = costs_.emplace(key, compute()).first;
+  return it->second;
+}
+
+std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused, const graph::StepRecipe& recipe) {
+  auto build = [&] {
+    return build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents,
+                            r.tensor_parallel, r.stage, r.context);
+  };
+  if (!r.cache) return build();
+  // Everything the graph is built from but the model's shape, which one
+  // search keeps (but for --largest's layer counts).
+  std::string key;
+  for (int64_t v : {r.config.num_hidden_layers, r.batch, r.seq, static_cast<int64_t>(fused),
+                    static_cast<int64_t>(recipe.backward), static_cast<int64_t>(recipe.recompute),
+                    static_cast<int64_t>(r.weighted_loss), static_cast<int64_t>(r.documents),
+                    static_cast<int64_t>(r.tensor_parallel.ranks), static_cast<int64_t>(r.tensor_parallel.rank),
+                    static_cast<int64_t>(r.tensor_parallel.sequence_parallel), r.stage.first_layer,
+                    r.stage.last_layer, static_cast<int64_t>(r.context.rank), static_cast<int64_t>(r.context.ranks)}) {
+    key += std::to_string(v) + ",";
+  }
+  for (const std::string& kind : recipe.recomputed_kinds) key += kind + ";";
+  key += std::to_string(recipe.seed);
+  return r.cache->get(key, build);
+}
+
 PlannedStep plan_llama_step(const StepPlanRequest& r) {
   plan::TrainingPlanRequest req;
   req.device_budget = r.device_budget;
@@ -144,14 +205,19 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   // The ranks sum the gradient sums where they lie: on the device.
   req.gradient_sums_on_device = r.data_parallel > 1;
   req.rates = r.rates;
-  req.tokens_per_micro_batch = static_cast<double>(r.batch * r.seq);
-  // A rank of a tensor-parallel group does its share of every token's work.
-  req.flops_per_token = model::training_flops_per_token(r.config, r.seq) / r.tensor_parallel.ranks;
+  // A rank of a tensor-parallel group, a context group (each its chunk of
+  // the sequence) or a pipeline does its share of every token's work: the
+  // rates count the whole sequences, the FLOPs the rank's share.
+  const int64_t seq = r.seq * r.context.ranks;
+  req.tokens_per_micro_batch = static_cast<double>(r.batch * seq);
+  req.flops_per_token = model::training_flops_per_token(r.config, seq) /
+                        (r.tensor_parallel.ranks * r.context.ranks * r.pipeline_stages);
+  // Context parallelism's graph takes separate projections alone.
+  const std::optional<bool> fused_only = r.context.ranks > 1 ? std::optional<bool>(false) : r.fused_projections;
 
   auto plan_variant = [&](bool fused, const graph::StepRecipe& recipe) {
     PlannedStep p;
-    p.step = build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents,
-                              r.tensor_parallel);
+    p.step = llama_step_of(r, fused, recipe);
     p.state = adamw_state_spec(*p.step, r.config, r.bf16_moments, r.caller_moments);
     p.state.state_shards = r.state_shards;
     if (r.shard_gradients && r.state_shards > 1) {
@@ -164,7 +230,7 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   };
   // Stacked projections only where the plan copies nothing, unless asked for.
   auto plan_recipe = [&](const std::function<graph::StepRecipe(bool fused)>& recipe) {
-    if (r.fused_projections) return plan_variant(*r.fused_projections, recipe(*r.fused_projections));
+    if (fused_only) return plan_variant(*fused_only, recipe(*fused_only));
     try {
       PlannedStep fused = plan_variant(true, recipe(true));
       if (fused.plan.all_on_device()) return fused;
@@ -197,12 +263,11 @@ PlannedStep plan_llama_step(const StepPlanRequest& r) {
   // cheapest 1, 2, ... of them; all of them is `layers`.
   std::vector<RecomputeKindCost> ranked[2];
   for (bool fused : {false, true}) {
-    const auto layers = build_llama_step(r.config, r.batch, r.seq, fused,
-                                         {.backward = true, .recompute = graph::RecomputePolicy::layers}, DType::bf16,
-                                         r.weighted_loss, r.documents, r.tensor_parallel);
+    if (fused_only && *fused_only != fused) continue;
+    const auto layers = llama_step_of(r, fused, {.backward = true, .recompute = graph::RecomputePolicy::layers});
     ranked[fused] = recompute_kinds_by_cost(layers->step.graph, r.rates);
   }
-  for (size_t k = 1; k < ranked[0].size(); ++k) {
+  for (size_t k = 1; k < ranked[fused_only.value_or(false)].size(); ++k) {
     consider([&] {
       return plan_recipe([&](bool fused) {
         graph::StepRecipe recipe{.backward = true};

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 #include "graph/tensor_parallel.h"
 #include "model/llama_config.h"
 #include "model/llama_graph.h"
+#include "model/llama_stages.h"
 #include "plan/training_plan.h"
 #include "train/run_config.h"
 
@@ -30,6 +32,9 @@ struct LlamaStep {
   model::LlamaGraph model;
   bool fused_projections = false;
   graph::RecomputePolicy recompute = graph::RecomputePolicy::none;
+  // A pipeline stage short of the loss: the gradient of its hidden_out,
+  // handed back by the next stage (an input); else invalid.
+  graph::Value hidden_out_grad;
   std::vector<std::string> recomputed_kinds;  // where the plan chose kinds (graph::StepRecipe)
 };
 
@@ -50,10 +55,32 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::Lla
 // `weighted_loss`: the loss weighted per token; `documents`: packed rows
 // (both model::LlamaGraphOptions). With `tp` of more than one rank, the
 // step of rank tp.rank of a tensor-parallel group (model/llama_sharding.h).
+// A `stage` short of the loss hands its hidden state on: its backward pass
+// starts from the input "hidden_out.grad" (the gradient the next stage
+// hands back), and a stage without the embedding also differentiates its
+// hidden_in, to hand that back. With `context` over several ranks, `seq` is
+// the rank's chunk of each sequence (model::LlamaContext).
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
                                             bool weighted_loss = false, bool documents = false,
-                                            const graph::TensorParallelism& tp = {});
+                                            const graph::TensorParallelism& tp = {},
+                                            const model::LlamaStage& stage = {},
+                                            const model::LlamaContext& context = {});
+
+// Step graphs already built, by what they were built from: a search over
+// layouts plans the same rank graphs for many data-parallel degrees and
+// --shard levels, and building them costs more than placing them.
+class LlamaStepCache {
+ public:
+  std::shared_ptr<const LlamaStep> get(const std::string& key,
+                                       const std::function<std::unique_ptr<LlamaStep>()>& build);
+  // The same for the cost model's times by part (model/llama_stages.h).
+  const model::LlamaStepCosts& costs(const std::string& key, const std::function<model::LlamaStepCosts()>& compute);
+
+ private:
+  std::map<std::string, std::shared_ptr<const LlamaStep>, std::less<>> steps_;
+  std::map<std::string, model::LlamaStepCosts, std::less<>> costs_;
+};
 
 struct StepPlanRequest {
   model::LlamaConfig config;
@@ -77,6 +104,14 @@ struct StepPlanRequest {
   uint64_t state_shards = 1;
   // The rank's step of a tensor-parallel group (one rank: the whole step).
   graph::TensorParallelism tensor_parallel;
+  // A pipeline stage's layers (the whole model by default), and a context
+  // rank's chunk of each sequence: `seq` is then the chunk's tokens.
+  model::LlamaStage stage;
+  model::LlamaContext context;
+  int pipeline_stages = 1;  // the stages `stage` is one of: the rank's share of each token's FLOPs
+  // The rate a hidden state crosses from stage to stage at (bytes a
+  // second); 0: rates.collective_bytes.
+  double stage_link_bytes = 0;
   // Sharded further over the state_shards ranks: the gradient sums
   // (ZeRO-2), and the weights too (ZeRO-3).
   bool shard_gradients = false, shard_weights = false;
@@ -89,10 +124,17 @@ struct StepPlanRequest {
   // candidate and says what they took.
   std::function<uint64_t(const LlamaStep&)> device_reserved;
   plan::MachineRates rates;
+  // Where set, the step graphs are taken from here and kept here.
+  std::shared_ptr<LlamaStepCache> cache;
 };
 
+// The rank's step graph of `r` with these projections and recipe: from
+// r.cache where it has it.
+std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused_projections,
+                                               const graph::StepRecipe& recipe);
+
 struct PlannedStep {
-  std::unique_ptr<LlamaStep> step;  // a stable address: what device_reserved was shown
+  std::shared_ptr<const LlamaStep> step;  // a stable address: what device_reserved was shown
   plan::TrainingStateSpec state;
   plan::TrainingPlan plan;
 };

@@ -85,6 +85,12 @@ int cuda_device_count() {
   return count;
 }
 
+std::string cuda_device_name(int ordinal) {
+  cudaDeviceProp prop{};
+  SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal));
+  return prop.name;
+}
+
 uint64_t cuda_default_device_budget(int ordinal) { return resolve_device_budget(ordinal, MemorySpace::kUnlimited); }
 
 void set_current_cuda_device(int ordinal) { SPW_CUDA(cudaSetDevice(ordinal)); }

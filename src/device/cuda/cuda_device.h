@@ -3,6 +3,8 @@
 // cudaMemcpyAsync (any direction; unified addressing tells which).
 #pragma once
 
+#include <string>
+
 #include <cstdint>
 #include <memory>
 
@@ -36,6 +38,8 @@ class CudaDevice final : public Device {
 
 // The number of usable GPUs; 0 when there is no driver or no GPU.
 int cuda_device_count();
+// GPU `ordinal`'s name ("NVIDIA H100 80GB HBM3"): which rates the planner uses.
+std::string cuda_device_name(int ordinal);
 
 // The device pool a budget left unset gets: kDefaultDevicePoolShareOfFree of
 // what is free now.

@@ -55,7 +55,7 @@ TEST(PlanE2E, GpusShareTheStepTheHostAndTheState) {
   }
   EXPECT_NE(two.out.find("(chosen)"), std::string::npos) << two.out;
   // Sharding that cannot keep the state on 80 GB cards: each keeps it whole.
-  const CommandResult whole = run_spillway("plan --gpus 2 --device-mem 79GiB --shard none" + common);
+  const CommandResult whole = run_spillway("plan --gpus 2 --tp 1 --device-mem 79GiB --shard none" + common);
   ASSERT_EQ(whole.exit_code, 0) << whole.out;
   EXPECT_NE(whole.out.find("every GPU keeps the whole training state"), std::string::npos) << whole.out;
   const CommandResult uneven = run_spillway("plan --gpus 3" + common);
@@ -96,7 +96,12 @@ TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
   ASSERT_EQ(one_host.exit_code, 0) << one_host.out;
   EXPECT_NE(one_host.out.find("at 150 GB/s (the NVIDIA H100 80GB HBM3's NVLink, measured)"), std::string::npos)
       << one_host.out;
-  const CommandResult two_hosts = run_spillway("plan --gpus 4 --hosts 2" + common);
+  // No degree given: the layouts searched, the fastest chosen.
+  EXPECT_NE(one_host.out.find("layouts of the 4 GPUs (dp x pp x cp x tp, tp innermost)"), std::string::npos)
+      << one_host.out;
+  EXPECT_NE(one_host.out.find("(chosen)"), std::string::npos) << one_host.out;
+  // --tp 1: data parallelism alone, not the layout the search would choose.
+  const CommandResult two_hosts = run_spillway("plan --gpus 4 --hosts 2 --tp 1" + common);
   ASSERT_EQ(two_hosts.exit_code, 0) << two_hosts.out;
   EXPECT_NE(two_hosts.out.find("data parallel over 4 GPUs on 2 hosts"), std::string::npos) << two_hosts.out;
   EXPECT_NE(two_hosts.out.find("of 200.00 GiB"), std::string::npos) << two_hosts.out;  // 400 GiB over 2 GPUs a host
@@ -107,7 +112,7 @@ TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
     EXPECT_NE(at, std::string::npos) << out;
     return std::stod(out.substr(at + sizeof "the step waits " - 1));
   };
-  const CommandResult given = run_spillway("plan --gpus 4 --hosts 2 --link-rate 10" + common);
+  const CommandResult given = run_spillway("plan --gpus 4 --hosts 2 --tp 1 --link-rate 10" + common);
   ASSERT_EQ(given.exit_code, 0) << given.out;
   EXPECT_NE(given.out.find("at 10 GB/s (given)"), std::string::npos) << given.out;
   // A fifth of the rate: the same bytes, less of them hidden under the backward pass.

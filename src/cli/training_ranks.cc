@@ -95,6 +95,7 @@ TrainingRanks meet_ranks(const train::RunConfig& config, train::Command command)
   ranks.data_parallel.tensor_parallel = world->group(dist::Dim::tp);
   ranks.data_parallel.pipeline_parallel = world->group(dist::Dim::pp);
   ranks.data_parallel.context_parallel = world->group(dist::Dim::cp);
+  ranks.data_parallel.replicas = world->replicas();
   ranks.data_parallel.world_rank = env.rank;
   ranks.data_parallel.world_size = env.world;
   ranks.data_parallel.barrier = [world](std::chrono::milliseconds wait) { world->barrier(wait); };

@@ -131,8 +131,6 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "pipeline parallelism runs on the CPU engine so far; add --device cpu");
   SPW_CHECK(options.virtual_stages == 1 || options.pipeline_parallel != nullptr, "--virtual-stages",
             options.virtual_stages, " stages a rank need pipeline parallelism (--pp 2 or more)");
-  SPW_CHECK(options.context_parallel == nullptr || !picks_gpu(options.device), "--cp",
-            "context parallelism runs on the CPU engine so far; add --device cpu");
 #ifdef SPILLWAY_HAS_CUDA
   if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else

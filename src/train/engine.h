@@ -69,6 +69,10 @@ struct EngineOptions {
   // micro-batches is its chunk of every sequence, the weights replicated
   // (null: none). The CPU engine only, so far.
   Communicator* context_parallel = nullptr;
+  // The ranks holding the same weights and state: the data-parallel ranks
+  // and, with context parallelism, every chunk's (dist::World::replicas).
+  // The GPU engine sums the gradient sums and shards the state over them.
+  Communicator* replicas = nullptr;
   int gpu_ordinal = 0;  // the GPU this rank runs on
   // Ranks on this host: they share its memory (memory.host_mem is the
   // host's budget), each planning with an even share of it.

@@ -213,8 +213,8 @@ const Field kFields[] = {
      .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "
-             "rank's keys and values; one sequence a micro-batch (--batch 1); the CPU engine, so far (plan predicts "
-             "it)",
+             "rank's keys and values; one sequence a micro-batch (--batch 1); on GPUs beside dp alone, on the CPU "
+             "engine beside any other degree",
      .commands = kAll,
      .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},
     {.key = "parallel.nproc_per_node", .flag = "--nproc-per-node",

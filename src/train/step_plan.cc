@@ -129,8 +129,9 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
     sb = &rb.emplace(rank->graph, dtype);
     split.seed = graph::seed_gradient(tp);
   }
-  // Every context rank computes its chunk's loss; the objective is their mean.
-  split.seed /= context.ranks;
+  // Every context rank's chunk loss is seeded as a data-parallel rank's
+  // loss is: the GPU engine takes the mean over dp x cp ranks
+  // (EngineOptions::replicas), the objective the mean of the chunks' means.
   std::vector<graph::Value> wrt = s->model.parameters;
   if (s->model.hidden_in.valid() && recipe.backward) wrt.push_back(s->model.hidden_in);
   if (hands_on) {

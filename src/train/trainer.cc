@@ -435,6 +435,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .pipeline_parallel = ranks.pipeline_parallel,
                                      .virtual_stages = static_cast<int>(o.parallel.virtual_stages),
                                      .context_parallel = ranks.context_parallel,
+                                     .replicas = ranks.replicas,
                                      .gpu_ordinal = ranks.gpu_ordinal,
                                      .ranks_on_host = ranks.ranks_on_host,
                                      .weighted_loss = chats.has_value(),

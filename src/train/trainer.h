@@ -46,6 +46,8 @@ struct DataParallelRun {
   Communicator* tensor_parallel = nullptr;
   Communicator* pipeline_parallel = nullptr;  // the pipeline group (null: none): its ranks hold the model's stages
   Communicator* context_parallel = nullptr;   // the context group (null: none): its ranks split each sequence
+  // The ranks holding the same state (dist::World::replicas: dp x cp).
+  Communicator* replicas = nullptr;
   int world_rank = 0;  // rank 0 of the world leads: prints, logs, checkpoints
   int world_size = 1;
   // Returns once every rank has called it; Error when one has not within `wait`.

@@ -33,6 +33,7 @@
 #include "train/cuda/cuda_adamw.h"
 #include "train/cuda/cuda_step.h"
 #include "train/cuda/cuda_tensor_parallel.h"
+#include "train/cuda/grad_buckets.h"
 #include "train/cuda/grad_norm.h"
 #include "train/cuda/shard_rings.h"
 #include "train/cuda/training_state.h"
@@ -104,8 +105,11 @@ class CudaEngine final : public Engine {
       io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
     }
 
-    if (o.data_parallel || o.tensor_parallel) scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
+    if (o.data_parallel || o.tensor_parallel || o.context_parallel) {
+      scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
+    }
     if (o.tensor_parallel) start_tensor_parallel();
+    if (o.context_parallel) start_context_parallel();
     plan_sharding();
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
@@ -152,7 +156,7 @@ class CudaEngine final : public Engine {
       const char* what = state_->weights_sharded()     ? "masters, moments, gradient sums and weights"
                          : state_->gradients_sharded() ? "masters, moments and gradient sums"
                                                        : "masters and moments";
-      moments += std::string("; ") + what + " sharded over " + std::to_string(data_parallel_size(options_)) + " ranks";
+      moments += std::string("; ") + what + " sharded over " + std::to_string(replica_count()) + " ranks";
     }
     const std::string recompute =
         recompute_report(*planned_.step, options_.memory.recompute == RecomputeChoice::automatic);
@@ -160,6 +164,10 @@ class CudaEngine final : public Engine {
     if (tp_) {
       remade += "; tensor parallel over " + std::to_string(tp_->group().size()) + " ranks" +
                 (options_.sequence_parallel ? ", sequence parallel" : "");
+    }
+    if (options_.context_parallel) {
+      remade += "; context parallel over " + std::to_string(context().ranks) + " ranks (this one positions " +
+                std::to_string(context().rank * options_.seq / context().ranks) + " on)";
     }
     if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
@@ -179,14 +187,14 @@ class CudaEngine final : public Engine {
     const size_t n = micro_batch_tokens(options_, inputs, targets, documents, micro_batches);
     StepStats stats;
     norm_->start_step();
-    const int ranks = data_parallel_size(options_);
+    const int ranks = replica_count();
     double token_weight = 0;
     if (options_.weighted_loss) {
       token_weight = step_token_weight(*this, targets, micro_batches, ranks);
     }
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      const auto x = inputs.subspan(micro * n, n), y = targets.subspan(micro * n, n);
-      check_token_ids(x, y, weights_.config().vocab_size, n);
+      const auto x = own_chunk(inputs.subspan(micro * n, n)), y = own_chunk(targets.subspan(micro * n, n));
+      check_token_ids(x, y, weights_.config().vocab_size, x.size());
       const PackedDocuments docs = documents.subspan(micro * n, n);
       // The kernels rely on contiguous documents and cannot throw.
       if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
@@ -211,7 +219,7 @@ class CudaEngine final : public Engine {
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
     if (tp_ && tp_->group().rank() != 0) sums[1] -= whole_norm_->sum_of_squares();
     if (ranks > 1) {
-      sum_over_ranks(std::span<double>(sums, sharded_ ? 2 : 1));
+      sum_over(*replicas(), std::span<double>(sums, sharded_ ? 2 : 1));
       stats.loss = sums[0] / ranks;
     }
     if (tp_) sum_over(tp_->group(), std::span<double>(&sums[1], 1));
@@ -237,12 +245,18 @@ class CudaEngine final : public Engine {
   void sum_over_world(std::span<double> values) override {
     sum_over_ranks(values);
     if (tp_) sum_over(tp_->group(), values);
+    if (options_.context_parallel) sum_over(*options_.context_parallel, values);
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     SPW_CHECK(eval_ != nullptr, "GPU engine", "an evaluation after finish()");
     check_token_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
-    return eval_->run(inputs, targets, true);
+    double loss = eval_->run(own_chunk(inputs), own_chunk(targets), true);
+    if (Communicator* cp = options_.context_parallel) {  // the mean of the chunks' means
+      sum_over(*cp, std::span<double>(&loss, 1));
+      loss /= cp->size();
+    }
+    return loss;
   }
 
   void sync_to_host() override {
@@ -318,20 +332,49 @@ class CudaEngine final : public Engine {
     grads_ready_ = device_->new_event();
     grads_summed_ = device_->new_event();
   }
+  // Context parallelism: each rank's step is its chunk of every sequence,
+  // the keys and values all-gathered over the group (on the compute
+  // stream); the weights are replicated, so the state is summed and
+  // sharded over dp x cp ranks as data parallelism's is over dp.
+  void start_context_parallel() {
+    SPW_CHECK(!options_.tensor_parallel, "--cp", "beside --tp runs on the CPU engine so far; add --device cpu");
+    SPW_CHECK(!options_.weighted_loss && !options_.documents, "--cp",
+              "instruction data and packed rows are not supported with context parallelism yet");
+    SPW_CHECK(options_.replicas, "--cp", "the ranks holding the same state were not given to the engine");
+    SPW_CHECK(options_.seq % options_.context_parallel->size() == 0, "--cp", "a sequence of ", options_.seq,
+              " tokens does not split evenly over ", options_.context_parallel->size(), " ranks");
+    collectives_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = options_.context_parallel;
+    collectives_.stream = &device_->stream(StreamKind::compute);
+  }
+  model::LlamaContext context() const {
+    const Communicator* cp = options_.context_parallel;
+    return cp ? model::LlamaContext{.rank = cp->rank(), .ranks = cp->size()} : model::LlamaContext{};
+  }
+  // This rank's chunk of a micro-batch's sequence (batch 1 with --cp).
+  std::span<const int32_t> own_chunk(std::span<const int32_t> ids) const {
+    const model::LlamaContext c = context();
+    const size_t chunk = ids.size() / static_cast<size_t>(c.ranks);
+    return ids.subspan(chunk * static_cast<size_t>(c.rank), chunk);
+  }
+  // The ranks the state is summed and sharded over.
+  Communicator* replicas() const { return options_.context_parallel ? options_.replicas : options_.data_parallel; }
+  int replica_count() const { return replicas() ? replicas()->size() : 1; }
+  bool has_collectives() const { return tp_ || options_.context_parallel; }
+
   graph::TensorParallelism tensor_parallelism() const {
     if (!tp_) return {};
     return {.rank = tp_->group().rank(), .ranks = tp_->group().size(), .sequence_parallel = options_.sequence_parallel};
   }
   CudaStepOptions runner_options() const {
     CudaStepOptions s = step_options(options_);
-    if (tp_) s.collectives = &collectives_;
+    if (has_collectives()) s.collectives = &collectives_;
     return s;
   }
 
   // Data parallelism may shard the optimizer's state (train/step_plan.h);
   // every rank must take the same way, so sharded only where all can.
   void plan_sharding() {
-    const int ranks = data_parallel_size(options_);
+    const int ranks = replica_count();
     planned_ = plan_data_parallel_step(plan_request(), options_.shard);
     // --shard auto keeps a tensor-parallel rank's state at ZeRO-1 at most.
     if (tp_ && planned_.state.shard_gradients) planned_ = plan_data_parallel_step(plan_request(), StateSharding::optimizer);
@@ -341,7 +384,7 @@ class CudaEngine final : public Engine {
     // their squares.
     const auto level = static_cast<double>(sharding_level(planned_.state));
     double sums[2] = {level, level * level};
-    sum_over_ranks(sums);
+    sum_over(*replicas(), sums);
     if (sums[0] * sums[0] == ranks * sums[1]) return;
     SPW_CHECK(options_.shard == StateSharding::automatic, "--shard " + std::string(enum_name(options_.shard)),
               "a rank's plan cannot keep its share of the training state on its device; --shard none lets it offload");
@@ -355,7 +398,7 @@ class CudaEngine final : public Engine {
   CudaTrainingState::Sharding sharding() const {
     CudaTrainingState::Sharding s;
     if (!sharded_) return s;
-    s.over = options_.data_parallel;
+    s.over = replicas();
     s.gradients = planned_.state.shard_gradients;
     s.weights = planned_.state.shard_weights;
     const LlamaStep& step = *planned_.step;
@@ -369,7 +412,8 @@ class CudaEngine final : public Engine {
     StepPlanRequest r;
     r.config = weights_.config();
     r.batch = options_.batch;
-    r.seq = options_.seq;
+    r.seq = options_.seq / context().ranks;
+    r.context = context();
     r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
     const KernelConfig& k = options_.kernels;
     if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;
@@ -395,7 +439,7 @@ class CudaEngine final : public Engine {
                             (sizeof(float) + (r.caller_moments ? adamw_moment_bytes(false) : 0));
     r.host_reserved = held > arrays ? held - arrays : 0;
     r.rates = plan::rates_for_gpu(gpu_);
-    r.data_parallel = data_parallel_size(options_);
+    r.data_parallel = replica_count();
     r.tensor_parallel = tensor_parallelism();
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
@@ -406,23 +450,23 @@ class CudaEngine final : public Engine {
         auto eval = eval_step(s);
         const KernelConfig& k = options_.kernels;
         Stream& compute = device_->stream(StreamKind::compute);
-        const ops::CollectiveGroups* groups = tp_ ? &collectives_ : nullptr;
+        const ops::CollectiveGroups* groups = has_collectives() ? &collectives_ : nullptr;
         exec::CudaNodeRunner train_runner(s.step.graph, mem, compute, k.deterministic, k.matmul_candidates,
                                           k.own_gemm, groups);
         exec::CudaNodeRunner eval_runner(eval->step.graph, mem, compute, k.deterministic, k.matmul_candidates,
                                          k.own_gemm, groups);
         taken = mem.in_use() - before;
       }
-      const bool communicates = data_parallel_size(options_) > 1 || tp_;
+      const bool communicates = replica_count() > 1 || tp_;
       return before + taken + mem.budget() / 100 + (communicates ? kCommunicatorReserve : 0);
     };
     return r;
   }
 
   std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
-    return build_llama_step(weights_.config(), options_.batch, options_.seq, train.fused_projections,
-                            {.backward = false, .recompute = graph::RecomputePolicy::none}, DType::bf16, false, false,
-                            tensor_parallelism());
+    return build_llama_step(weights_.config(), options_.batch, options_.seq / context().ranks,
+                            train.fused_projections, {.backward = false, .recompute = graph::RecomputePolicy::none},
+                            DType::bf16, false, false, tensor_parallelism(), {}, context());
   }
 
   void make_runners() {
@@ -476,7 +520,7 @@ class CudaEngine final : public Engine {
     if (state_->gradients_sharded()) {
       std::vector<const LlamaStep*> over{&step};
       if (state_->weights_sharded()) over.push_back(eval_graph_.get());
-      rings_ = std::make_unique<CudaShardRings>(*state_, over, *device_, *options_.data_parallel);
+      rings_ = std::make_unique<CudaShardRings>(*state_, over, *device_, *replicas());
       rings_->attach(0, *train_);
       if (state_->weights_sharded()) {
         rings_->attach(1, *eval_);
@@ -487,10 +531,10 @@ class CudaEngine final : public Engine {
       bind(*train_, step, /*with_grads=*/true);
       bind(*eval_, *eval_graph_, /*with_grads=*/false);
     }
-    if (data_parallel_size(options_) > 1) {
+    if (replica_count() > 1) {
       if (!grads_ready_) grads_ready_ = device_->new_event();
       if (!grads_summed_) grads_summed_ = device_->new_event();
-      Communicator* comm = options_.data_parallel;
+      Communicator* comm = replicas();
       auto bounded = [comm](Stream& stream) { comm->wait(stream); };
       train_->set_waiter(bounded);
       eval_->set_waiter(bounded);
@@ -515,51 +559,22 @@ class CudaEngine final : public Engine {
     comm.wait(*grads_ready_);
     if (sharded_) {
       const auto& a = state_->device_arrays();
-      options_.data_parallel->reduce_scatter_sum(a.grads, a.grads_share, a.share_elements, DType::f32, comm);
+      replicas()->reduce_scatter_sum(a.grads, a.grads_share, a.share_elements, DType::f32, comm);
     } else {
-      options_.data_parallel->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float),
-                                             DType::f32, comm);
+      replicas()->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float), DType::f32,
+                                 comm);
     }
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
-    options_.data_parallel->wait(comm);  // bounded, where compute would wait for ever
+    replicas()->wait(comm);  // bounded, where compute would wait for ever
   }
 
   // Where the plain executor runs the step, the gradient sums are summed
-  // over the ranks in buckets while the last micro-batch's backward pass
-  // goes on: a bucket (a run of the one layout, the parameters' order) is
-  // all-reduced on the comm stream as soon as the node that makes its last
-  // sum final has been issued. Every element of the layout lies in one
-  // bucket, gaps included (zero on every rank).
+  // over the ranks in buckets (train/cuda/grad_buckets.h) while the last
+  // micro-batch's backward pass goes on, each on the comm stream as soon as
+  // the node that makes its last sum final has been issued.
   void overlap_gradient_sums() {
-    const LlamaStep& step = *planned_.step;
-    const graph::Graph& g = step.step.graph;
-    const auto& parts = step.model.parameter_parts;
-    struct Run {
-      uint64_t first;
-      int32_t final_at;  // the node that makes its sum final
-    };
-    std::vector<Run> runs;
-    for (size_t j = 0; j < parts.size(); ++j) {
-      const graph::Value grad = step.step.grads[step.model.parameters[j]];
-      runs.push_back({state_->tensors()[static_cast<size_t>(parts[j].front())].at, g.value(grad).producer});
-    }
-    std::sort(runs.begin(), runs.end(), [](const Run& a, const Run& b) { return a.first < b.first; });
-    const uint64_t end = state_->device_arrays().elements;
-    buckets_by_node_.assign(g.nodes().size(), {});
-    for (size_t r = 0; r < runs.size();) {
-      GradBucket b{.first = r == 0 ? 0 : runs[r].first, .count = 0};
-      int32_t final_at = -1;
-      size_t next = r;
-      while (next < runs.size() && (next == r || runs[next].first - b.first < kBucketElements)) {
-        final_at = std::max(final_at, runs[next].final_at);
-        ++next;
-      }
-      b.count = (next < runs.size() ? runs[next].first : end) - b.first;
-      SPW_CHECK(final_at >= 0, "data parallelism", "a gradient sum has no node that makes it");
-      buckets_by_node_[static_cast<size_t>(final_at)].push_back(b);
-      r = next;
-    }
+    buckets_by_node_ = grad_buckets_by_node(*planned_.step, *state_);
     Stream& compute = device_->stream(StreamKind::compute);
     Stream& comm = device_->stream(StreamKind::comm);
     float* grads = state_->device_grads();
@@ -571,7 +586,7 @@ class CudaEngine final : public Engine {
                compute.record(*grads_ready_);
                comm.wait(*grads_ready_);
                for (const GradBucket& b : ready) {
-                 options_.data_parallel->all_reduce_sum(grads + b.first, b.count, DType::f32, comm);
+                 replicas()->all_reduce_sum(grads + b.first, b.count, DType::f32, comm);
                }
              },
          .at_end =
@@ -591,11 +606,11 @@ class CudaEngine final : public Engine {
     compute.record(*grads_ready_);
     comm.wait(*grads_ready_);
     for (const ShardLayout::Region& r : state_->shard_layout().regions()) {
-      options_.data_parallel->all_gather(a.working_share + r.share_at, a.working + r.first, r.piece, DType::bf16, comm);
+      replicas()->all_gather(a.working_share + r.share_at, a.working + r.first, r.piece, DType::bf16, comm);
     }
     comm.record(*grads_summed_);
     compute.wait(*grads_summed_);
-    options_.data_parallel->wait(comm);
+    replicas()->wait(comm);
   }
 
   // A stacked parameter starts where its first tensor does.
@@ -633,10 +648,6 @@ class CudaEngine final : public Engine {
   bool sharded_ = false;
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
   // The gradient sums' buckets, by the node whose issue starts them.
-  struct GradBucket {
-    uint64_t first, count;  // elements of the layout
-  };
-  static constexpr uint64_t kBucketElements = 32ull << 20;
   std::vector<std::vector<GradBucket>> buckets_by_node_;
   bool overlapped_ = false;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device

@@ -1,0 +1,40 @@
+// Context-parallel training on two GPUs through NCCL, ranks as processes
+// started by `--nproc-per-node 2 --cp 2`: two GPUs each taking half of
+// every sequence (cuDNN's attention from a query offset over the keys
+// gathered from both) train what one GPU trains, the state whole or
+// sharded over the two, and a run saved split resumes on one GPU.
+#include "e2e/gpu_split_runs.h"
+
+namespace spillway::e2e {
+namespace {
+
+class ContextParallelGpus : public GpuSplitRuns {
+ protected:
+  // One sequence a micro-batch; heads of 64 dimensions, as cuDNN takes them.
+  ContextParallelGpus() : GpuSplitRuns("context_parallel_gpus") { schedule_ = "--batch 1 --seq 64 --grad-accum 8"; }
+  void SetUp() override {
+    GpuSplitRuns::SetUp();
+    write_file(dir_ / "heads64.json",
+               R"({"vocab_size": 300, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true})");
+  }
+};
+
+TEST_F(ContextParallelGpus, TwoGpusSplittingEachSequenceTrainWhatOneTrains) {
+  train("one", "", "heads64.json");
+  train("cp2", "--nproc-per-node 2 --cp 2", "heads64.json");
+  train("cp2-sharded", "--nproc-per-node 2 --cp 2 --shard optimizer", "heads64.json");
+  expect_same_training("cp2", "one");
+  expect_same_training("cp2-sharded", "one");
+}
+
+TEST_F(ContextParallelGpus, ASplitRunResumesOnOneGpu) {
+  train("one", "", "heads64.json");
+  train("moved", "--nproc-per-node 2 --cp 2 --stop-after 5", "heads64.json");
+  train("moved", "--resume", "heads64.json");
+  expect_same_training("moved", "one");
+}
+
+}  // namespace
+}  // namespace spillway::e2e

@@ -126,7 +126,8 @@ std::string CpuPipeline::describe() const {
   std::string d = "pipeline rank " + std::to_string(rank() + 1) + " of " + std::to_string(ranks) + " (layers";
   for (size_t k = 0; k < chunks_.size(); ++k) {
     const model::LlamaStage& s = chunks_[k].stage;
-    d += (k ? ", " : " ") + std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer - 1);
+    d += k ? ", " : " ";
+    d += std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer - 1);
   }
   d += "; " + std::to_string(stage_count()) + " stages of";
   for (const model::LlamaStage& s : stages_) d += " " + std::to_string(s.last_layer - s.first_layer);

@@ -12,7 +12,10 @@ std::optional<LayoutChoice> choose_gpu_layout(const RunConfig& run, int gpus, in
   RunConfig planned = run;
   planned.memory.device_mem = device_budget;
   planned.memory.host_mem = host_budget;
-  RunPlanOptions options{.gpus = gpus, .hosts = hosts, .gpu = gpu};
+  RunPlanOptions options;
+  options.gpus = gpus;
+  options.hosts = hosts;
+  options.gpu = gpu;
   LayoutChoice choice;
   choice.layout.dp = gpus;
   try {

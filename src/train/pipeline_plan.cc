@@ -82,7 +82,7 @@ PlannedPipeline plan_pipeline_step(StepPlanRequest r, StateSharding shard, int s
     if (entry.first == p.slowest) out.step = std::move(entry.second);
   }
   // Each slot hands a hidden state on and a gradient back, each a send and
-  // a receive at once (Communicator::send_recv), neither under compute.
+  // a receive at once (Communicator::exchange), neither under compute.
   const double link = r.stage_link_bytes > 0 ? r.stage_link_bytes : r.rates.collective_bytes;
   p.transfer_seconds = stages > 1 ? 2.0 * static_cast<double>(p.hidden_bytes) / link : 0.0;
   p.slot_seconds = slowest + p.transfer_seconds;

@@ -59,7 +59,7 @@ double PipelineTimeline::idle_fraction() const {
 }
 
 PipelineTimeline pipeline_timeline(int ranks, int chunks, int64_t micro_batches, bool backward) {
-  PipelineTimeline t{.ranks = ranks, .chunks = chunks};
+  PipelineTimeline t{.ranks = ranks, .chunks = chunks, .ticks = {}};
   std::vector<std::vector<PipelinePass>> orders;
   for (int r = 0; r < ranks; ++r) orders.push_back(pipeline_order(r, ranks, chunks, micro_batches, backward));
   std::vector<size_t> next(static_cast<size_t>(ranks), 0);

@@ -76,7 +76,6 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
   SPW_CHECK(s.batch * s.seq <= limits::kMaxBatchTokens, blamed(blame, "schedule.batch", "--batch"), "batch ",
             s.batch, " x seq ", s.seq, " is ", s.batch * s.seq, " tokens per micro-batch; at most ",
             limits::kMaxBatchTokens);
-  const ParallelConfig& p = config.parallel;
   SPW_CHECK(command != Command::finetune || !config.model.init_from.empty(), "--model",
             "finetune needs the model or run folder to start from (--model, or model.init_from in a run file)");
   const LoraRunConfig& l = config.lora;

@@ -130,7 +130,10 @@ std::string CpuPipeline::describe() const {
     d += std::to_string(s.first_layer) + "-" + std::to_string(s.last_layer - 1);
   }
   d += "; " + std::to_string(stage_count()) + " stages of";
-  for (const model::LlamaStage& s : stages_) d += " " + std::to_string(s.last_layer - s.first_layer);
+  for (const model::LlamaStage& s : stages_) {
+    d += ' ';
+    d += std::to_string(s.last_layer - s.first_layer);
+  }
   d += " layers, split by their predicted time; ";
   d += ranks_.chunks > 1 ? "interleaved 1F1B, " + std::to_string(ranks_.chunks) + " stages a rank)" : "1F1B)";
   return d;

@@ -17,14 +17,6 @@ class ComposedParallel : public SplitRuns {
  protected:
   // One sequence a micro-batch (context parallelism takes no more).
   ComposedParallel() : SplitRuns("composed_parallel") { schedule_ = "--batch 1 --seq 32 --grad-accum 8"; }
-  void SetUp() override {
-    SplitRuns::SetUp();
-    // Four layers and a separate lm_head, for two stages a rank.
-    write_file(dir_ / "micro4.json",
-               R"({"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false})");
-  }
 };
 
 TEST_F(ComposedParallel, StagesOfSplitSequencesTrainWhatOneRankTrains) {

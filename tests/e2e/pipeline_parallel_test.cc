@@ -23,14 +23,6 @@ namespace {
 class PipelineParallel : public SplitRuns {
  protected:
   PipelineParallel() : SplitRuns("pipeline_parallel") {}
-  void SetUp() override {
-    SplitRuns::SetUp();
-    // Four layers and a separate lm_head, for four stages.
-    write_file(dir_ / "micro4.json",
-               R"({"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false})");
-  }
 };
 
 TEST_F(PipelineParallel, RanksHoldingStagesTrainWhatOneRankTrains) {

@@ -20,6 +20,11 @@ class SplitRuns : public ::testing::Test {
 #endif
     write_file(dir_ / "corpus.txt", make_corpus(400, 7));
     write_file(dir_ / "micro.json", micro_config_json());
+    // Four layers and a separate lm_head: four stages, or two a rank.
+    write_file(dir_ / "micro4.json",
+               R"({"vocab_size": 300, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 4,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
+                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false})");
   }
   // Ten steps of `schedule_` (256 tokens a step), checkpoints at 5 and 10.
   CommandResult run(const std::string& out, const std::string& more, const std::string& config = "micro.json") {

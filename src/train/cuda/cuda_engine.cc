@@ -111,6 +111,7 @@ class CudaEngine final : public Engine {
     if (o.tensor_parallel) start_tensor_parallel();
     if (o.context_parallel) start_context_parallel();
     plan_sharding();
+    take_own_chunk_step();
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
     if (!p.all_on_device()) {
@@ -392,6 +393,19 @@ class CudaEngine final : public Engine {
     planned_ = plan_data_parallel_step(plan_request(), StateSharding::none);
   }
 
+  // Every context rank runs the plan of the last (whose queries see every
+  // key: the slowest), so that all make the same choices and their
+  // collectives meet; its own graph differs from that one only in its
+  // offsets, so the plan's places hold for it.
+  void take_own_chunk_step() {
+    if (!options_.context_parallel) return;
+    const LlamaStep& planned = *planned_.step;
+    planned_.step = build_llama_step(
+        weights_.config(), options_.batch, options_.seq / context().ranks, planned.fused_projections,
+        {.backward = true, .recompute = planned.recompute, .recomputed_kinds = planned.recomputed_kinds}, DType::bf16,
+        false, false, tensor_parallelism(), {}, context());
+  }
+
   // How the state splits over the ranks: the planner's sharding, the
   // regions it gathers and reduces by (by layer where the gradient sums or
   // weights are sharded; else one).
@@ -413,7 +427,7 @@ class CudaEngine final : public Engine {
     r.config = weights_.config();
     r.batch = options_.batch;
     r.seq = options_.seq / context().ranks;
-    r.context = context();
+    r.context = {.rank = context().ranks - 1, .ranks = context().ranks};  // take_own_chunk_step
     r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
     const KernelConfig& k = options_.kernels;
     if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;

@@ -1,6 +1,8 @@
 #include "train/layout_search.h"
 
 #include <algorithm>
+#include <future>
+#include <thread>
 #include <map>
 #include <tuple>
 
@@ -126,24 +128,41 @@ LayoutSearch search_layouts(const RunConfig& run, RunPlanOptions a, const Layout
   std::sort(candidates.begin(), candidates.end(),
             [](const Candidate& x, const Candidate& y) { return x.bound < y.bound; });
   std::optional<Error> first_error;
-  for (const Candidate& c : candidates) {
-    const bool sure = out.fastest.size() >= o.keep && out.fastest[o.keep - 1].step_seconds <= c.bound;
-    if (sure) {
-      out.slower.push_back({.layout = c.layout, .bound_seconds = c.bound, .why = "slower at best"});
-      continue;
+  // Planned in waves of as many layouts as the machine has threads, each
+  // wave the next candidates not yet known to be slower; the results are
+  // taken in the candidates' order, so the choice is the same however the
+  // threads run.
+  const size_t wave = std::max(1u, o.threads ? o.threads : std::thread::hardware_concurrency());
+  for (size_t next = 0; next < candidates.size();) {
+    std::vector<const Candidate*> batch;
+    for (; next < candidates.size() && batch.size() < wave; ++next) {
+      const Candidate& c = candidates[next];
+      if (out.fastest.size() >= o.keep && out.fastest[o.keep - 1].step_seconds <= c.bound) {
+        out.slower.push_back({.layout = c.layout, .bound_seconds = c.bound, .why = "slower at best"});
+      } else {
+        batch.push_back(&c);
+      }
     }
-    try {
-      RunPlan p = plan_run(with_layout(run, c.layout), a);
-      LayoutOutcome line = outcome_of(c.layout, c.bound, p);
-      if (out.fastest.empty() || line.step_seconds < out.fastest.front().step_seconds) out.chosen = std::move(p);
-      out.fastest.insert(std::upper_bound(out.fastest.begin(), out.fastest.end(), line,
-                                          [](const LayoutOutcome& x, const LayoutOutcome& y) {
-                                            return x.step_seconds < y.step_seconds;
-                                          }),
-                         std::move(line));
-    } catch (const Error& e) {
-      if (!first_error) first_error = e;
-      out.refused.push_back({.layout = c.layout, .bound_seconds = c.bound, .why = e.what()});
+    std::vector<std::future<RunPlan>> plans;
+    for (const Candidate* c : batch) {
+      plans.push_back(std::async(batch.size() > 1 ? std::launch::async : std::launch::deferred,
+                                 [&run, &a, c] { return plan_run(with_layout(run, c->layout), a); }));
+    }
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Candidate& c = *batch[i];
+      try {
+        RunPlan p = plans[i].get();
+        LayoutOutcome line = outcome_of(c.layout, c.bound, p);
+        if (out.fastest.empty() || line.step_seconds < out.fastest.front().step_seconds) out.chosen = std::move(p);
+        out.fastest.insert(std::upper_bound(out.fastest.begin(), out.fastest.end(), line,
+                                            [](const LayoutOutcome& x, const LayoutOutcome& y) {
+                                              return x.step_seconds < y.step_seconds;
+                                            }),
+                           std::move(line));
+      } catch (const Error& e) {
+        if (!first_error) first_error = e;
+        out.refused.push_back({.layout = c.layout, .bound_seconds = c.bound, .why = e.what()});
+      }
     }
   }
   if (!out.chosen) {

@@ -46,6 +46,7 @@ struct LayoutSearchOptions {
   size_t keep = 5;          // the fastest planned layouts to be sure of
   bool pipeline = true;     // layouts with pp > 1 (engines that run them)
   bool context = true;      // layouts with cp > 1
+  unsigned threads = 0;     // layouts planned at once; 0: one a hardware thread
 };
 
 struct LayoutSearch {

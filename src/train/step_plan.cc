@@ -159,18 +159,28 @@ std::string recompute_report(const LlamaStep& step, bool automatic) {
   return automatic ? (s.empty() ? "none" : s) + " (auto)" : s;
 }
 
+// Built outside the lock: two threads asking for one graph at once may
+// both build it; the first kept is the one every caller gets.
 std::shared_ptr<const LlamaStep> LlamaStepCache::get(const std::string& key,
                                                      const std::function<std::unique_ptr<LlamaStep>()>& build) {
-  auto it = steps_.find(key);
-  if (it == steps_.end()) it = steps_.emplace(key, std::shared_ptr<const LlamaStep>(build())).first;
-  return it->second;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = steps_.find(key); it != steps_.end()) return it->second;
+  }
+  std::shared_ptr<const LlamaStep> built(build());
+  std::lock_guard<std::mutex> lock(mutex_);
+  return steps_.emplace(key, std::move(built)).first->second;
 }
 
-const model::LlamaStepCosts& LlamaStepCache::costs(const std::string& key,
-                                                   const std::function<model::LlamaStepCosts()>& compute) {
-  auto it = costs_.find(key);
-  if (it == costs_.end()) it = costs_.emplace(key, compute()).first;
-  return it->second;
+model::LlamaStepCosts LlamaStepCache::costs(const std::string& key,
+                                            const std::function<model::LlamaStepCosts()>& compute) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = costs_.find(key); it != costs_.end()) return it->second;
+  }
+  model::LlamaStepCosts computed = compute();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return costs_.emplace(key, std::move(computed)).first->second;
 }
 
 std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused, const graph::StepRecipe& recipe) {

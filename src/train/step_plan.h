@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,15 +70,17 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
 
 // Step graphs already built, by what they were built from: a search over
 // layouts plans the same rank graphs for many data-parallel degrees and
-// --shard levels, and building them costs more than placing them.
+// --shard levels, and building them costs more than placing them. Threads
+// of one search share it.
 class LlamaStepCache {
  public:
   std::shared_ptr<const LlamaStep> get(const std::string& key,
                                        const std::function<std::unique_ptr<LlamaStep>()>& build);
   // The same for the cost model's times by part (model/llama_stages.h).
-  const model::LlamaStepCosts& costs(const std::string& key, const std::function<model::LlamaStepCosts()>& compute);
+  model::LlamaStepCosts costs(const std::string& key, const std::function<model::LlamaStepCosts()>& compute);
 
  private:
+  std::mutex mutex_;
   std::map<std::string, std::shared_ptr<const LlamaStep>, std::less<>> steps_;
   std::map<std::string, model::LlamaStepCosts, std::less<>> costs_;
 };

@@ -53,6 +53,18 @@ TEST(LayoutSearch, EveryLayoutSplitsTheGpusAndTheChoiceIsTheFastest) {
   for (const LayoutOutcome& o : s.refused) EXPECT_FALSE(o.why.empty()) << o.layout.text();
 }
 
+// Layouts planned four at a time (threads sharing the graphs) give the
+// choice and the plans of one at a time.
+TEST(LayoutSearch, PlanningInThreadsChoosesWhatOneThreadChooses) {
+  const LayoutSearch one = search_layouts(run_of(), {.gpus = 8}, {.threads = 1});
+  const LayoutSearch four = search_layouts(run_of(), {.gpus = 8}, {.threads = 4});
+  ASSERT_GE(four.fastest.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(four.fastest[i].layout.text(), one.fastest[i].layout.text()) << i;
+    EXPECT_DOUBLE_EQ(four.fastest[i].step_seconds, one.fastest[i].step_seconds) << i;
+  }
+}
+
 TEST(LayoutSearch, TheSameLayoutPlannedAloneIsThePlanFound) {
   const LayoutSearch s = search_layouts(run_of(), {.gpus = 4});
   const LayoutOutcome& second = s.fastest.at(1);

@@ -196,5 +196,33 @@ TEST(TensorParallelPlan, ARankPlansItsHalfOfTheStepAndItsCollectives) {
   EXPECT_GT(b.plan.micro.compute_seconds, a.plan.micro.compute_seconds / 2);
 }
 
+// The GPU engine plans every context rank as the last and runs that plan
+// over its own chunk's graph: the two graphs differ in their offsets
+// alone (the same nodes, values and shapes; the recomputation the plan
+// chose remade alike), so the plan's places hold for both.
+TEST(ContextParallelPlan, AChunksGraphDiffersFromTheLastChunksInItsOffsetsAlone) {
+  const model::LlamaConfig c = model::resolve_config("llama3.2-1b");
+  const graph::StepRecipe recipe{.backward = true, .recompute = graph::RecomputePolicy::selective};
+  const auto first = build_llama_step(c, 1, 1024, false, recipe, DType::bf16, false, false, {}, {},
+                                      {.rank = 1, .ranks = 4});
+  const auto last = build_llama_step(c, 1, 1024, false, recipe, DType::bf16, false, false, {}, {},
+                                     {.rank = 3, .ranks = 4});
+  const graph::Graph &a = first->step.graph, &b = last->step.graph;
+  ASSERT_EQ(a.nodes().size(), b.nodes().size());
+  ASSERT_EQ(a.values().size(), b.values().size());
+  int offsets = 0;
+  for (size_t i = 0; i < a.nodes().size(); ++i) {
+    const graph::Node &x = a.nodes()[i], &y = b.nodes()[i];
+    ASSERT_EQ(x.kind, y.kind) << i;
+    EXPECT_EQ(x.inputs.size(), y.inputs.size()) << i;
+    for (size_t j = 0; j < x.inputs.size() && j < y.inputs.size(); ++j) EXPECT_EQ(x.inputs[j].id, y.inputs[j].id) << i;
+    if (x.attrs.pos0 == 0 && y.attrs.pos0 == 0) continue;
+    EXPECT_EQ(y.attrs.pos0, 3 * x.attrs.pos0) << i;  // chunk 3 of 4 against chunk 1
+    ++offsets;
+  }
+  for (size_t v = 0; v < a.values().size(); ++v) EXPECT_EQ(a.values()[v].shape, b.values()[v].shape) << v;
+  EXPECT_GT(offsets, 0);
+}
+
 }  // namespace
 }  // namespace spillway::train

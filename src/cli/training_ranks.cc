@@ -54,8 +54,12 @@ train::RunConfig with_planned_layout(const train::RunConfig& config) {
 #ifdef SPILLWAY_HAS_CUDA
   const int gpu = gpu_of(env);
   const train::MemoryConfig& m = config.memory;
-  const uint64_t device = m.device_mem ? m.device_mem : cuda_default_device_budget(gpu);
-  const uint64_t host = m.host_mem ? m.host_mem : available_host_bytes();
+  // Every rank chooses alone: budgets it measures are taken in whole GiB,
+  // so that ranks a few pages apart choose alike (World's start-up check
+  // of the run configuration ends a run whose ranks did not).
+  const auto whole_gib = [](uint64_t bytes) { return bytes >> 30 << 30; };
+  const uint64_t device = m.device_mem ? m.device_mem : whole_gib(cuda_default_device_budget(gpu));
+  const uint64_t host = m.host_mem ? m.host_mem : whole_gib(available_host_bytes());
   const int hosts = env.local_world > 0 && env.world % env.local_world == 0 ? env.world / env.local_world : 1;
   const std::optional<train::LayoutChoice> choice =
       train::choose_gpu_layout(config, env.world, hosts, cuda_device_name(gpu), device, host);

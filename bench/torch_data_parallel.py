@@ -10,12 +10,7 @@
 import argparse, json, os, sys, time
 import torch, torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama import Llama, PEAK
-
-SHAPES = {  # V, d, L, heads, kv heads, ffn
-    "llama3.2-1b": (128256, 2048, 16, 32, 8, 8192),
-    "llama3-8b": (128256, 4096, 32, 32, 8, 14336),
-}
+from torch_llama import Llama, PEAK, SHAPES
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="llama3.2-1b", choices=SHAPES)

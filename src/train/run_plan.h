@@ -27,7 +27,7 @@ struct RunPlanOptions {
   std::string gpu = "H100";  // the GPU to predict for: H100 or H200
   // Step graphs shared by several plans of one model (a search, the --shard
   // levels beside a plan); none: each plan builds its own.
-  std::shared_ptr<LlamaStepCache> cache;
+  std::shared_ptr<LlamaStepCache> cache = nullptr;
 };
 
 struct RunPlan {

@@ -24,7 +24,9 @@ void expect_complete(int ranks, int chunks, int64_t micro_batches, bool backward
       // What it reads was made at an earlier tick.
       if (p->backward) {
         EXPECT_TRUE(seen.count({false, stage, p->micro_batch}));
-        if (stage + 1 < t.stages()) EXPECT_TRUE(seen.count({true, stage + 1, p->micro_batch}));
+        if (stage + 1 < t.stages()) {
+          EXPECT_TRUE(seen.count({true, stage + 1, p->micro_batch}));
+        }
       } else if (stage > 0) {
         EXPECT_TRUE(seen.count({false, stage - 1, p->micro_batch}));
       }

@@ -7,10 +7,10 @@
 # moments, layers recomputed): --layers N --fp32-master --recompute, the
 # model made on the meta device and materialised shard by shard.
 # Rank 0 prints one JSON line: gpus, dp, tok_s, tok_s_per_gpu, mfu, peak_GiB.
-import argparse, json, os, sys, time
+import argparse, json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama import Llama, PEAK, SHAPES
+from torch_llama import Llama, PEAK, SHAPES, seconds_a_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="llama3.2-1b", choices=SHAPES)
@@ -72,10 +72,7 @@ def step():
         (f(idx, tgt) / a.grad_accum).backward()
     opt.step(); opt.zero_grad(set_to_none=True)
 
-for _ in range(2): step()
-torch.cuda.synchronize(); dist.barrier(); t = time.perf_counter()
-for _ in range(a.steps): step()
-torch.cuda.synchronize(); dt = (time.perf_counter() - t) / a.steps
+dt = seconds_a_step(step, a.steps, dist.barrier)
 tok_gpu = a.batch * a.seq * a.grad_accum / dt
 flops = 6 * P + 6 * L * a.seq * d
 if rank == 0:

@@ -8,12 +8,12 @@
 # every rank.
 #   torchrun --nproc-per-node 2 bench/torch_tensor_parallel.py --shape llama3.2-1b --seq 4096 --batch 4
 # Rank 0 prints one JSON line: gpus, dp, tp, tok_s, tok_s_per_gpu, mfu, peak_GiB.
-import argparse, json, os, sys, time
+import argparse, json, os, sys
 import torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama import Llama, PEAK, SHAPES
+from torch_llama import Llama, PEAK, SHAPES, seconds_a_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="llama3.2-1b", choices=SHAPES)
@@ -51,10 +51,7 @@ def step():
     for _ in range(a.grad_accum): (f(idx, tgt) / a.grad_accum).backward()
     opt.step(); opt.zero_grad(set_to_none=True)
 
-for _ in range(2): step()
-torch.cuda.synchronize(); dist.barrier(); t = time.perf_counter()
-for _ in range(a.steps): step()
-torch.cuda.synchronize(); dt = (time.perf_counter() - t) / a.steps
+dt = seconds_a_step(step, a.steps, dist.barrier)
 tok = a.batch * a.seq * a.grad_accum / dt
 flops = 6 * P + 6 * L * a.seq * d
 if rank == 0:

@@ -102,17 +102,19 @@ void print_split_lines(const train::RunPlan& p) {
     const int64_t last = st.last_layer < 0 ? req.config.num_hidden_layers : st.last_layer;
     cuts += (cuts.empty() ? "" : ", ") + std::to_string(last - st.first_layer);
   }
-  const model::LlamaStage& slow = pp.stages[static_cast<size_t>(pp.slowest)];
-  std::printf("pipeline of %d stages (layers a stage: %s), 1F1B over %lld micro-batches: %lld slots of the slowest "
-              "stage (%d: layers from %lld), each %.3f s (its forward ahead %.3f + forward again and backward %.3f + "
+  const int ranks = static_cast<int>(pp.stages.size()) / pp.chunks;
+  const std::string schedule =
+      pp.chunks > 1 ? "interleaved 1F1B (" + std::to_string(pp.chunks) + " stages a rank)" : std::string("1F1B");
+  std::printf("pipeline of %d stages on %d ranks (layers a stage: %s), %s over %lld micro-batches: %.2f slots of the "
+              "slowest rank (%d), each %.3f s (its forwards ahead %.3f + forwards again and backwards %.3f + "
               "hidden states handed over %.3f); bubble %.1f%% of the step; a stage keeps %lld hidden states of %s; "
-              "most device memory: stage %d, %s\n",
-              static_cast<int>(pp.stages.size()), cuts.c_str(), static_cast<long long>(pp.micro_batches),
-              static_cast<long long>(pp.micro_batches + static_cast<int64_t>(pp.stages.size()) - 1), pp.slowest,
-              static_cast<long long>(slow.first_layer), pp.slot_seconds, pp.forward_seconds,
-              pp.slot_seconds - pp.forward_seconds - pp.transfer_seconds, pp.transfer_seconds, 100 * pp.bubble,
-              static_cast<long long>(pp.kept_inputs), format_bytes(pp.hidden_bytes).c_str(), pp.largest,
-              format_bytes(pp.largest_bytes).c_str());
+              "most device memory: rank %d, %s\n",
+              static_cast<int>(pp.stages.size()), ranks, cuts.c_str(), schedule.c_str(),
+              static_cast<long long>(pp.micro_batches),
+              static_cast<double>(pp.micro_batches) + (ranks - 1.0) / pp.chunks, pp.slowest, pp.slot_seconds,
+              pp.forward_seconds, pp.slot_seconds - pp.forward_seconds - pp.transfer_seconds, pp.transfer_seconds,
+              100 * pp.bubble, static_cast<long long>(pp.kept_inputs), format_bytes(pp.hidden_bytes).c_str(),
+              pp.largest, format_bytes(pp.largest_bytes).c_str());
 }
 
 }  // namespace spillway::cli

@@ -209,7 +209,7 @@ const Field kFields[] = {
     {.key = "parallel.virtual_stages", .flag = "--virtual-stages",
      .help = "with --pp: stages each rank holds (the layers cut into pp x this many stages, rank r holding stages "
              "r, r + pp, ...), run as interleaved 1F1B: a smaller pipeline bubble for more hidden states handed on",
-     .commands = kSteps, .ref = at<&R::parallel, &ParallelConfig::virtual_stages>, .min = 1,
+     .commands = kAll, .ref = at<&R::parallel, &ParallelConfig::virtual_stages>, .min = 1,
      .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "

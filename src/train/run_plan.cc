@@ -7,6 +7,7 @@
 #include "model/llama_config_json.h"
 #include "plan/cost_model.h"
 #include "plan/placement.h"
+#include "train/pipeline_schedule.h"
 
 namespace spillway::train {
 
@@ -80,6 +81,13 @@ void check_layout(const model::LlamaConfig& c, const RunConfig& run, int gpus, b
   // data-parallel ranks; the ranks of a group share theirs.
   SPW_CHECK(s.grad_accum % dp == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", dp,
             " data-parallel ranks");
+  const int64_t v = p.virtual_stages;
+  if (v > 1) {
+    SPW_CHECK(pp > 1, "--virtual-stages", v, " stages a rank need pipeline parallelism (--pp 2 or more)");
+    SPW_CHECK(pp * v <= c.num_hidden_layers, "--virtual-stages", v, " stages a rank over ", pp, " ranks make ",
+              pp * v, " stages, more than the model's ", c.num_hidden_layers, " layers");
+    check_pipeline_micro_batches(static_cast<int>(pp), static_cast<int>(v), s.grad_accum / dp);
+  }
 }
 
 StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std::string* link_rate_source) {
@@ -159,7 +167,7 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
   out.model = out.name = run.model.config;
   auto plan_rank = [&](const StepPlanRequest& r) {
     if (pp == 1) return PlannedPipeline{plan_data_parallel_step(r, run.parallel.shard), {}};
-    return plan_pipeline_step(r, run.parallel.shard, pp);
+    return plan_pipeline_step(r, run.parallel.shard, pp, static_cast<int>(run.parallel.virtual_stages));
   };
   auto choose = [&](PlannedPipeline p) {
     out.chosen = std::move(p.step);

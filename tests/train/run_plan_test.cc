@@ -61,6 +61,46 @@ TEST(PipelinePlan, TheStepIsTheSlotsOfTheSlowestStage) {
   EXPECT_NEAR(per_token_2 / per_token_8, (5.0 / 2) / (11.0 / 8), 0.01);
 }
 
+// Interleaved 1F1B: two stages a rank, a slot their passes together, the
+// bubble (S - 1) / V of them; with the state well inside the device the
+// smaller bubble makes the step shorter.
+TEST(PipelinePlan, InterleavedStagesShrinkTheBubble) {
+  RunConfig r = run_of(8);
+  r.parallel.virtual_stages = 2;
+  const RunPlan interleaved = planned(r, 4, 4), plain = planned(run_of(8), 4, 4);
+  ASSERT_TRUE(interleaved.pipeline);
+  const PipelinePricing& pp = *interleaved.pipeline;
+  const plan::TrainingPlan& q = interleaved.plan();
+  EXPECT_EQ(pp.stages.size(), 8u);
+  EXPECT_EQ(pp.chunks, 2);
+  EXPECT_DOUBLE_EQ(pp.bubble, 3.0 / (2 * 8 + 3.0));
+  EXPECT_NEAR(q.step_seconds - q.communication_seconds - q.optimizer_seconds, (8 + 1.5) * pp.slot_seconds,
+              1e-9 * q.step_seconds);
+  EXPECT_LT(q.step_seconds, plain.plan().step_seconds);
+  EXPECT_GT(q.mfu, plain.plan().mfu);
+}
+
+TEST(PipelinePlan, VirtualStagesTheModelOrTheStepDoNotAllowAreRefusedNamingTheFlag) {
+  auto error_of = [](RunConfig r, int gpus, int pp) {
+    try {
+      planned(std::move(r), gpus, pp);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  RunConfig r = run_of(8);
+  r.parallel.virtual_stages = 2;
+  EXPECT_EQ(error_of(r, 1, 1), "--virtual-stages: 2 stages a rank need pipeline parallelism (--pp 2 or more)");
+  r.parallel.virtual_stages = 5;
+  EXPECT_EQ(error_of(r, 4, 4), "--virtual-stages: 5 stages a rank over 4 ranks make 20 stages, more than the "
+                               "model's 16 layers");
+  r = run_of(6);
+  r.parallel.virtual_stages = 2;
+  EXPECT_EQ(error_of(r, 4, 4), "--grad-accum: interleaved stages take micro-batches in groups of --pp; 6 "
+                               "micro-batches a pipeline are not a multiple of 4");
+}
+
 TEST(PipelinePlan, AStageHoldsLessThanTheWholeModel) {
   const RunPlan whole = planned(run_of(4), 1, 1);
   const RunPlan staged = planned(run_of(4), 4, 4);

@@ -13,8 +13,9 @@
 namespace spillway::train {
 
 std::string Layout::text() const {
-  return "dp " + std::to_string(dp) + " x pp " + std::to_string(pp) + " x cp " + std::to_string(cp) + " x tp " +
-         std::to_string(tp);
+  std::string t = "dp " + std::to_string(dp) + " x pp " + std::to_string(pp);
+  if (virtual_stages > 1) t += 'v' + std::to_string(virtual_stages);
+  return t + " x cp " + std::to_string(cp) + " x tp " + std::to_string(tp);
 }
 
 RunConfig with_layout(RunConfig run, const Layout& l) {
@@ -22,6 +23,7 @@ RunConfig with_layout(RunConfig run, const Layout& l) {
   run.parallel.pp = l.pp;
   run.parallel.cp = l.cp;
   run.parallel.tp = l.tp;
+  run.parallel.virtual_stages = l.virtual_stages;
   return run;
 }
 
@@ -36,7 +38,9 @@ std::vector<Layout> layouts_of(int gpus, const LayoutSearchOptions& o) {
       if (cp > 1 && !o.context) break;
       for (int pp = 1; tp * cp * pp <= gpus; pp *= 2) {
         if (pp > 1 && !o.pipeline) break;
-        if (gpus % (tp * cp * pp) == 0) out.push_back({gpus / (tp * cp * pp), pp, cp, tp});
+        if (gpus % (tp * cp * pp) != 0) continue;
+        out.push_back({gpus / (tp * cp * pp), pp, cp, tp});
+        if (pp > 1) out.push_back({gpus / (tp * cp * pp), pp, cp, tp, 2});  // interleaved
       }
     }
   }
@@ -66,17 +70,21 @@ SlotCosts slot_costs(const StepPlanRequest& r) {
 // slots, at the slowest stage of the cuts the pipeline makes) at the
 // slot's least. The forward pass a pipeline stage runs ahead is left out,
 // as the exchanges are.
-double bound_seconds(const SlotCosts& c, int pp, int64_t micro_batches) {
+double bound_seconds(const SlotCosts& c, int pp, int64_t micro_batches, int virtual_stages = 1) {
   if (pp == 1) {
     double s = c.rank.embedding + c.rank.head;
     for (double l : c.rank.layers) s += l;
     return static_cast<double>(micro_batches) * s;
   }
+  // A rank's slot: its stages' passes (rank r holds stages r, r + pp, ...).
+  const std::vector<model::LlamaStage> stages = model::balance_llama_stages(c.whole, pp * virtual_stages);
   double slowest = 0;
-  for (const model::LlamaStage& st : model::balance_llama_stages(c.whole, pp)) {
-    slowest = std::max(slowest, model::stage_seconds(c.rank, st));
+  for (int r = 0; r < pp; ++r) {
+    double slot = 0;
+    for (int k = 0; k < virtual_stages; ++k) slot += model::stage_seconds(c.rank, stages[static_cast<size_t>(k * pp + r)]);
+    slowest = std::max(slowest, slot);
   }
-  return static_cast<double>(micro_batches + pp - 1) * slowest;
+  return (static_cast<double>(micro_batches) + (pp - 1.0) / virtual_stages) * slowest;
 }
 
 // A plan's line in the search: what it predicts and keeps.
@@ -118,7 +126,7 @@ LayoutSearch search_layouts(const RunConfig& run, RunPlanOptions a, const Layout
       auto it = costs.find({l.cp, l.tp});
       if (it == costs.end()) it = costs.emplace(std::make_pair(l.cp, l.tp), slot_costs(req)).first;
       const double bound = a.batch_auto ? bound_seconds(it->second, 1, req.micro_batches) / l.pp
-                                        : bound_seconds(it->second, l.pp, req.micro_batches);
+                                        : bound_seconds(it->second, l.pp, req.micro_batches, l.virtual_stages);
       candidates.push_back({l, bound});
     } catch (const Error& e) {
       if (!first_refusal) first_refusal = e;

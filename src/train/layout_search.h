@@ -9,7 +9,8 @@
 // planned in the order of a bound on their step that needs no placement:
 // the rank graph's own compute with every value on the device and nothing
 // remade (built once per pp x cp x tp, whatever dp is), times the
-// micro-batches (with pp: the 1F1B slots, each a forward more). No plan is
+// micro-batches (with pp: the 1F1B slots, each a forward more; interleaved
+// with two stages a rank, tried beside each pp > 1). No plan is
 // faster than its bound, so once `keep` layouts are planned faster than the
 // next one's bound, the rest cannot be among the fastest and are not planned.
 #pragma once
@@ -26,7 +27,8 @@ namespace spillway::train {
 
 struct Layout {
   int dp = 1, pp = 1, cp = 1, tp = 1;
-  std::string text() const;  // "dp 8 x pp 2 x cp 1 x tp 4"
+  int virtual_stages = 1;    // pipeline stages a rank holds (interleaved 1F1B when more)
+  std::string text() const;  // "dp 8 x pp 2 x cp 1 x tp 4", "dp 8 x pp 2v2 x cp 1 x tp 4"
   bool operator==(const Layout&) const = default;
 };
 

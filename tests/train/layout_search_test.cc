@@ -25,16 +25,19 @@ TEST(LayoutSearch, EveryLayoutSplitsTheGpusAndTheChoiceIsTheFastest) {
   const LayoutSearch s = search_layouts(run_of(), {.gpus = 8});
   ASSERT_FALSE(s.fastest.empty());
   ASSERT_TRUE(s.chosen);
-  bool pipelined = false, context = false;
+  bool pipelined = false, context = false, interleaved = false;
   for (const auto* list : {&s.fastest, &s.refused, &s.slower}) {
     for (const LayoutOutcome& o : *list) {
       const Layout& l = o.layout;
       EXPECT_EQ(l.dp * l.pp * l.cp * l.tp, 8) << l.text();
       pipelined = pipelined || l.pp > 1;
+      interleaved = interleaved || l.virtual_stages > 1;
+      EXPECT_TRUE(l.virtual_stages == 1 || l.pp > 1) << l.text();
       context = context || l.cp > 1;
     }
   }
   EXPECT_TRUE(pipelined);
+  EXPECT_TRUE(interleaved);
   EXPECT_TRUE(context);
   // Fastest first; the chosen plan is the first's, and no layout left
   // unplanned could have beaten the ones kept.

@@ -76,9 +76,6 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
     seq_ = seq / ranks.context->size();
   }
   groups_.stream = &comm;
-  SPW_CHECK(ranks.chunks == 1 || stage_count() <= c.num_hidden_layers, "--virtual-stages",
-            ranks.chunks, " stages a rank over ", group_.size(), " ranks make ", stage_count(),
-            " stages, more than the model's ", c.num_hidden_layers, " layers");
   // The stages' costs are proportions: any GPU's rates split them alike.
   stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq_, plan::h100_rates()), stage_count());
   splits_ = model::llama_tensor_splits(c);

@@ -8,6 +8,7 @@
 #include "device/cpu/cpu_device.h"
 #include "ops/matmul_op.h"
 #include "train/loss_weights.h"
+#include "train/pipeline_schedule.h"
 
 #ifdef SPILLWAY_HAS_CUDA
 #include "device/cuda/cuda_device.h"
@@ -129,8 +130,8 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
             "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
   SPW_CHECK(options.pipeline_parallel == nullptr || !picks_gpu(options.device), "--pp",
             "pipeline parallelism runs on the CPU engine so far; add --device cpu");
-  SPW_CHECK(options.virtual_stages == 1 || options.pipeline_parallel != nullptr, "--virtual-stages",
-            options.virtual_stages, " stages a rank need pipeline parallelism (--pp 2 or more)");
+  check_virtual_stages(options.pipeline_parallel ? options.pipeline_parallel->size() : 1, options.virtual_stages,
+                       weights.config().num_hidden_layers);
 #ifdef SPILLWAY_HAS_CUDA
   if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else

@@ -8,6 +8,13 @@
 
 namespace spillway::train {
 
+void check_virtual_stages(int64_t ranks, int64_t chunks, int64_t layers) {
+  if (chunks == 1) return;
+  SPW_CHECK(ranks > 1, "--virtual-stages", chunks, " stages a rank need pipeline parallelism (--pp 2 or more)");
+  SPW_CHECK(ranks * chunks <= layers, "--virtual-stages", chunks, " stages a rank over ", ranks, " ranks make ",
+            ranks * chunks, " stages, more than the model's ", layers, " layers");
+}
+
 void check_pipeline_micro_batches(int ranks, int chunks, int64_t micro_batches) {
   SPW_CHECK(chunks == 1 || micro_batches % ranks == 0, "--grad-accum",
             "interleaved stages take micro-batches in groups of --pp; ", micro_batches, " micro-batches a pipeline ",

@@ -33,6 +33,9 @@ struct PipelinePass {
 // through chunk 0, then chunk 1, ..., with (ranks - rank - 1) * 2 +
 // (chunks - 1) * ranks forwards ahead, so it takes micro-batches in
 // multiples of `ranks` (check_pipeline_micro_batches).
+// Error naming --virtual-stages where `chunks` stages a rank need a
+// pipeline (`ranks` > 1) or more layers than the model's `layers`.
+void check_virtual_stages(int64_t ranks, int64_t chunks, int64_t layers);
 // Error naming --grad-accum where interleaving `chunks` stages a rank
 // cannot take a training step's `micro_batches`.
 void check_pipeline_micro_batches(int ranks, int chunks, int64_t micro_batches);

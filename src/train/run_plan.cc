@@ -82,11 +82,9 @@ void check_layout(const model::LlamaConfig& c, const RunConfig& run, int gpus, b
   SPW_CHECK(s.grad_accum % dp == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", dp,
             " data-parallel ranks");
   const int64_t v = p.virtual_stages;
+  check_virtual_stages(pp, v, c.num_hidden_layers);
   if (v > 1) {
-    SPW_CHECK(pp > 1, "--virtual-stages", v, " stages a rank need pipeline parallelism (--pp 2 or more)");
     SPW_CHECK(!batch_auto, "--virtual-stages", "plans the micro-batches as given, not --batch auto");
-    SPW_CHECK(pp * v <= c.num_hidden_layers, "--virtual-stages", v, " stages a rank over ", pp, " ranks make ",
-              pp * v, " stages, more than the model's ", c.num_hidden_layers, " layers");
     check_pipeline_micro_batches(static_cast<int>(pp), static_cast<int>(v), s.grad_accum / dp);
   }
 }

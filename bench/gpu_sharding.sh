@@ -21,7 +21,8 @@
 #          the NPROC GPUs, trained; then PyTorch FSDP2 in the same terms,
 #          from that many layers down (3/4, 1/2; 150 s each) until one trains
 #   torch: PyTorch FSDP2 (eager) on the 8B shape, NPROC GPUs
-#   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC
+#   ddp:   PyTorch DDP (torch.compile) on the 1B shape, 1 GPU and NPROC, 8
+#          micro-batches per rank (as weak)
 #   net:   the tiny model sharded over NPROC GPUs with NCCL's peer-to-peer and
 #          shared-memory transports off (its network transport, as between
 #          hosts), against the same run over NVLink
@@ -179,7 +180,7 @@ json.dump(dict(architectures=['LlamaForCausalLM'], model_type='llama', hidden_si
 phase_ddp() {
   for n in 1 "$NPROC"; do
     /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $n bench/torch_data_parallel.py --mode ddp --compile \
-      --grad-accum $(( 8 / n )) > "$OUT/torch-ddp$n.log" 2>&1 || { tail -3 "$OUT/torch-ddp$n.log"; continue; }
+      --grad-accum 8 > "$OUT/torch-ddp$n.log" 2>&1 || { tail -3 "$OUT/torch-ddp$n.log"; continue; }
     $PY - "$OUT/torch-ddp$n.log" "$OUT/results.jsonl" <<'PY'
 import json, sys
 r = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])

@@ -42,8 +42,10 @@ struct BenchArgs {
 // With data-parallel ranks, each runs its share of the step's grad_accum
 // micro-batches (on tokens of its own; the ranks of a tensor-parallel group
 // on the same ones) and the lead rank (rank 0 of the world) reports the step.
-int run_bench(const train::RunConfig& c, const BenchArgs& a) {
-  if (std::optional<int> exit_code = start_ranks_here(c)) return *exit_code;
+int run_bench(const train::RunConfig& given, const BenchArgs& a) {
+  if (std::optional<int> exit_code = start_ranks_here(given)) return *exit_code;
+  // With no degrees given, the planner's layout, as `train` takes it.
+  const train::RunConfig c = with_planned_layout(given);
   const TrainingRanks ranks = meet_ranks(c, train::Command::bench);
   const int rank = ranks.data_parallel.rank(), size = ranks.data_parallel.size();
   const bool lead = ranks.data_parallel.world_rank == 0;
@@ -69,6 +71,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                                 .sequence_parallel = c.parallel.sequence_parallel,
                                 .pipeline_parallel = ranks.data_parallel.pipeline_parallel,
                                 .context_parallel = ranks.data_parallel.context_parallel,
+                                .replicas = ranks.data_parallel.replicas,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host};
   auto engine = train::make_engine(weights, optimizer, eo);
@@ -84,6 +87,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
   // Only the lead rank prints; the others' errors still reach the terminal.
   std::string ranks_note = size > 1 ? " x " + std::to_string(size) + " data-parallel ranks" : "";
   if (c.parallel.pp > 1) ranks_note += " x " + std::to_string(c.parallel.pp) + " pipeline stages";
+  if (c.parallel.cp > 1) ranks_note += " x " + std::to_string(c.parallel.cp) + " context-parallel ranks";
   if (c.parallel.tp > 1) ranks_note += " x " + std::to_string(c.parallel.tp) + " tensor-parallel ranks";
   if (lead) {
     std::printf("bench: %s, %s parameters, batch %lld x seq %lld x accum %lld = %zu tokens per step, on %s%s\n",
@@ -155,6 +159,7 @@ int run_bench(const train::RunConfig& c, const BenchArgs& a) {
                         {"dp", size},
                         {"tp", c.parallel.tp},
                         {"pp", c.parallel.pp},
+                        {"cp", c.parallel.cp},
                         {"sequence_parallel", c.parallel.tp > 1 && c.parallel.sequence_parallel},
                         {"shard", train::enum_name(c.parallel.shard)},
                         {"tok_s_per_gpu", tok_s / world},

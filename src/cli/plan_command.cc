@@ -110,7 +110,7 @@ int print_plan(const train::RunConfig& run, const train::RunPlan& planned, const
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(planned.minimum_device_budget).c_str());
-  std::printf("device%s: %s resident + %s planned peak + %s workspaces of %s\n", per_gpu.c_str(),
+  std::printf("device%s: %s resident + %s planned peak + %s kernel workspaces and reserve of %s\n", per_gpu.c_str(),
               format_bytes(p.resident_bytes).c_str(), format_bytes(p.placement.device_peak).c_str(),
               format_bytes(reserved).c_str(), format_bytes(req.device_budget).c_str());
   // The offloaded values take the room of the fp32 masters the trainer

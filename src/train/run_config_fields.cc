@@ -172,8 +172,9 @@ const Field kFields[] = {
      .ref = at<&R::memory, &MemoryConfig::bf16_moments>},
     // kernels
     {.key = "kernels.deterministic", .flag = "--deterministic", .negation = "--nondeterministic",
-     .help = "GPU: the same bits run to run (--nondeterministic: cuDNN's faster atomic attention backward)",
-     .commands = kSteps, .ref = at<&R::kernels, &KernelConfig::deterministic>},
+     .help = "GPU: the same bits run to run (--nondeterministic: cuDNN's faster atomic attention backward, which "
+             "also needs no workspace of queries x keys)",
+     .commands = kAll, .ref = at<&R::kernels, &KernelConfig::deterministic>},
     {.key = "kernels.own_gemm", .flag = "--own-gemm", .negation = "--cublaslt-only",
      .help = "GPU: spillway's Hopper GEMM with RoPE and SwiGLU fused in (--cublaslt-only: every matmul through "
              "cuBLASLt)",

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "device/memory_space.h"
 #include "model/llama_config_json.h"
 #include "plan/cost_model.h"
 #include "plan/placement.h"
+#include "train/device_reserve.h"
 #include "train/pipeline_schedule.h"
 
 namespace spillway::train {
@@ -112,9 +114,11 @@ StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std:
   // The GPUs of one host share its memory evenly.
   req.host_budget = m.host_mem / static_cast<uint64_t>(a.gpus / a.hosts);
   req.host_reserved = kHostRuntimeBytes;
-  // Kernel workspaces outside the graph, as the GPU engine measures them:
-  // a few gigabytes at most.
-  req.device_reserved = [](const LlamaStep&) { return kKernelWorkspaceBytes; };
+  // What the GPU engine keeps outside the graph, estimated as it measures it.
+  const bool deterministic = run.kernels.deterministic, communicates = req.data_parallel > 1 || tp > 1;
+  req.device_reserved = [deterministic, communicates, budget = req.device_budget](const LlamaStep& step) {
+    return device_reserve(estimated_kernel_workspaces(step.step.graph, deterministic), budget, communicates);
+  };
   req.rates = plan::rates_for_gpu(a.gpu);
   const double nvlink = req.rates.collective_bytes;
   std::string source = "the " + req.rates.name + "'s NVLink, measured";
@@ -140,7 +144,9 @@ StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std:
   return req;
 }
 
-RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
+namespace {
+
+RunPlan plan_run_as_given(const RunConfig& run, const RunPlanOptions& a) {
   const ScheduleConfig& s = run.schedule;
   SPW_CHECK(a.gpus >= 1, "--gpus", "needs at least one GPU, not ", a.gpus);
   SPW_CHECK(a.hosts >= 1 && a.gpus % a.hosts == 0, "--hosts", a.gpus, " GPUs do not split evenly over ", a.hosts,
@@ -159,7 +165,6 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
   out.cp = cp;
   out.tp = tp;
   out.batch_auto = a.batch_auto;
-  out.reserved = kKernelWorkspaceBytes;
   StepPlanRequest& req = out.request;
   req = rank_request(run, a, &out.link_rate_source);
   const int64_t grad_accum = req.micro_batches;
@@ -209,11 +214,32 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
     req.micro_batches = grad_accum;
     choose(plan_rank(req));
   }
+  out.reserved = req.device_reserved(*out.chosen.step);
   out.minimum_device_budget =
       plan::minimum_device_budget(out.chosen.step->step.graph,
                                   [](uint64_t n) { return MemorySpace::accounted_bytes(n); },
                                   out.chosen.plan.placement.resident);
   return out;
+}
+
+}  // namespace
+
+RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
+  try {
+    return plan_run_as_given(run, a);
+  } catch (const Error& e) {
+    // At long sequences the one workspace that does not fit is often the
+    // ordered attention backward's, which the budget's message cannot name.
+    const model::LlamaConfig c = model::resolve_config(run.model.config);
+    const ScheduleConfig& s = run.schedule;
+    const int64_t heads = c.num_attention_heads / std::max<int64_t>(1, run.parallel.tp);
+    const uint64_t attention = deterministic_attention_workspace(
+        a.batch_auto ? 1 : s.batch, heads, s.seq / std::max<int64_t>(1, run.parallel.cp), s.seq,
+        c.hidden_size / c.num_attention_heads);
+    if (!run.kernels.deterministic || attention < run.memory.device_mem / 4) throw;
+    throw Error(e.thing(), e.problem() + "; cuDNN's deterministic attention backward alone takes " +
+                               format_bytes(attention) + " of workspace here: --nondeterministic runs its atomic one");
+  }
 }
 
 }  // namespace spillway::train

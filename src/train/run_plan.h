@@ -37,7 +37,7 @@ struct RunPlan {
   PlannedStep chosen;
   std::string model;  // run.model.config: a preset or a config.json
   std::string name;   // the model, or "the largest that fits: <model> with N layers"
-  // Device bytes the GPU engine's kernel workspaces take outside the graph.
+  // Device bytes the GPU engine keeps outside the graph (train/device_reserve.h).
   uint64_t reserved = 0;
   // The least device budget the step graph runs in beside the resident state.
   uint64_t minimum_device_budget = 0;
@@ -65,9 +65,6 @@ inline constexpr double kNetworkRate = 50e9;
 // data's pages. The GPU engine measures its own (resident memory less its
 // arrays); a plan made without one assumes this.
 inline constexpr uint64_t kHostRuntimeBytes = 4ull << 30;
-// Kernel workspaces outside the graph, as the GPU engine measures them: a
-// few gigabytes at most.
-inline constexpr uint64_t kKernelWorkspaceBytes = 2ull << 30;
 
 // Error naming the flag or the budget when the step cannot be planned
 // (--gpus, --grad-accum, --device-mem, --host-mem, ...). The degrees are

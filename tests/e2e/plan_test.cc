@@ -20,10 +20,12 @@ double predicted_mfu(const std::string& out) {
 // An 8B step in 24 GiB: 64 sequences per optimizer step, as one micro-batch
 // each or split as the planner finds fastest. The split keeps the tokens
 // per step and is never predicted slower than one sequence per micro-batch.
+// Atomic attention, as bench/gpu_offload.sh runs it: the ordered backward's
+// 4 GiB workspace does not fit beside the rest in 24 GiB.
 TEST(PlanE2E, BatchAutoKeepsTheTokensAndPredictsNoSlowerStep) {
   const std::string common =
       " --config llama3-8b --seq 8192 --grad-accum 64 --device-mem 24GiB --host-mem 110GiB --bf16-moments "
-      "--recompute layers";
+      "--recompute layers --nondeterministic";
   const CommandResult one = run_spillway("plan --batch 1" + common);
   ASSERT_EQ(one.exit_code, 0) << one.out;
   const CommandResult chosen = run_spillway("plan --batch auto" + common);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "base/bytes.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "graph/op_def.h"
@@ -18,11 +19,23 @@ CudaNodeRunner::CudaNodeRunner(const graph::Graph& graph, MemorySpace& memory, S
                                                  matmul_candidates, own_gemm)) {
   cuda_->collectives = collectives;
   uint64_t need = 0;
+  const graph::Node* neediest = nullptr;
   for (const graph::Node& n : graph.nodes()) {
     const auto prepare = graph::op_def(n.kind).cuda_prepare;
-    if (prepare) need = std::max(need, prepare(graph, n, *cuda_));
+    const uint64_t bytes = prepare ? prepare(graph, n, *cuda_) : 0;
+    if (bytes > need) need = bytes, neediest = &n;
   }
-  cuda_->allocate_workspace(need);
+  try {
+    cuda_->allocate_workspace(need);
+  } catch (const Error& e) {
+    const bool ordered_attention = deterministic && neediest->kind == graph::OpKind::attention_backward;
+    throw Error(graph::node_label(*neediest),
+                "needs " + format_bytes(need) + " of kernel workspace" +
+                    (ordered_attention ? " (cuDNN's deterministic attention backward; --nondeterministic runs its "
+                                         "atomic one)"
+                                       : "") +
+                    ": " + e.problem());
+  }
 }
 
 CudaNodeRunner::~CudaNodeRunner() = default;

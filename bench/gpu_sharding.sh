@@ -31,6 +31,12 @@
 #   resume: the tiny model on 1 GPU, the state on the device and at home
 #          (--offload on): 30 steps straight against 15, stopped, and
 #          resumed; checkpoints compared byte for byte
+#   layouts: LLaMA-3-8B at seq 8192 on NPROC (4) GPUs laid out dp4, tp2 x dp2,
+#          pp2 x dp2 and as the planner chooses (no degree given), each with
+#          its predicted step (issue 22's table)
+#   long:  LLaMA-3-8B at seq 131,072 over cp NPROC (atomic attention: the
+#          ordered backward's workspace is queries x keys)
+#   torchtp: PyTorch's tensor parallelism on the 8B shape over NPROC GPUs
 #   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
 set -uo pipefail
@@ -223,6 +229,26 @@ phase_resume() {
         echo "resume (--offload $offload): $f.safetensors DIFFERS"
     done
   done
+}
+
+phase_layouts() {
+  local a="--config llama3-8b --seq 8192 --batch 1 --grad-accum 8 --steps 3 --warmup 1"
+  bench layouts-8b-dp$NPROC $NPROC auto $a --dp $NPROC
+  bench layouts-8b-tp2 $NPROC auto $a --tp 2
+  bench layouts-8b-pp2 $NPROC auto $a --pp 2
+  bench layouts-8b-planner $NPROC auto $a
+}
+
+phase_long() {
+  bench long-8b-cp$NPROC $NPROC auto --config llama3-8b --seq 131072 --batch 1 --grad-accum 1 --steps 1 --warmup 1 \
+    --cp $NPROC --nondeterministic
+}
+
+phase_torchtp() {
+  /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $NPROC bench/torch_tensor_parallel.py --shape llama3-8b \
+    --seq 8192 --batch 1 --grad-accum 8 --steps 3 --recompute > "$OUT/torch-tp.log" 2>&1 ||
+    { tail -3 "$OUT/torch-tp.log"; return 0; }
+  grep "^{" "$OUT/torch-tp.log" | tee -a "$OUT/results.jsonl"
 }
 
 phase_tests() {

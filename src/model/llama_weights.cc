@@ -56,6 +56,17 @@ LlamaWeights LlamaWeights::zeros(const LlamaConfig& config) {
   return w;
 }
 
+LlamaWeights LlamaWeights::only(const std::vector<bool>& keep) const {
+  SPW_CHECK(keep.size() == tensors_.size(), "model weights", keep.size(), " choices for ", tensors_.size(),
+            " tensors");
+  LlamaWeights w;
+  w.config_ = config_;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    w.tensors_.push_back(keep[i] ? tensors_[i] : NamedTensor{tensors_[i].name, Shape{0}, {}});
+  }
+  return w;
+}
+
 LlamaWeights LlamaWeights::random(const LlamaConfig& config, uint64_t seed, double std) {
   LlamaWeights w = zeros(config);
   // Each tensor draws from its own stream, so threads may take them in any order.

@@ -35,6 +35,9 @@ class LlamaWeights {
   static LlamaWeights random(const LlamaConfig& config, uint64_t seed, double std = 0.02);
   // Zeros of the same layout (gradient accumulators, optimizer moments).
   static LlamaWeights zeros(const LlamaConfig& config);
+  // The same tensors, those not kept empty (no values, shape {0}): a
+  // pipeline stage's share of the model, indexed as the whole is.
+  LlamaWeights only(const std::vector<bool>& keep) const;
 
   const LlamaConfig& config() const { return config_; }
   std::vector<NamedTensor>& tensors() { return tensors_; }

@@ -182,7 +182,8 @@ double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<con
   std::vector<float> none;
   std::vector<std::vector<float>> received;
   double loss = 0;
-  for (const auto& tick : timeline.ticks) {
+  for (size_t t = 0; t < timeline.ticks.size(); ++t) {
+    const auto& tick = timeline.ticks[t];
     std::vector<PeerBuffer> sends, receives;
     if (const auto& pass = tick[static_cast<size_t>(rank())]) {
       const int stage = timeline.stage_of(rank(), *pass);
@@ -207,23 +208,17 @@ double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<con
       if (!training && stage > 0) inputs_.erase({stage, mb});
     }
     // What the other ranks' passes of this tick made for this rank.
-    received.clear();
-    received.reserve(static_cast<size_t>(group_.size()));  // the receives point into it
-    std::vector<std::pair<bool, std::pair<int, int64_t>>> keys;
-    for (int r = 0; r < group_.size(); ++r) {
-      const auto& pass = tick[static_cast<size_t>(r)];
-      if (r == rank() || !pass) continue;
-      const int from = timeline.stage_of(r, *pass);
-      if (timeline.receiver(from, *pass) != rank()) continue;
-      received.emplace_back(hidden_out_.size());
-      receives.push_back({received.back().data(), received.back().size(), r});
-      keys.push_back({pass->backward, {pass->backward ? from - 1 : from + 1, pass->micro_batch}});
+    const std::vector<PipelineTimeline::Arrival> arrivals = timeline.arrivals(t, rank());
+    received.assign(arrivals.size(), std::vector<float>(hidden_out_.size()));
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      receives.push_back({received[i].data(), received[i].size(), arrivals[i].from});
     }
     if (sends.empty() && receives.empty()) continue;
     group_.exchange(sends, receives, DType::f32, comm_);
     group_.wait(comm_);
-    for (size_t i = 0; i < keys.size(); ++i) {
-      (keys[i].first ? handed_back_ : inputs_)[keys[i].second] = std::move(received[i]);
+    for (size_t i = 0; i < arrivals.size(); ++i) {
+      const PipelineTimeline::Arrival& a = arrivals[i];
+      (a.gradient ? handed_back_ : inputs_)[{a.stage, a.micro_batch}] = std::move(received[i]);
     }
   }
   return loss;

@@ -128,8 +128,6 @@ std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
   SPW_CHECK(options.lora == nullptr || !picks_gpu(options.device), "--lora-rank",
             "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
-  SPW_CHECK(options.pipeline_parallel == nullptr || !picks_gpu(options.device), "--pp",
-            "pipeline parallelism runs on the CPU engine so far; add --device cpu");
   check_virtual_stages(options.pipeline_parallel ? options.pipeline_parallel->size() : 1, options.virtual_stages,
                        weights.config().num_hidden_layers);
 #ifdef SPILLWAY_HAS_CUDA

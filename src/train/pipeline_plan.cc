@@ -1,5 +1,7 @@
 #include "train/pipeline_plan.h"
 
+#include "plan/machine_rates.h"
+
 #include <algorithm>
 #include <map>
 #include <tuple>
@@ -37,8 +39,10 @@ PlannedPipeline plan_pipeline_step(StepPlanRequest r, StateSharding shard, int s
   PlannedPipeline out;
   PipelinePricing& p = out.pricing;
   p.chunks = chunks;
-  // The cuts the CPU engine makes: proportions of the cost model's times.
-  auto costs = [&] { return model::llama_step_costs(r.config, r.batch, r.seq, r.rates); };
+  // The cuts the engines make: proportions of the cost model's times, which
+  // any GPU's rates split alike, taken at the H100's so that every rank and
+  // the plan cut the same layers.
+  auto costs = [&] { return model::llama_step_costs(r.config, r.batch, r.seq, plan::h100_rates()); };
   const std::string key = std::to_string(r.config.num_hidden_layers) + "," + std::to_string(r.batch) + "," +
                           std::to_string(r.seq);
   const int total = stages * chunks;

@@ -65,6 +65,19 @@ double PipelineTimeline::idle_fraction() const {
   return ticks.empty() ? 0.0 : 1.0 - static_cast<double>(busy) / static_cast<double>(ticks.size() * ranks);
 }
 
+std::vector<PipelineTimeline::Arrival> PipelineTimeline::arrivals(size_t tick, int rank) const {
+  std::vector<Arrival> out;
+  for (int r = 0; r < ranks; ++r) {
+    const auto& pass = ticks[tick][static_cast<size_t>(r)];
+    if (r == rank || !pass) continue;
+    const int from = stage_of(r, *pass);
+    if (receiver(from, *pass) != rank) continue;
+    out.push_back({.from = r, .gradient = pass->backward, .stage = pass->backward ? from - 1 : from + 1,
+                   .micro_batch = pass->micro_batch});
+  }
+  return out;
+}
+
 PipelineTimeline pipeline_timeline(int ranks, int chunks, int64_t micro_batches, bool backward) {
   PipelineTimeline t{.ranks = ranks, .chunks = chunks, .ticks = {}};
   std::vector<std::vector<PipelinePass>> orders;

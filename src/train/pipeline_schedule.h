@@ -58,6 +58,17 @@ struct PipelineTimeline {
   std::optional<int> receiver(int stage, const PipelinePass& p) const;
   // The fraction of rank-ticks idle: the bubble, were every pass one tick.
   double idle_fraction() const;
+
+  // What `rank` takes at the end of a tick: the value a pass of another
+  // rank made for it, a hidden state for the stage after that pass's (a
+  // forward pass) or its gradient for the stage before (a backward one).
+  struct Arrival {
+    int from = 0;           // the rank that sends it
+    bool gradient = false;  // handed back by a backward pass
+    int stage = 0;          // the stage of this rank's that takes it
+    int64_t micro_batch = 0;
+  };
+  std::vector<Arrival> arrivals(size_t tick, int rank) const;
 };
 
 PipelineTimeline pipeline_timeline(int ranks, int chunks, int64_t micro_batches, bool backward);

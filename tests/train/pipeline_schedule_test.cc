@@ -50,6 +50,33 @@ TEST(PipelineSchedule, EveryPassRunsOnceAfterWhatItReads) {
   }
 }
 
+// What each tick hands over: every pass's output reaches the rank of the
+// stage that reads it, named by the stage and micro-batch it is for, and
+// nothing else arrives.
+TEST(PipelineSchedule, ArrivalsAreWhatThePassesOfTheTickSend) {
+  for (int chunks : {1, 2}) {
+    const int ranks = 3;
+    const PipelineTimeline t = pipeline_timeline(ranks, chunks, 6, true);
+    for (size_t tick = 0; tick < t.ticks.size(); ++tick) {
+      std::multiset<std::tuple<int, bool, int, int64_t>> sent, arrived;
+      for (int r = 0; r < ranks; ++r) {
+        if (const auto& p = t.ticks[tick][static_cast<size_t>(r)]) {
+          const int stage = t.stage_of(r, *p);
+          if (const auto to = t.receiver(stage, *p)) {
+            sent.insert({*to, p->backward, p->backward ? stage - 1 : stage + 1, p->micro_batch});
+          }
+        }
+        for (const PipelineTimeline::Arrival& a : t.arrivals(tick, r)) {
+          EXPECT_NE(a.from, r);
+          EXPECT_EQ(a.stage % ranks, r) << "a stage this rank does not hold";
+          arrived.insert({r, a.gradient, a.stage, a.micro_batch});
+        }
+      }
+      EXPECT_EQ(sent, arrived) << "tick " << tick;
+    }
+  }
+}
+
 // 1F1B's bound: rank r keeps at most ranks - r micro-batches' inputs.
 TEST(PipelineSchedule, OneFOneBKeepsFewMicroBatchesInFlight) {
   const int ranks = 4;

@@ -31,15 +31,18 @@
 #include "ops/attention.h"
 #include "plan/timeline_svg.h"
 #include "train/cuda/cuda_adamw.h"
+#include "train/cuda/cuda_pipeline.h"
 #include "train/cuda/cuda_step.h"
 #include "train/cuda/cuda_tensor_parallel.h"
-#include "train/cuda/grad_buckets.h"
+#include "train/device_reserve.h"
 #include "train/cuda/grad_norm.h"
+#include "train/cuda/replica_sums.h"
 #include "train/cuda/shard_rings.h"
 #include "train/cuda/training_state.h"
 #include "train/adamw_state.h"
 #include "train/engine.h"
 #include "train/loss_weights.h"
+#include "train/pipeline_plan.h"
 #include "train/step_plan.h"
 
 namespace spillway::train {
@@ -105,11 +108,12 @@ class CudaEngine final : public Engine {
       io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
     }
 
-    if (o.data_parallel || o.tensor_parallel || o.context_parallel) {
+    if (o.data_parallel || o.tensor_parallel || o.context_parallel || o.pipeline_parallel) {
       scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
     }
     if (o.tensor_parallel) start_tensor_parallel();
     if (o.context_parallel) start_context_parallel();
+    if (o.pipeline_parallel) start_pipeline();
     plan_sharding();
     take_own_chunk_step();
     const plan::TrainingPlan& p = planned_.plan;
@@ -124,14 +128,16 @@ class CudaEngine final : public Engine {
     // The runners first: they take the places the ones measured while
     // planning had, below the state, as the plan's arena assumed.
     make_runners();
-    SPW_CHECK(!tp_ || p.all_on_device(), "--tp", "a tensor-parallel rank keeps its step and its state on its ",
-              "device; this plan does not (", p.layout(), "): add ranks, or shard the state (--shard optimizer)");
-    state_ = std::make_unique<CudaTrainingState>(tp_ ? tp_->pieces() : weights_, tp_ ? tp_->piece_optimizer() : optimizer_,
-                                                 parts, p, o.memory.bf16_moments, *device_, sharding());
+    SPW_CHECK((!tp_ && !pp_) || p.all_on_device(), tp_ ? "--tp" : "--pp", "a ",
+              tp_ ? "tensor-parallel" : "pipeline", " rank keeps its step and its state on its device; this plan does "
+              "not (", p.layout(), "): add ranks, or shard the state (--shard optimizer)");
+    state_ = std::make_unique<CudaTrainingState>(state_weights(), state_optimizer(), parts, p, o.memory.bf16_moments,
+                                                 *device_, sharding());
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
     if (tp_) whole_norm_ = std::make_unique<CudaGradNorm>(*state_, tp_->whole_parts(parts), *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
+    predicted_step_ = pp_ ? pipeline_prediction() : p.step_seconds;
   }
 
   ~CudaEngine() override {
@@ -143,11 +149,13 @@ class CudaEngine final : public Engine {
     train_.reset();
     eval_.reset();
     rings_.reset();
+    replica_sums_.reset();
     adamw_.reset();
     whole_norm_.reset();
     norm_.reset();
     state_.reset();
     tp_.reset();
+    pp_.reset();
   }
 
   std::string description() const override {
@@ -170,6 +178,7 @@ class CudaEngine final : public Engine {
       remade += "; context parallel over " + std::to_string(context().ranks) + " ranks (this one positions " +
                 std::to_string(context().rank * options_.seq / context().ranks) + " on)";
     }
+    if (pp_) remade += "; " + pp_->describe();
     if (!p.all_on_device()) {
       return device_name() + " (planned: " + p.layout() + moments + remade + "; " +
              train_->runner().attention_summary() + ")";
@@ -193,25 +202,11 @@ class CudaEngine final : public Engine {
     if (options_.weighted_loss) {
       token_weight = step_token_weight(*this, targets, micro_batches, ranks);
     }
-    for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      const auto x = own_chunk(inputs.subspan(micro * n, n)), y = own_chunk(targets.subspan(micro * n, n));
-      check_token_ids(x, y, weights_.config().vocab_size, x.size());
-      const PackedDocuments docs = documents.subspan(micro * n, n);
-      // The kernels rely on contiguous documents and cannot throw.
-      if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
-      if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
-      if (exec::PlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
-        // The last micro-batch leaves each sum final on the device just
-        // before it goes home: its squares are taken there.
-        planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
-      }
-      stats.loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_, docs.positions,
-                                docs.doc_starts) /
-                    static_cast<double>(micro_batches);
-    }
+    stats.loss = pp_ ? run_pipeline(inputs, targets, n, micro_batches)
+                     : run_micro_batches(inputs, targets, documents, n, micro_batches, token_weight);
     // Overlapped (or through the rings), the micro-batches summed them over
     // the ranks already.
-    if (ranks > 1 && !overlapped_ && !rings_) sum_gradients_over_ranks();
+    if (replica_sums_ && !replica_sums_->overlapped() && !rings_) replica_sums_->sum_now(sharded_);
     Stream& compute = device_->stream(StreamKind::compute);
     if (tp_) tp_->sum_whole_gradients(*state_, compute, device_->stream(StreamKind::comm), *grads_ready_, *grads_summed_);
     const auto optimizer_start = std::chrono::steady_clock::now();
@@ -219,6 +214,8 @@ class CudaEngine final : public Engine {
     // loss. A tensor-parallel group's whole tensors count on its rank 0.
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
     if (tp_ && tp_->group().rank() != 0) sums[1] -= whole_norm_->sum_of_squares();
+    // A pipeline's loss is its last stage's; each stage's squares are its own.
+    if (pp_) sum_over(pp_->group(), std::span<double>(sums, 2));
     if (ranks > 1) {
       sum_over(*replicas(), std::span<double>(sums, sharded_ ? 2 : 1));
       stats.loss = sums[0] / ranks;
@@ -230,7 +227,7 @@ class CudaEngine final : public Engine {
     if (stats.updated) {
       ++optimizer_.steps_taken;
       adamw_->update(optimizer_, lr, grad_scale);
-      if (sharded_ && !state_->weights_sharded()) gather_weights();
+      if (sharded_ && !state_->weights_sharded()) replica_sums_->gather_weights();
       host_current_ = false;
     }
     if (profiling_) {
@@ -247,12 +244,19 @@ class CudaEngine final : public Engine {
     sum_over_ranks(values);
     if (tp_) sum_over(tp_->group(), values);
     if (options_.context_parallel) sum_over(*options_.context_parallel, values);
+    if (pp_) sum_over(pp_->group(), values);
   }
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     SPW_CHECK(eval_ != nullptr, "GPU engine", "an evaluation after finish()");
     check_token_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
-    double loss = eval_->run(own_chunk(inputs), own_chunk(targets), true);
+    double loss = 0;
+    if (pp_) {
+      loss = pp_->run(1, false, {.forward = [&](int64_t) { return eval_->run(inputs, targets, true); }, .train = {}});
+      sum_over(pp_->group(), std::span<double>(&loss, 1));
+      return loss;
+    }
+    loss = eval_->run(own_chunk(inputs), own_chunk(targets), true);
     if (Communicator* cp = options_.context_parallel) {  // the mean of the chunks' means
       sum_over(*cp, std::span<double>(&loss, 1));
       loss /= cp->size();
@@ -262,7 +266,7 @@ class CudaEngine final : public Engine {
 
   void sync_to_host() override {
     if (host_current_) return;
-    if (tp_) {
+    if (tp_ || pp_) {
       for (StatePart part : {StatePart::master, StatePart::m, StatePart::v}) {
         model::LlamaWeights& to = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
         if (to.tensors().empty()) to = model::LlamaWeights::zeros(weights_.config());
@@ -275,6 +279,7 @@ class CudaEngine final : public Engine {
   }
   void read_state(StatePart part, size_t i, std::span<float> out) override {
     if (tp_) return tp_->read_whole(*state_, part, i, out);
+    if (pp_) return pp_->read_whole(*state_, part, i, out);
     state_->read(part, i, out);
   }
   void finish() override {
@@ -284,13 +289,13 @@ class CudaEngine final : public Engine {
     rings_.reset();
     host_pool_.reset();
   }
-  bool reads_are_collective() const override { return sharded_ || tp_ != nullptr; }
-  bool evaluation_is_collective() const override { return state_->weights_sharded(); }
+  bool reads_are_collective() const override { return sharded_ || tp_ || pp_; }
+  bool evaluation_is_collective() const override { return state_->weights_sharded() || pp_; }
 
   uint64_t peak_device_bytes() const override { return device_->device_memory().peak(); }
   bool replays_cuda_graph() const override { return train_->replays(); }
   bool fused_projections() const override { return planned_.step->fused_projections; }
-  double predicted_step_seconds() const override { return planned_.plan.step_seconds; }
+  double predicted_step_seconds() const override { return predicted_step_; }
 
   void set_profiling(bool on) override {
     profiling_ = on;
@@ -347,6 +352,73 @@ class CudaEngine final : public Engine {
     collectives_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = options_.context_parallel;
     collectives_.stream = &device_->stream(StreamKind::compute);
   }
+  // Pipeline parallelism: this rank's stage of the layers and its state
+  // alone (train/cuda/cuda_pipeline.h).
+  void start_pipeline() {
+    SPW_CHECK(!options_.tensor_parallel && !options_.context_parallel, "--pp",
+              "beside --tp or --cp runs on the CPU engine so far; add --device cpu");
+    SPW_CHECK(options_.virtual_stages == 1, "--virtual-stages",
+              "interleaved stages run on the CPU engine so far; add --device cpu");
+    SPW_CHECK(!options_.weighted_loss && !options_.documents, "--pp",
+              "instruction data and packed rows are not supported with pipeline parallelism on the GPU yet");
+    pp_ = std::make_unique<CudaPipeline>(weights_, optimizer_, *options_.pipeline_parallel, options_.batch,
+                                         options_.seq, *device_);
+  }
+  // The micro-batches one after another: their mean loss.
+  double run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
+                           const PackedDocuments& documents, size_t n, int64_t micro_batches, double token_weight) {
+    double loss = 0;
+    for (int64_t micro = 0; micro < micro_batches; ++micro) {
+      const auto x = own_chunk(inputs.subspan(micro * n, n)), y = own_chunk(targets.subspan(micro * n, n));
+      check_token_ids(x, y, weights_.config().vocab_size, x.size());
+      const PackedDocuments docs = documents.subspan(micro * n, n);
+      // The kernels rely on contiguous documents and cannot throw.
+      if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
+      if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
+      if (exec::PlannedExecutor* planned = train_->planned(); planned && norm_->takes_parts_before_store()) {
+        // The last micro-batch leaves each sum final on the device just
+        // before it goes home: its squares are taken there.
+        planned->set_before_store(micro + 1 < micro_batches ? exec::PlannedExecutor::BeforeStore{} : before_store_);
+      }
+      loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_, docs.positions,
+                          docs.doc_starts);
+    }
+    return loss / static_cast<double>(micro_batches);
+  }
+  // The micro-batches through the pipeline's stages (its plan keeps all on
+  // the device): the mean loss over them (the last stage's; 0 elsewhere).
+  double run_pipeline(std::span<const int32_t> inputs, std::span<const int32_t> targets, size_t n,
+                      int64_t micro_batches) {
+    auto ids = [&](std::span<const int32_t> all, int64_t mb) { return all.subspan(static_cast<size_t>(mb) * n, n); };
+    const CudaPipeline::Passes passes{
+        .forward = [&](int64_t mb) { return eval_->run(ids(inputs, mb), ids(targets, mb), true); },
+        .train = [&](int64_t mb, bool first, bool last) {
+          return train_->run(ids(inputs, mb), ids(targets, mb), first, last);
+        }};
+    for (int64_t mb = 0; mb < micro_batches; ++mb) {
+      check_token_ids(ids(inputs, mb), ids(targets, mb), weights_.config().vocab_size, n);
+    }
+    return pp_->run(micro_batches, true, passes) / static_cast<double>(micro_batches);
+  }
+  // The step as the planner prices a pipeline (train/pipeline_plan.h): the
+  // slots of the slowest stage, with this rank's workspaces. Only a
+  // prediction: where the planner's estimates do not fit a stage, this
+  // rank's own step stands for it.
+  double pipeline_prediction() {
+    try {
+      StepPlanRequest r = plan_request();
+      const uint64_t reserved = r.device_reserved(*planned_.step);
+      r.device_reserved = [reserved](const LlamaStep&) { return reserved; };
+      r.stage = {};
+      return plan_pipeline_step(r, options_.shard, pp_->stages()).step.plan.step_seconds;
+    } catch (const Error& e) {
+      log_warn("pipeline: no prediction of the whole step (" + std::string(e.what()) + ")");
+      return planned_.plan.step_seconds;
+    }
+  }
+  model::LlamaWeights& state_weights() { return tp_ ? tp_->pieces() : pp_ ? pp_->weights() : weights_; }
+  AdamW& state_optimizer() { return tp_ ? tp_->piece_optimizer() : pp_ ? pp_->optimizer() : optimizer_; }
+  model::LlamaStage stage() const { return pp_ ? pp_->stage() : model::LlamaStage{}; }
   model::LlamaContext context() const {
     const Communicator* cp = options_.context_parallel;
     return cp ? model::LlamaContext{.rank = cp->rank(), .ranks = cp->size()} : model::LlamaContext{};
@@ -455,6 +527,10 @@ class CudaEngine final : public Engine {
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = replica_count();
     r.tensor_parallel = tensor_parallelism();
+    if (pp_) {
+      r.stage = pp_->stage();
+      r.pipeline_stages = pp_->stages();
+    }
     // What a candidate's runners take (their workspaces), measured by making
     // them, and a little of the pool for the arena's fragmentation.
     r.device_reserved = [this, &mem](const LlamaStep& s) {
@@ -471,8 +547,9 @@ class CudaEngine final : public Engine {
                                          k.own_gemm, groups);
         taken = mem.in_use() - before;
       }
-      const bool communicates = replica_count() > 1 || tp_;
-      return before + taken + mem.budget() / 100 + (communicates ? kCommunicatorReserve : 0);
+      const bool communicates = replica_count() > 1 || tp_ || pp_;
+      const uint64_t in_flight = pp_ ? pp_->reserved_bytes(s, std::max<int64_t>(1, options_.micro_batches)) : 0;
+      return device_reserve(before + taken + in_flight, mem.budget(), communicates);
     };
     return r;
   }
@@ -480,7 +557,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
     return build_llama_step(weights_.config(), options_.batch, options_.seq / context().ranks,
                             train.fused_projections, {.backward = false, .recompute = graph::RecomputePolicy::none},
-                            DType::bf16, false, false, tensor_parallelism(), {}, context());
+                            DType::bf16, false, false, tensor_parallelism(), stage(), context());
   }
 
   void make_runners() {
@@ -545,14 +622,17 @@ class CudaEngine final : public Engine {
       bind(*train_, step, /*with_grads=*/true);
       bind(*eval_, *eval_graph_, /*with_grads=*/false);
     }
+    if (pp_) {
+      pp_->bind(train_->program(), step, true);
+      pp_->bind(eval_->program(), *eval_graph_, false);
+    }
     if (replica_count() > 1) {
-      if (!grads_ready_) grads_ready_ = device_->new_event();
-      if (!grads_summed_) grads_summed_ = device_->new_event();
+      replica_sums_ = std::make_unique<ReplicaSums>(*state_, *device_, *replicas());
       Communicator* comm = replicas();
       auto bounded = [comm](Stream& stream) { comm->wait(stream); };
       train_->set_waiter(bounded);
       eval_->set_waiter(bounded);
-      if (!train_->planned() && !rings_) overlap_gradient_sums();
+      if (!train_->planned() && !rings_) replica_sums_->overlap(*train_, step);
     }
     std::vector<int> parameter_of(step.step.graph.values().size(), -1);
     for (size_t j = 0; j < step.model.parameters.size(); ++j) {
@@ -561,70 +641,6 @@ class CudaEngine final : public Engine {
     before_store_ = [this, parameter_of](graph::Value v, const void* sum, Stream& compute) {
       norm_->take_before_store(parameter_of[static_cast<size_t>(v.id)], sum, compute);
     };
-  }
-
-  // The gradient sums of every rank, summed: on each rank, or sharded, the
-  // part of the sum in the rank's share on that rank alone. The comm stream
-  // waits for the step's last adds into them, and compute for the sums.
-  void sum_gradients_over_ranks() {
-    Stream& compute = device_->stream(StreamKind::compute);
-    Stream& comm = device_->stream(StreamKind::comm);
-    compute.record(*grads_ready_);
-    comm.wait(*grads_ready_);
-    if (sharded_) {
-      const auto& a = state_->device_arrays();
-      replicas()->reduce_scatter_sum(a.grads, a.grads_share, a.share_elements, DType::f32, comm);
-    } else {
-      replicas()->all_reduce_sum(state_->device_grads(), state_->device_grad_bytes() / sizeof(float), DType::f32,
-                                 comm);
-    }
-    comm.record(*grads_summed_);
-    compute.wait(*grads_summed_);
-    replicas()->wait(comm);  // bounded, where compute would wait for ever
-  }
-
-  // Where the plain executor runs the step, the gradient sums are summed
-  // over the ranks in buckets (train/cuda/grad_buckets.h) while the last
-  // micro-batch's backward pass goes on, each on the comm stream as soon as
-  // the node that makes its last sum final has been issued.
-  void overlap_gradient_sums() {
-    buckets_by_node_ = grad_buckets_by_node(*planned_.step, *state_);
-    Stream& compute = device_->stream(StreamKind::compute);
-    Stream& comm = device_->stream(StreamKind::comm);
-    float* grads = state_->device_grads();
-    train_->set_micro_batch_hooks(
-        {.after_node =
-             [this, &compute, &comm, grads](size_t node, bool) {
-               const std::vector<GradBucket>& ready = buckets_by_node_[node];
-               if (ready.empty()) return;
-               compute.record(*grads_ready_);
-               comm.wait(*grads_ready_);
-               for (const GradBucket& b : ready) {
-                 replicas()->all_reduce_sum(grads + b.first, b.count, DType::f32, comm);
-               }
-             },
-         .at_end =
-             [this, &compute, &comm](bool) {
-               comm.record(*grads_summed_);
-               compute.wait(*grads_summed_);
-             }});
-    overlapped_ = true;
-  }
-
-  // Each rank's updated share of the working copies, to every rank: one
-  // all-gather a region.
-  void gather_weights() {
-    Stream& compute = device_->stream(StreamKind::compute);
-    Stream& comm = device_->stream(StreamKind::comm);
-    const auto& a = state_->device_arrays();
-    compute.record(*grads_ready_);
-    comm.wait(*grads_ready_);
-    for (const ShardLayout::Region& r : state_->shard_layout().regions()) {
-      replicas()->all_gather(a.working_share + r.share_at, a.working + r.first, r.piece, DType::bf16, comm);
-    }
-    comm.record(*grads_summed_);
-    compute.wait(*grads_summed_);
-    replicas()->wait(comm);
   }
 
   // A stacked parameter starts where its first tensor does.
@@ -648,22 +664,20 @@ class CudaEngine final : public Engine {
   std::unique_ptr<CudaTrainingState> state_;
   std::unique_ptr<CudaGradNorm> norm_;
   std::unique_ptr<CudaTensorParallel> tp_;       // --tp: this rank's pieces of the state
+  std::unique_ptr<CudaPipeline> pp_;             // --pp: this rank's stage
   std::unique_ptr<CudaGradNorm> whole_norm_;     // --tp: the tensors every rank holds whole
   ops::CollectiveGroups collectives_;            // --tp: the steps' collectives
   std::unique_ptr<MemorySpace> host_pool_;
   std::unique_ptr<CudaStep> train_, eval_;
   std::unique_ptr<CudaAdamW> adamw_;
   std::unique_ptr<CudaShardRings> rings_;  // sharded gradient sums (and weights)
+  std::unique_ptr<ReplicaSums> replica_sums_;
   exec::PlannedExecutor::BeforeStore before_store_;
-  std::unique_ptr<Event> grads_ready_, grads_summed_;
+  std::unique_ptr<Event> grads_ready_, grads_summed_;  // --tp: its whole tensors' sums
   static constexpr uint64_t kScalarBytes = 256;
-  // NCCL's own buffers, outside the engine's pool.
-  static constexpr uint64_t kCommunicatorReserve = 512ull << 20;
   bool sharded_ = false;
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
-  // The gradient sums' buckets, by the node whose issue starts them.
-  std::vector<std::vector<GradBucket>> buckets_by_node_;
-  bool overlapped_ = false;
+  double predicted_step_ = 0;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
   bool host_current_ = false;  // the caller's arrays hold the engine's state (sync_to_host)
   bool profiling_ = false;

@@ -33,8 +33,10 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
     plain_ = plain.get();
     program_ = std::move(plain);
   }
-  program_->bind(io_.tokens, io_.device_tokens);
-  program_->bind(io_.targets, io_.device_targets);
+  // A pipeline stage short of the loss reads no targets; one after the
+  // first reads no tokens.
+  if (io_.tokens.valid()) program_->bind(io_.tokens, io_.device_tokens);
+  if (io_.targets.valid()) program_->bind(io_.targets, io_.device_targets);
   if (io_.loss_weights.valid()) program_->bind(io_.loss_weights, io_.device_loss_weights);
   if (io_.positions.valid()) {
     program_->bind(io_.positions, io_.device_positions);
@@ -81,7 +83,7 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
   const bool hooked = plain_ && (hooks_.before_node || hooks_.after_node || hooks_.at_start || hooks_.at_end) &&
                       (last || hooks_.every_micro_batch);
   enqueue(first, hooked);
-  device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
+  if (io_.loss.valid()) device_.copy_async(io_.pinned_loss, program_->data(io_.loss), sizeof(float), compute);
   if (wait_) {
     wait_(compute);
   } else {
@@ -96,7 +98,7 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
       ++node;
     }
   }
-  return *io_.pinned_loss;
+  return io_.loss.valid() ? *io_.pinned_loss : 0.0;
 }
 
 void CudaStep::enqueue(bool first, bool hooked) {

@@ -1,0 +1,170 @@
+#include "train/cuda/cuda_pipeline.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/status.h"
+#include "model/llama_stages.h"
+#include "plan/machine_rates.h"
+#include "train/pipeline_schedule.h"
+
+namespace spillway::train {
+
+CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group,
+                           int64_t batch, int64_t seq, Device& device)
+    : group_(group), device_(device) {
+  const model::LlamaConfig& c = weights.config();
+  SPW_CHECK(!c.tie_word_embeddings, "--pp",
+            "the GPU engine does not yet split a model whose output layer is its embedding table (tied, as "
+            "llama3.2-1b's) over stages; --device cpu does");
+  // The cut the CPU engine and the planner make: the cost model's times
+  // are proportions, which any GPU's rates split alike.
+  stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq, plan::h100_rates()), group.size());
+  std::vector<bool> mine;
+  for (size_t t = 0; t < weights.tensors().size(); ++t) {
+    stage_of_tensor_.push_back(model::llama_stage_of_tensor(c, stages_, static_cast<int>(t)));
+    mine.push_back(stage_of_tensor_.back() == group.rank());
+  }
+  weights_ = weights.only(mine);
+  optimizer_.steps_taken = optimizer.steps_taken;
+  if (!optimizer.m.tensors().empty()) {
+    optimizer_.m = optimizer.m.only(mine);
+    optimizer_.v = optimizer.v.only(mine);
+  }
+  hidden_elements_ = static_cast<uint64_t>(batch * seq * c.hidden_size);
+  MemorySpace& mem = device_.device_memory();
+  const uint64_t bytes = hidden_elements_ * sizeof(bf16);
+  auto buffer = [&](bool needed, const char* what) -> void* {
+    if (!needed) return nullptr;
+    owned_.push_back(mem.allocate(bytes, what));
+    return owned_.back();
+  };
+  const bool first = group.rank() == 0, last = group.rank() + 1 == group.size();
+  input_ = buffer(!first, "pipeline: the pass's input hidden state");
+  input_grad_ = buffer(!first, "pipeline: the gradient of the pass's input");
+  handed_back_ = buffer(!last, "pipeline: the gradient handed back");
+}
+
+CudaPipeline::~CudaPipeline() {
+  MemorySpace& mem = device_.device_memory();
+  for (void* p : owned_) mem.free(p);
+  if (stage_buffer_) mem.free(stage_buffer_);
+}
+
+uint64_t CudaPipeline::reserved_bytes(const LlamaStep& step, int64_t micro_batches) const {
+  (void)step;
+  // 1F1B keeps the inputs of at most S - rank micro-batches, and a
+  // gradient waits at most a tick for its pass.
+  const auto in_flight = static_cast<uint64_t>(std::min<int64_t>(stages() - group_.rank(), micro_batches) + 1);
+  return in_flight * hidden_elements_ * sizeof(bf16);
+}
+
+std::string CudaPipeline::describe() const {
+  const model::LlamaStage& s = stage();
+  const int64_t last = s.last_layer < 0 ? weights_.config().num_hidden_layers : s.last_layer;
+  return "pipeline stage " + std::to_string(group_.rank() + 1) + " of " + std::to_string(stages()) + " (layers " +
+         std::to_string(s.first_layer) + "-" + std::to_string(last - 1) + ", 1F1B)";
+}
+
+void CudaPipeline::bind(exec::StepProgram& program, const LlamaStep& step, bool training) {
+  const model::LlamaGraph& m = step.model;
+  if (m.hidden_in.valid()) {
+    program.bind(m.hidden_in, input_);
+    if (training) program.bind(step.step.grads[m.hidden_in], input_grad_);
+  }
+  if (training && step.hidden_out_grad.valid()) program.bind(step.hidden_out_grad, handed_back_);
+  if (!training) {
+    forward_ = &program;
+    hidden_out_ = m.hidden_out;
+  }
+}
+
+void* CudaPipeline::claim(std::map<int64_t, void*>& slots, int64_t mb) {
+  void* p = nullptr;
+  if (free_.empty()) {
+    p = device_.device_memory().allocate(hidden_elements_ * sizeof(bf16), "pipeline: a hidden state in flight");
+    owned_.push_back(p);
+  } else {
+    p = free_.back();
+    free_.pop_back();
+  }
+  SPW_CHECK(slots.emplace(mb, p).second, "pipeline", "micro-batch ", mb, " received twice");
+  return p;
+}
+
+void CudaPipeline::release(std::map<int64_t, void*>& slots, int64_t mb) {
+  const auto it = slots.find(mb);
+  SPW_CHECK(it != slots.end(), "pipeline", "micro-batch ", mb, " was never received");
+  free_.push_back(it->second);
+  slots.erase(it);
+}
+
+double CudaPipeline::run(int64_t micro_batches, bool training, const Passes& passes) {
+  const PipelineTimeline timeline = pipeline_timeline(stages(), 1, micro_batches, training);
+  const int rank = group_.rank();
+  const uint64_t bytes = hidden_elements_ * sizeof(bf16);
+  Stream& compute = device_.stream(StreamKind::compute);
+  Stream& comm = device_.stream(StreamKind::comm);
+  int64_t trained = 0;
+  double loss = 0;
+  for (size_t t = 0; t < timeline.ticks.size(); ++t) {
+    std::vector<PeerBuffer> sends, receives;
+    if (const auto& pass = timeline.ticks[t][static_cast<size_t>(rank)]) {
+      const int stage = timeline.stage_of(rank, *pass);
+      const int64_t mb = pass->micro_batch;
+      const bool last_stage = stage + 1 == stages();
+      if (stage > 0) device_.copy_async(input_, inputs_.at(mb), bytes, compute);
+      void* made = nullptr;
+      if (!pass->backward && (!training || !last_stage)) {
+        // The last stage's forward pass is its backward's to make: its loss
+        // needs no hidden state handed on.
+        loss += passes.forward(mb);
+        if (!last_stage) made = const_cast<void*>(forward_->data(hidden_out_));
+        if (!training && stage > 0) release(inputs_, mb);
+      } else if (pass->backward) {
+        if (!last_stage) {
+          device_.copy_async(handed_back_, gradients_.at(mb), bytes, compute);
+          release(gradients_, mb);
+        }
+        // The input's gradient is an accumulated output: this pass's alone.
+        if (stage > 0) device_.zero_async(input_grad_, bytes, compute);
+        loss += passes.train(mb, trained == 0, trained + 1 == micro_batches);
+        ++trained;
+        made = input_grad_;
+        if (stage > 0) release(inputs_, mb);
+      }
+      // Each pass has finished (a pass returns once its work has run).
+      if (const auto to = timeline.receiver(stage, *pass)) sends.push_back({made, hidden_elements_, *to});
+    }
+    const std::vector<PipelineTimeline::Arrival> arrivals = timeline.arrivals(t, rank);
+    for (const PipelineTimeline::Arrival& a : arrivals) {
+      receives.push_back({claim(a.gradient ? gradients_ : inputs_, a.micro_batch), hidden_elements_, a.from});
+    }
+    if (sends.empty() && receives.empty()) continue;
+    group_.exchange(sends, receives, DType::bf16, comm);
+    group_.wait(comm);
+  }
+  return loss;
+}
+
+void CudaPipeline::read_whole(CudaTrainingState& state, StatePart part, size_t i, std::span<float> out) {
+  const int owner = stage_of_tensor_.at(i);
+  if (owner == group_.rank()) state.read(part, i, out);
+  if (!stage_buffer_) {
+    stage_buffer_ = device_.device_memory().allocate(kChunk * sizeof(float), "pipeline: checkpoint reads");
+    pinned_ = std::make_unique<PinnedBuffer>(kChunk * sizeof(float));
+  }
+  Stream& comm = device_.stream(StreamKind::comm);
+  float* pinned = pinned_->as<float>();
+  for (uint64_t off = 0; off < out.size(); off += kChunk) {
+    const uint64_t c = std::min<uint64_t>(kChunk, out.size() - off);
+    if (owner == group_.rank()) std::memcpy(pinned, out.data() + off, c * sizeof(float));
+    device_.copy_async(stage_buffer_, pinned, c * sizeof(float), comm);
+    group_.broadcast(stage_buffer_, c, DType::f32, owner, comm);
+    device_.copy_async(pinned, stage_buffer_, c * sizeof(float), comm);
+    group_.wait(comm);
+    if (owner != group_.rank()) std::memcpy(out.data() + off, pinned, c * sizeof(float));
+  }
+}
+
+}  // namespace spillway::train

@@ -1,0 +1,103 @@
+// Pipeline parallelism on the GPU engine: this rank holds one stage of the
+// layers (the cost model's cut, the one the CPU engine and the planner
+// make) and the training state of that stage's tensors alone, and runs the
+// step's micro-batches in 1F1B order (train/pipeline_schedule.h). At each
+// tick the rank runs its pass, then hands what the pass made to the next
+// stage (a hidden state) or the previous one (its gradient) and takes what
+// the others made for it, in one exchange on the comm stream.
+//
+// A backward pass is the stage's whole step graph from the input kept for
+// its micro-batch: the stage's forward runs again there, so a stage keeps
+// the inputs of its micro-batches in flight (a hidden state each), not
+// their activations.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "device/communicator.h"
+#include "device/cuda/pinned_host.h"
+#include "device/device.h"
+#include "exec/executor.h"
+#include "model/llama_graph.h"
+#include "model/llama_weights.h"
+#include "train/cuda/training_state.h"
+#include "train/optimizer.h"
+#include "train/state_part.h"
+#include "train/step_plan.h"
+
+namespace spillway::train {
+
+class CudaPipeline {
+ public:
+  // `group`: the ranks holding the stages, in order. Error naming --pp
+  // where the GPU engine cannot run this model's pipeline yet.
+  CudaPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group, int64_t batch,
+               int64_t seq, Device& device);
+  ~CudaPipeline();
+
+  Communicator& group() const { return group_; }
+  const model::LlamaStage& stage() const { return stages_[static_cast<size_t>(group_.rank())]; }
+  int stages() const { return group_.size(); }
+  // The model's tensors with those of the other stages empty, and the
+  // caller's moments alike: the state this rank keeps.
+  model::LlamaWeights& weights() { return weights_; }
+  AdamW& optimizer() { return optimizer_; }
+  // Device bytes the hand-over buffers take beside the step, for the plan:
+  // the inputs of the micro-batches in flight and the buffers bound into
+  // the steps.
+  uint64_t reserved_bytes(const LlamaStep& step, int64_t micro_batches) const;
+  std::string describe() const;
+
+  // Binds the hand-over buffers into a step of this stage: its input
+  // hidden state and, for a training step, the gradient handed back and
+  // the input's gradient. A forward step's output is sent from its program.
+  void bind(exec::StepProgram& program, const LlamaStep& step, bool training);
+
+  // A pass of micro-batch `mb`: `forward` runs the stage's forward step,
+  // `train` its training step (`first` and `last` of the optimizer step's
+  // training passes on this rank); each returns its loss (0 short of the
+  // last stage) once its work has finished.
+  struct Passes {
+    std::function<double(int64_t mb)> forward;
+    std::function<double(int64_t mb, bool first, bool last)> train;
+  };
+  // The step's micro-batches through the stages (without `training`,
+  // forward passes alone); returns this rank's sum of their losses.
+  double run(int64_t micro_batches, bool training, const Passes& passes);
+
+  // Tensor `i` of the whole model, from the stage that holds it (every
+  // rank of the pipeline calls this alike).
+  void read_whole(CudaTrainingState& state, StatePart part, size_t i, std::span<float> out);
+
+ private:
+  void* claim(std::map<int64_t, void*>& slots, int64_t mb);
+  void release(std::map<int64_t, void*>& slots, int64_t mb);
+
+  Communicator& group_;
+  Device& device_;
+  std::vector<model::LlamaStage> stages_;
+  std::vector<int> stage_of_tensor_;
+  model::LlamaWeights weights_;
+  AdamW optimizer_;
+  uint64_t hidden_elements_ = 0;  // one micro-batch's hidden state
+  // Bound into the steps: the pass's input, the gradient handed back to a
+  // training step, the input's gradient it makes.
+  void *input_ = nullptr, *handed_back_ = nullptr, *input_grad_ = nullptr;
+  // The forward step, whose output hidden state is sent from where it lies.
+  exec::StepProgram* forward_ = nullptr;
+  graph::Value hidden_out_;
+  // Hidden states and gradients received, by micro-batch, until their pass.
+  std::map<int64_t, void*> inputs_, gradients_;
+  std::vector<void*> free_, owned_;
+  // read_whole's staging.
+  void* stage_buffer_ = nullptr;
+  std::unique_ptr<PinnedBuffer> pinned_;
+  static constexpr uint64_t kChunk = 16ull << 20;  // floats a broadcast
+};
+
+}  // namespace spillway::train

@@ -14,10 +14,7 @@ class ContextParallelGpus : public GpuSplitRuns {
   ContextParallelGpus() : GpuSplitRuns("context_parallel_gpus") { schedule_ = "--batch 1 --seq 64 --grad-accum 8"; }
   void SetUp() override {
     GpuSplitRuns::SetUp();
-    write_file(dir_ / "heads64.json",
-               R"({"vocab_size": 300, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": true})");
+    write_heads64_config("heads64.json", 2, true);
   }
 };
 

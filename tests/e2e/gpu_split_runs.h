@@ -24,6 +24,14 @@ class GpuSplitRuns : public ::testing::Test {
     write_file(dir_ / "corpus.txt", make_corpus(400, 7));
     write_file(dir_ / "micro.json", micro_config_json());
   }
+  // A small model whose heads have 64 dimensions, as cuDNN's attention
+  // takes them, written as `name` in the scratch folder.
+  void write_heads64_config(const std::string& name, int layers, bool tied) {
+    write_file(dir_ / name, R"({"vocab_size": 300, "hidden_size": 256, "intermediate_size": 512, )"
+                            R"("num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256, )"
+                            R"("rms_norm_eps": 1e-5, "rope_theta": 10000.0, "num_hidden_layers": )" +
+                                std::to_string(layers) + R"(, "tie_word_embeddings": )" + (tied ? "true}" : "false}"));
+  }
   // Ten steps of `schedule_`, checkpoints at 5 and 10.
   void train(const std::string& out, const std::string& more, const std::string& config = "micro.json") {
     const CommandResult r = run_spillway(

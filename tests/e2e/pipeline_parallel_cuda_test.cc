@@ -13,11 +13,7 @@ class PipelineParallelGpus : public GpuSplitRuns {
   PipelineParallelGpus() : GpuSplitRuns("pipeline_parallel_gpus") {}
   void SetUp() override {
     GpuSplitRuns::SetUp();
-    // Four layers and an lm_head of its own; heads of 64, as cuDNN takes them.
-    write_file(dir_ / "untied.json",
-               R"({"vocab_size": 300, "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 4,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256,
-                   "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "tie_word_embeddings": false})");
+    write_heads64_config("untied.json", 4, false);  // an lm_head of its own
   }
 };
 

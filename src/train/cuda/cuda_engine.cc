@@ -215,7 +215,10 @@ class CudaEngine final : public Engine {
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
     if (tp_ && tp_->group().rank() != 0) sums[1] -= whole_norm_->sum_of_squares();
     // A pipeline's loss is its last stage's; each stage's squares are its own.
-    if (pp_) sum_over(pp_->group(), std::span<double>(sums, 2));
+    if (pp_) {
+      sum_over(pp_->group(), std::span<double>(sums, 2));
+      stats.loss = sums[0];
+    }
     if (ranks > 1) {
       sum_over(*replicas(), std::span<double>(sums, sharded_ ? 2 : 1));
       stats.loss = sums[0] / ranks;
@@ -548,7 +551,7 @@ class CudaEngine final : public Engine {
         taken = mem.in_use() - before;
       }
       const bool communicates = replica_count() > 1 || tp_ || pp_;
-      const uint64_t in_flight = pp_ ? pp_->reserved_bytes(s, std::max<int64_t>(1, options_.micro_batches)) : 0;
+      const uint64_t in_flight = pp_ ? pp_->reserved_bytes(std::max<int64_t>(1, options_.micro_batches)) : 0;
       return device_reserve(before + taken + in_flight, mem.budget(), communicates);
     };
     return r;

@@ -26,6 +26,12 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
     mine.push_back(stage_of_tensor_.back() == group.rank());
   }
   weights_ = weights.only(mine);
+  // The hyper-parameters and the step count; the moments of this stage's
+  // tensors alone.
+  optimizer_.beta1 = optimizer.beta1;
+  optimizer_.beta2 = optimizer.beta2;
+  optimizer_.eps = optimizer.eps;
+  optimizer_.weight_decay = optimizer.weight_decay;
   optimizer_.steps_taken = optimizer.steps_taken;
   if (!optimizer.m.tensors().empty()) {
     optimizer_.m = optimizer.m.only(mine);
@@ -51,8 +57,7 @@ CudaPipeline::~CudaPipeline() {
   if (stage_buffer_) mem.free(stage_buffer_);
 }
 
-uint64_t CudaPipeline::reserved_bytes(const LlamaStep& step, int64_t micro_batches) const {
-  (void)step;
+uint64_t CudaPipeline::reserved_bytes(int64_t micro_batches) const {
   // 1F1B keeps the inputs of at most S - rank micro-batches, and a
   // gradient waits at most a tick for its pass.
   const auto in_flight = static_cast<uint64_t>(std::min<int64_t>(stages() - group_.rank(), micro_batches) + 1);

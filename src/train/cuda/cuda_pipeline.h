@@ -47,10 +47,9 @@ class CudaPipeline {
   // caller's moments alike: the state this rank keeps.
   model::LlamaWeights& weights() { return weights_; }
   AdamW& optimizer() { return optimizer_; }
-  // Device bytes the hand-over buffers take beside the step, for the plan:
-  // the inputs of the micro-batches in flight and the buffers bound into
-  // the steps.
-  uint64_t reserved_bytes(const LlamaStep& step, int64_t micro_batches) const;
+  // Device bytes the plan keeps for the hidden states received ahead of
+  // their passes (the buffers bound into the steps are taken already).
+  uint64_t reserved_bytes(int64_t micro_batches) const;
   std::string describe() const;
 
   // Binds the hand-over buffers into a step of this stage: its input

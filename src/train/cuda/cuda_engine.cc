@@ -134,7 +134,13 @@ class CudaEngine final : public Engine {
     state_ = std::make_unique<CudaTrainingState>(state_weights(), state_optimizer(), parts, p, o.memory.bf16_moments,
                                                  *device_, sharding());
     norm_ = std::make_unique<CudaGradNorm>(*state_, parts, *device_);
-    if (tp_) whole_norm_ = std::make_unique<CudaGradNorm>(*state_, tp_->whole_parts(parts), *device_);
+    // What this rank holds that another counts in the gradient norm: a
+    // tensor-parallel group's whole tensors (its rank 0 counts them), the
+    // last stage's copy of a tied table.
+    const auto uncounted = tp_ && tp_->group().rank() != 0 ? tp_->whole_parts(parts)
+                           : pp_                           ? pp_->copied_parts()
+                                                           : std::vector<std::vector<int>>{};
+    if (!uncounted.empty()) uncounted_norm_ = std::make_unique<CudaGradNorm>(*state_, uncounted, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
     predicted_step_ = pp_ ? pipeline_prediction() : p.step_seconds;
@@ -151,7 +157,7 @@ class CudaEngine final : public Engine {
     rings_.reset();
     replica_sums_.reset();
     adamw_.reset();
-    whole_norm_.reset();
+    uncounted_norm_.reset();
     norm_.reset();
     state_.reset();
     tp_.reset();
@@ -209,11 +215,12 @@ class CudaEngine final : public Engine {
     if (replica_sums_ && !replica_sums_->overlapped() && !rings_) replica_sums_->sum_now(sharded_);
     Stream& compute = device_->stream(StreamKind::compute);
     if (tp_) tp_->sum_whole_gradients(*state_, compute, device_->stream(StreamKind::comm), *grads_ready_, *grads_summed_);
+    if (pp_) pp_->sum_tied_gradients(*state_);
     const auto optimizer_start = std::chrono::steady_clock::now();
     // Sharded, each rank's sums of squares cover its share: summed with the
     // loss. A tensor-parallel group's whole tensors count on its rank 0.
     double sums[2] = {stats.loss, norm_->sum_of_squares()};
-    if (tp_ && tp_->group().rank() != 0) sums[1] -= whole_norm_->sum_of_squares();
+    if (uncounted_norm_) sums[1] -= uncounted_norm_->sum_of_squares();
     // A pipeline's loss is its last stage's; each stage's squares are its own.
     if (pp_) {
       sum_over(pp_->group(), std::span<double>(sums, 2));
@@ -668,7 +675,7 @@ class CudaEngine final : public Engine {
   std::unique_ptr<CudaGradNorm> norm_;
   std::unique_ptr<CudaTensorParallel> tp_;       // --tp: this rank's pieces of the state
   std::unique_ptr<CudaPipeline> pp_;             // --pp: this rank's stage
-  std::unique_ptr<CudaGradNorm> whole_norm_;     // --tp: the tensors every rank holds whole
+  std::unique_ptr<CudaGradNorm> uncounted_norm_;  // tensors another rank counts in the norm
   ops::CollectiveGroups collectives_;            // --tp: the steps' collectives
   std::unique_ptr<MemorySpace> host_pool_;
   std::unique_ptr<CudaStep> train_, eval_;

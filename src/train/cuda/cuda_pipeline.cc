@@ -4,7 +4,9 @@
 #include <cstring>
 
 #include "base/status.h"
+#include "device/cuda/cuda_stream.h"
 #include "model/llama_stages.h"
+#include "ops/add.h"
 #include "plan/machine_rates.h"
 #include "train/pipeline_schedule.h"
 
@@ -14,9 +16,7 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
                            int64_t batch, int64_t seq, Device& device)
     : group_(group), device_(device) {
   const model::LlamaConfig& c = weights.config();
-  SPW_CHECK(!c.tie_word_embeddings, "--pp",
-            "the GPU engine does not yet split a model whose output layer is its embedding table (tied, as "
-            "llama3.2-1b's) over stages; --device cpu does");
+  tied_ = c.tie_word_embeddings && group.size() > 1;
   // The cut the CPU engine and the planner make: the cost model's times
   // are proportions, which any GPU's rates split alike.
   stages_ = model::balance_llama_stages(model::llama_step_costs(c, batch, seq, plan::h100_rates()), group.size());
@@ -25,6 +25,8 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
     stage_of_tensor_.push_back(model::llama_stage_of_tensor(c, stages_, static_cast<int>(t)));
     mine.push_back(stage_of_tensor_.back() == group.rank());
   }
+  // A tied table is the first stage's; the last holds a copy for lm_head.
+  if (tied_ && group.rank() + 1 == group.size()) mine[0] = true;
   weights_ = weights.only(mine);
   // The hyper-parameters and the step count; the moments of this stage's
   // tensors alone.
@@ -55,6 +57,37 @@ CudaPipeline::~CudaPipeline() {
   MemorySpace& mem = device_.device_memory();
   for (void* p : owned_) mem.free(p);
   if (stage_buffer_) mem.free(stage_buffer_);
+  if (tied_other_) mem.free(tied_other_);
+}
+
+std::vector<std::vector<int>> CudaPipeline::copied_parts() const {
+  if (tied_ && group_.rank() + 1 == stages()) return {{0}};
+  return {};
+}
+
+void CudaPipeline::sum_tied_gradients(CudaTrainingState& state) {
+  const int rank = group_.rank(), last = stages() - 1;
+  if (!tied_ || (rank != 0 && rank != last)) return;
+  const CudaTrainingState::Tensor& t = state.tensors()[0];
+  SPW_CHECK(t.grad != nullptr && t.grad_on_device, "--pp",
+            "a tied table's gradient sums are summed over the stages where they lie whole on the device; --shard "
+            "gradients and weights do not keep them so");
+  if (!tied_other_) tied_other_ = device_.device_memory().allocate(kChunk * sizeof(float), "pipeline: tied gradients");
+  Stream& compute = device_.stream(StreamKind::compute);
+  Stream& comm = device_.stream(StreamKind::comm);
+  const int other = rank == 0 ? last : 0;
+  const auto n = static_cast<uint64_t>(t.n);
+  // Each adds the other's to its own: a + b on one, b + a on the other, the
+  // same bits.
+  for (uint64_t off = 0; off < n; off += kChunk) {
+    const uint64_t c = std::min<uint64_t>(kChunk, n - off);
+    const PeerBuffer send{t.grad + off, c, other}, receive{tied_other_, c, other};
+    group_.exchange({&send, 1}, {&receive, 1}, DType::f32, comm);
+    group_.wait(comm);
+    ops::accumulate_cuda(t.grad + off, static_cast<const float*>(tied_other_), static_cast<int64_t>(c),
+                         as_cuda_stream(compute).handle());
+    compute.synchronize();  // before the next piece lands where this one lay
+  }
 }
 
 uint64_t CudaPipeline::reserved_bytes(int64_t micro_batches) const {

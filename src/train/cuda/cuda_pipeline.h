@@ -69,6 +69,15 @@ class CudaPipeline {
   // forward passes alone); returns this rank's sum of their losses.
   double run(int64_t micro_batches, bool training, const Passes& passes);
 
+  // A tied table (the embedding, which lm_head reads on the last stage):
+  // the first and the last stage's gradient sums of it added on both, so
+  // that their copies take the same update. Every rank calls it, after the
+  // step's micro-batches.
+  void sum_tied_gradients(CudaTrainingState& state);
+  // The parts of this rank's state that another rank counts in the
+  // gradient norm: the last stage's copy of a tied table.
+  std::vector<std::vector<int>> copied_parts() const;
+
   // Tensor `i` of the whole model, from the stage that holds it (every
   // rank of the pipeline calls this alike).
   void read_whole(CudaTrainingState& state, StatePart part, size_t i, std::span<float> out);
@@ -93,6 +102,8 @@ class CudaPipeline {
   // Hidden states and gradients received, by micro-batch, until their pass.
   std::map<int64_t, void*> inputs_, gradients_;
   std::vector<void*> free_, owned_;
+  bool tied_ = false;
+  void* tied_other_ = nullptr;  // the other stage's piece of a tied table's gradient
   // read_whole's staging.
   void* stage_buffer_ = nullptr;
   std::unique_ptr<PinnedBuffer> pinned_;

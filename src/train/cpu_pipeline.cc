@@ -114,6 +114,7 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
   tied_ = c.tie_word_embeddings && group_.size() > 1;
   hidden_out_.resize(static_cast<size_t>(batch * seq_ * hidden_));
   hidden_grad_.resize(hidden_out_.size());
+  walk_ = std::make_unique<PipelineWalk>(group_, hidden_out_.size(), DType::f32, space, comm);
 }
 
 CpuPipeline::~CpuPipeline() = default;
@@ -143,12 +144,12 @@ double CpuPipeline::sum_over_stages(double value) {
 }
 
 double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<const int32_t> targets,
-                        std::vector<float>& hidden_in, std::vector<float>& hidden_grad) {
+                        const float* hidden_in, const float* handed_back) {
   exec::CpuExecutor& e = *p.exec;
   if (p.m.tokens.valid()) e.bind(p.m.tokens, tokens);
   if (p.m.targets.valid()) e.bind(p.m.targets, targets);
-  if (p.m.hidden_in.valid()) e.bind(p.m.hidden_in, std::span<float>(hidden_in));
-  if (p.seed.valid()) e.bind(p.seed, std::span<float>(hidden_grad));
+  if (p.m.hidden_in.valid()) e.bind(p.m.hidden_in, std::span<const float>(hidden_in, hidden_out_.size()));
+  if (p.seed.valid()) e.bind(p.seed, std::span<const float>(handed_back, hidden_out_.size()));
   for (size_t i = 0; i < p.m.parameters.size(); ++i) {
     const auto own = static_cast<size_t>(own_index_[static_cast<size_t>(p.m.parameter_parts[i].front())]);
     e.bind(p.m.parameters[i], std::span<float>(weights_[own].data));
@@ -167,11 +168,6 @@ double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<c
   return p.m.loss.valid() ? e.read<float>(p.m.loss)[0] : 0.0;
 }
 
-// Every rank walks the same ticks: at each it runs its pass, if it has one
-// there, then sends what the pass made and receives what the other ranks'
-// passes of the tick made for it, all in one exchange. A rank that waits
-// at a tick waits only on ranks at that tick or behind it, so the ranks
-// never wait on each other in a circle.
 double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<const int32_t> inputs,
                                  std::span<const int32_t> targets, bool training) {
   const auto n = static_cast<size_t>(batch_ * seq_);
@@ -179,49 +175,19 @@ double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<con
   const size_t offset = ranks_.context ? n * static_cast<size_t>(ranks_.context->rank()) : 0;
   auto tokens = [&](int64_t mb) { return inputs.subspan(static_cast<size_t>(mb) * whole + offset, n); };
   auto labels = [&](int64_t mb) { return targets.subspan(static_cast<size_t>(mb) * whole + offset, n); };
-  std::vector<float> none;
-  std::vector<std::vector<float>> received;
-  double loss = 0;
-  for (size_t t = 0; t < timeline.ticks.size(); ++t) {
-    const auto& tick = timeline.ticks[t];
-    std::vector<PeerBuffer> sends, receives;
-    if (const auto& pass = tick[static_cast<size_t>(rank())]) {
-      const int stage = timeline.stage_of(rank(), *pass);
-      const int64_t mb = pass->micro_batch;
-      Chunk& chunk = chunks_[static_cast<size_t>(pass->chunk)];
-      const bool last_stage = stage + 1 == stage_count();
-      std::vector<float>& in = stage == 0 ? none : inputs_.at({stage, mb});
-      if (!pass->backward && (!training || !last_stage)) {
-        // The last stage's forward pass is its backward's to make: its loss
-        // needs no hidden state handed on.
-        loss += run(*chunk.forward, tokens(mb), labels(mb), in, none);
-      } else if (pass->backward) {
-        std::vector<float>& grad = last_stage ? none : handed_back_.at({stage, mb});
-        loss += run(*chunk.train, tokens(mb), labels(mb), in, grad);
-        if (stage > 0) inputs_.erase({stage, mb});
-        if (!last_stage) handed_back_.erase({stage, mb});
-      }
-      if (const auto to = timeline.receiver(stage, *pass)) {
-        std::vector<float>& made = pass->backward ? hidden_grad_ : hidden_out_;
-        sends.push_back({made.data(), made.size(), *to});
-      }
-      if (!training && stage > 0) inputs_.erase({stage, mb});
-    }
-    // What the other ranks' passes of this tick made for this rank.
-    const std::vector<PipelineTimeline::Arrival> arrivals = timeline.arrivals(t, rank());
-    received.assign(arrivals.size(), std::vector<float>(hidden_out_.size()));
-    for (size_t i = 0; i < arrivals.size(); ++i) {
-      receives.push_back({received[i].data(), received[i].size(), arrivals[i].from});
-    }
-    if (sends.empty() && receives.empty()) continue;
-    group_.exchange(sends, receives, DType::f32, comm_);
-    group_.wait(comm_);
-    for (size_t i = 0; i < arrivals.size(); ++i) {
-      const PipelineTimeline::Arrival& a = arrivals[i];
-      (a.gradient ? handed_back_ : inputs_)[{a.stage, a.micro_batch}] = std::move(received[i]);
-    }
-  }
-  return loss;
+  return walk_->walk(timeline, training,
+                     [&](const PipelinePass& pass, int, const void* input, const void* handed_back) {
+                       Chunk& chunk = chunks_[static_cast<size_t>(pass.chunk)];
+                       const int64_t mb = pass.micro_batch;
+                       const auto* in = static_cast<const float*>(input);
+                       if (!pass.backward) {
+                         return PipelineWalk::Made{run(*chunk.forward, tokens(mb), labels(mb), in, nullptr),
+                                                   hidden_out_.data()};
+                       }
+                       return PipelineWalk::Made{run(*chunk.train, tokens(mb), labels(mb), in,
+                                                     static_cast<const float*>(handed_back)),
+                                                 hidden_grad_.data()};
+                     });
 }
 
 double CpuPipeline::run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,

@@ -31,6 +31,7 @@
 #include "ops/collective_groups.h"
 #include "train/optimizer.h"
 #include "train/pipeline_schedule.h"
+#include "train/pipeline_walk.h"
 #include "train/state_part.h"
 
 namespace spillway::train {
@@ -81,12 +82,13 @@ class CpuPipeline {
   bool first() const { return rank() == 0; }                    // holds the embedding
   bool last() const { return rank() + 1 == group_.size(); }     // holds the loss
   // Runs `p` on one micro-batch's tokens and targets, the hidden state it
-  // reads and (training) the gradient of the one it hands on; returns the
-  // loss (the last stage) or 0.
-  double run(Program& p, std::span<const int32_t> tokens, std::span<const int32_t> targets,
-             std::vector<float>& hidden_in, std::vector<float>& hidden_grad);
-  // The passes of `timeline` that are this rank's, each followed by the
-  // tick's exchange of hidden states and gradients with the other stages;
+  // reads (stage > 0) and (training, short of the last stage) the gradient
+  // of the one it hands on; returns the loss (the last stage) or 0. Leaves
+  // the hidden state it hands on in hidden_out_ (forward) or its input's
+  // gradient in hidden_grad_ (training).
+  double run(Program& p, std::span<const int32_t> tokens, std::span<const int32_t> targets, const float* hidden_in,
+             const float* handed_back);
+  // The passes of `timeline` that are this rank's (train/pipeline_walk.h);
   // returns the sum of the losses of the last stage's passes.
   double run_timeline(const PipelineTimeline& timeline, std::span<const int32_t> inputs,
                       std::span<const int32_t> targets, bool training);
@@ -105,9 +107,7 @@ class CpuPipeline {
   std::vector<int> own_index_;             // by checkpoint tensor: its place in this rank's arrays, or -1
   std::vector<model::NamedTensor> weights_, grads_, m_, v_;  // this rank's tensors
   std::vector<float> hidden_out_, hidden_grad_;
-  // Hidden states received and kept until their backward pass, and
-  // gradients received, by (stage that reads them, micro-batch).
-  std::map<std::pair<int, int64_t>, std::vector<float>> inputs_, handed_back_;
+  std::unique_ptr<PipelineWalk> walk_;
   bool tied_ = false;           // the first and last stages each hold the tied table
   int64_t table_elements_ = 0;
 };

@@ -9,6 +9,7 @@
 #include "ops/add.h"
 #include "plan/machine_rates.h"
 #include "train/pipeline_schedule.h"
+#include "train/pipeline_walk.h"
 
 namespace spillway::train {
 
@@ -51,6 +52,7 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
   input_ = buffer(!first, "pipeline: the pass's input hidden state");
   input_grad_ = buffer(!first, "pipeline: the gradient of the pass's input");
   handed_back_ = buffer(!last, "pipeline: the gradient handed back");
+  walk_ = std::make_unique<PipelineWalk>(group, hidden_elements_, DType::bf16, mem, device_.stream(StreamKind::comm));
 }
 
 CudaPipeline::~CudaPipeline() {
@@ -117,72 +119,29 @@ void CudaPipeline::bind(exec::StepProgram& program, const LlamaStep& step, bool 
   }
 }
 
-void* CudaPipeline::claim(std::map<int64_t, void*>& slots, int64_t mb) {
-  void* p = nullptr;
-  if (free_.empty()) {
-    p = device_.device_memory().allocate(hidden_elements_ * sizeof(bf16), "pipeline: a hidden state in flight");
-    owned_.push_back(p);
-  } else {
-    p = free_.back();
-    free_.pop_back();
-  }
-  SPW_CHECK(slots.emplace(mb, p).second, "pipeline", "micro-batch ", mb, " received twice");
-  return p;
-}
-
-void CudaPipeline::release(std::map<int64_t, void*>& slots, int64_t mb) {
-  const auto it = slots.find(mb);
-  SPW_CHECK(it != slots.end(), "pipeline", "micro-batch ", mb, " was never received");
-  free_.push_back(it->second);
-  slots.erase(it);
-}
-
 double CudaPipeline::run(int64_t micro_batches, bool training, const Passes& passes) {
-  const PipelineTimeline timeline = pipeline_timeline(stages(), 1, micro_batches, training);
-  const int rank = group_.rank();
   const uint64_t bytes = hidden_elements_ * sizeof(bf16);
   Stream& compute = device_.stream(StreamKind::compute);
-  Stream& comm = device_.stream(StreamKind::comm);
   int64_t trained = 0;
-  double loss = 0;
-  for (size_t t = 0; t < timeline.ticks.size(); ++t) {
-    std::vector<PeerBuffer> sends, receives;
-    if (const auto& pass = timeline.ticks[t][static_cast<size_t>(rank)]) {
-      const int stage = timeline.stage_of(rank, *pass);
-      const int64_t mb = pass->micro_batch;
-      const bool last_stage = stage + 1 == stages();
-      if (stage > 0) device_.copy_async(input_, inputs_.at(mb), bytes, compute);
-      void* made = nullptr;
-      if (!pass->backward && (!training || !last_stage)) {
-        // The last stage's forward pass is its backward's to make: its loss
-        // needs no hidden state handed on.
-        loss += passes.forward(mb);
-        if (!last_stage) made = const_cast<void*>(forward_->data(hidden_out_));
-        if (!training && stage > 0) release(inputs_, mb);
-      } else if (pass->backward) {
-        if (!last_stage) {
-          device_.copy_async(handed_back_, gradients_.at(mb), bytes, compute);
-          release(gradients_, mb);
-        }
-        // The input's gradient is an accumulated output: this pass's alone.
-        if (stage > 0) device_.zero_async(input_grad_, bytes, compute);
-        loss += passes.train(mb, trained == 0, trained + 1 == micro_batches);
-        ++trained;
-        made = input_grad_;
-        if (stage > 0) release(inputs_, mb);
-      }
-      // Each pass has finished (a pass returns once its work has run).
-      if (const auto to = timeline.receiver(stage, *pass)) sends.push_back({made, hidden_elements_, *to});
-    }
-    const std::vector<PipelineTimeline::Arrival> arrivals = timeline.arrivals(t, rank);
-    for (const PipelineTimeline::Arrival& a : arrivals) {
-      receives.push_back({claim(a.gradient ? gradients_ : inputs_, a.micro_batch), hidden_elements_, a.from});
-    }
-    if (sends.empty() && receives.empty()) continue;
-    group_.exchange(sends, receives, DType::bf16, comm);
-    group_.wait(comm);
-  }
-  return loss;
+  return walk_->walk(pipeline_timeline(stages(), 1, micro_batches, training), training,
+                     [&](const PipelinePass& pass, int stage, const void* input, const void* handed_back) {
+                       const int64_t mb = pass.micro_batch;
+                       // The step programs read their hand-overs from the buffers bound into them.
+                       if (input) device_.copy_async(input_, input, bytes, compute);
+                       PipelineWalk::Made made;
+                       if (!pass.backward) {
+                         made.loss = passes.forward(mb);
+                         if (stage + 1 < stages()) made.hand_on = forward_->data(hidden_out_);
+                         return made;
+                       }
+                       if (handed_back) device_.copy_async(handed_back_, handed_back, bytes, compute);
+                       // The input's gradient is an accumulated output: this pass's alone.
+                       if (stage > 0) device_.zero_async(input_grad_, bytes, compute);
+                       made.loss = passes.train(mb, trained == 0, trained + 1 == micro_batches);
+                       ++trained;
+                       made.hand_on = input_grad_;
+                       return made;
+                     });
 }
 
 void CudaPipeline::read_whole(CudaTrainingState& state, StatePart part, size_t i, std::span<float> out) {

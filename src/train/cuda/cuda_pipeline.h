@@ -27,6 +27,7 @@
 #include "model/llama_weights.h"
 #include "train/cuda/training_state.h"
 #include "train/optimizer.h"
+#include "train/pipeline_walk.h"
 #include "train/state_part.h"
 #include "train/step_plan.h"
 
@@ -83,8 +84,6 @@ class CudaPipeline {
   void read_whole(CudaTrainingState& state, StatePart part, size_t i, std::span<float> out);
 
  private:
-  void* claim(std::map<int64_t, void*>& slots, int64_t mb);
-  void release(std::map<int64_t, void*>& slots, int64_t mb);
 
   Communicator& group_;
   Device& device_;
@@ -99,9 +98,8 @@ class CudaPipeline {
   // The forward step, whose output hidden state is sent from where it lies.
   exec::StepProgram* forward_ = nullptr;
   graph::Value hidden_out_;
-  // Hidden states and gradients received, by micro-batch, until their pass.
-  std::map<int64_t, void*> inputs_, gradients_;
-  std::vector<void*> free_, owned_;
+  std::vector<void*> owned_;
+  std::unique_ptr<PipelineWalk> walk_;  // the ticks, and what waits for its pass
   bool tied_ = false;
   void* tied_other_ = nullptr;  // the other stage's piece of a tied table's gradient
   // read_whole's staging.

@@ -62,21 +62,6 @@ CudaStepOptions step_options(const EngineOptions& o) {
           .cuda_graph = o.kernels.cuda_graph};
 }
 
-// A micro-batch of this many tokens and targets is all the device buffers
-// hold; a kernel cannot throw, so ids outside the vocabulary are refused
-// here, naming the first (negative targets are ignored positions).
-void check_token_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
-                     size_t batch_tokens) {
-  SPW_CHECK(inputs.size() == batch_tokens && targets.size() == batch_tokens, "tokens", "got ", inputs.size(),
-            " tokens and ", targets.size(), " targets for a batch of ", batch_tokens);
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
-              " is outside the vocabulary of ", vocab);
-    SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
-              " is outside the vocabulary of ", vocab);
-  }
-}
-
 class CudaEngine final : public Engine {
  public:
   CudaEngine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& o)
@@ -259,7 +244,7 @@ class CudaEngine final : public Engine {
 
   double eval_loss(std::span<const int32_t> inputs, std::span<const int32_t> targets) override {
     SPW_CHECK(eval_ != nullptr, "GPU engine", "an evaluation after finish()");
-    check_token_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
+    check_step_ids(inputs, targets, weights_.config().vocab_size, static_cast<size_t>(options_.batch * options_.seq));
     double loss = 0;
     if (pp_) {
       loss = pp_->run(1, false, {.forward = [&](int64_t) { return eval_->run(inputs, targets, true); }, .train = {}});
@@ -373,6 +358,10 @@ class CudaEngine final : public Engine {
               "instruction data and packed rows are not supported with pipeline parallelism on the GPU yet");
     pp_ = std::make_unique<CudaPipeline>(weights_, optimizer_, *options_.pipeline_parallel, options_.batch,
                                          options_.seq, *device_);
+    SPW_CHECK(!pp_->tied() || options_.shard == StateSharding::automatic || options_.shard == StateSharding::none ||
+                  options_.shard == StateSharding::optimizer,
+              "--shard " + std::string(enum_name(options_.shard)), "a tied table's gradient sums are added over the ",
+              "stages whole: with --pp, a tied model shards as far as the optimizer's state (--shard optimizer)");
   }
   // The micro-batches one after another: their mean loss.
   double run_micro_batches(std::span<const int32_t> inputs, std::span<const int32_t> targets,
@@ -380,7 +369,7 @@ class CudaEngine final : public Engine {
     double loss = 0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
       const auto x = own_chunk(inputs.subspan(micro * n, n)), y = own_chunk(targets.subspan(micro * n, n));
-      check_token_ids(x, y, weights_.config().vocab_size, x.size());
+      check_step_ids(x, y, weights_.config().vocab_size, x.size());
       const PackedDocuments docs = documents.subspan(micro * n, n);
       // The kernels rely on contiguous documents and cannot throw.
       if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
@@ -406,7 +395,7 @@ class CudaEngine final : public Engine {
           return train_->run(ids(inputs, mb), ids(targets, mb), first, last);
         }};
     for (int64_t mb = 0; mb < micro_batches; ++mb) {
-      check_token_ids(ids(inputs, mb), ids(targets, mb), weights_.config().vocab_size, n);
+      check_step_ids(ids(inputs, mb), ids(targets, mb), weights_.config().vocab_size, n);
     }
     return pp_->run(micro_batches, true, passes) / static_cast<double>(micro_batches);
   }
@@ -459,8 +448,11 @@ class CudaEngine final : public Engine {
   void plan_sharding() {
     const int ranks = replica_count();
     planned_ = plan_data_parallel_step(plan_request(), options_.shard);
-    // --shard auto keeps a tensor-parallel rank's state at ZeRO-1 at most.
-    if (tp_ && planned_.state.shard_gradients) planned_ = plan_data_parallel_step(plan_request(), StateSharding::optimizer);
+    // --shard auto keeps a tensor-parallel rank's state, and a pipeline's
+    // with a tied table, at ZeRO-1 at most.
+    if ((tp_ || (pp_ && pp_->tied())) && planned_.state.shard_gradients) {
+      planned_ = plan_data_parallel_step(plan_request(), StateSharding::optimizer);
+    }
     sharded_ = planned_.state.state_shards > 1;
     if (ranks == 1) return;
     // The ranks agree when their levels' sum squared is N times the sum of

@@ -78,6 +78,7 @@ class CudaPipeline {
   // The parts of this rank's state that another rank counts in the
   // gradient norm: the last stage's copy of a tied table.
   std::vector<std::vector<int>> copied_parts() const;
+  bool tied() const { return tied_; }
 
   // Tensor `i` of the whole model, from the stage that holds it (every
   // rank of the pipeline calls this alike).

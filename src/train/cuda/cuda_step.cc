@@ -9,6 +9,18 @@
 
 namespace spillway::train {
 
+void check_step_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
+                    size_t batch_tokens) {
+  SPW_CHECK(inputs.size() == batch_tokens && targets.size() == batch_tokens, "tokens", "got ", inputs.size(),
+            " tokens and ", targets.size(), " targets for a batch of ", batch_tokens);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    SPW_CHECK(inputs[i] >= 0 && inputs[i] < vocab, "tokens", "id ", inputs[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+    SPW_CHECK(targets[i] < vocab, "targets", "id ", targets[i], " at position ", i,
+              " is outside the vocabulary of ", vocab);
+  }
+}
+
 CudaStep::CudaStep(const graph::Graph& graph, const StepIo& io, Device& device, const CudaStepOptions& options)
     : graph_(graph), io_(io), device_(device), options_(options) {
   stream_ = as_cuda_stream(device_.stream(StreamKind::compute)).handle();

@@ -52,6 +52,12 @@ struct CudaStepOptions {
   const ops::CollectiveGroups* collectives = nullptr;
 };
 
+// A micro-batch of this many tokens and targets is all the device buffers
+// hold; a kernel cannot throw, so ids outside the vocabulary are refused
+// here, naming the first (negative targets are ignored positions).
+void check_step_ids(std::span<const int32_t> inputs, std::span<const int32_t> targets, int64_t vocab,
+                    size_t batch_tokens);
+
 class CudaStep {
  public:
   // Sizes and takes the runner's workspaces from the device's memory now,

@@ -103,7 +103,7 @@ bench() {
   local name=$1 n=$2 shard=$3; shift 3
   local par=""; [ "$n" = 1 ] || par="--nproc-per-node $n --shard $shard"
   $B bench "$@" $par --json $runs/$name.json > "$OUT/$name.log" 2>&1 || { tail -5 "$OUT/$name.log"; return 0; }
-  grep -E "^bench:|median|planned" "$OUT/$name.log"
+  grep -E "^bench:|^start-up|median|planned" "$OUT/$name.log"
   $PY - $runs/$name.json "$name" "$OUT/results.jsonl" <<'PY'
 import json, sys
 r = json.loads(open(sys.argv[1]).read().splitlines()[-1])

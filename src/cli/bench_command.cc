@@ -56,7 +56,13 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   SPW_CHECK(s.grad_accum % size == 0, "--grad-accum", s.grad_accum, " micro-batches do not split evenly over ", size,
             " data-parallel ranks");
   const int64_t micro_batches = s.grad_accum / size;
+  // Start-up, timed: on a lent machine it is a real share of the lease.
+  const auto started = std::chrono::steady_clock::now();
+  auto seconds_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
   model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
+  const double init_s = seconds_since(started);
   // No moments: the engine starts its own at zero.
   train::AdamW optimizer;
   const train::EngineOptions eo{.batch = s.batch,
@@ -74,7 +80,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                                 .replicas = ranks.data_parallel.replicas,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host};
+  const auto engine_started = std::chrono::steady_clock::now();
   auto engine = train::make_engine(weights, optimizer, eo);
+  const double engine_s = seconds_since(engine_started);
 
   const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);  // over all ranks
   const size_t mine = n / static_cast<size_t>(size);
@@ -94,6 +102,8 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                 c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
                 static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum),
                 n, engine->description().c_str(), ranks_note.c_str());
+    std::printf("start-up: %.1f s of random weights, %.1f s making the engine (plan, state, runners)\n", init_s,
+                engine_s);
   }
   const bool gpu = engine->on_gpu();
   // The lead rank's GPU, sampled over the timed steps only.
@@ -179,7 +189,8 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                         {"fused_projections", engine->fused_projections()},
                         {"matmul_candidates", c.kernels.matmul_candidates},
                         {"own_gemm", c.kernels.own_gemm},
-                        {"final_loss", loss}};
+                        {"final_loss", loss},
+                        {"startup_s", {{"weights", init_s}, {"engine", engine_s}}}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     if (power_summary.samples > 0) {
       j["power"] = {{"samples", power_summary.samples},

@@ -14,9 +14,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "device/communicator.h"
@@ -35,8 +35,7 @@ namespace spillway::train {
 
 class CudaPipeline {
  public:
-  // `group`: the ranks holding the stages, in order. Error naming --pp
-  // where the GPU engine cannot run this model's pipeline yet.
+  // `group`: the ranks holding the stages, in order.
   CudaPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group, int64_t batch,
                int64_t seq, Device& device);
   ~CudaPipeline();

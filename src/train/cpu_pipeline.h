@@ -16,11 +16,9 @@
 // taking its chunk of every sequence through the same stages.
 #pragma once
 
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "device/communicator.h"

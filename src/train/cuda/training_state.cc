@@ -103,7 +103,10 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
     largest_ = std::max(largest_, numel.back());
   }
 
+  // A tensor the graph does not train here (another pipeline stage's, held
+  // empty) has no gradient sum anywhere: nothing of it lies at home.
   std::vector<bool> grad_on_device(named.size(), false);
+  for (size_t i = 0; i < named.size(); ++i) grad_on_device[i] = numel[i] == 0;
   for (size_t j = 0; j < parts.size(); ++j) {
     const bool decay = tensors_[static_cast<size_t>(parts[j].front())].decay;
     for (int t : parts[j]) {

@@ -67,6 +67,10 @@ LlamaWeights LlamaWeights::only(const std::vector<bool>& keep) const {
   return w;
 }
 
+void LlamaWeights::release_values() {
+  for (NamedTensor& t : tensors_) std::vector<float>().swap(t.data);
+}
+
 LlamaWeights LlamaWeights::random(const LlamaConfig& config, uint64_t seed, double std) {
   LlamaWeights w = zeros(config);
   // Each tensor draws from its own stream, so threads may take them in any order.

@@ -38,6 +38,9 @@ class LlamaWeights {
   // The same tensors, those not kept empty (no values, shape {0}): a
   // pipeline stage's share of the model, indexed as the whole is.
   LlamaWeights only(const std::vector<bool>& keep) const;
+  // Gives the values' memory back, keeping names and shapes, for a holder
+  // whose values now live elsewhere (an engine's state).
+  void release_values();
 
   const LlamaConfig& config() const { return config_; }
   std::vector<NamedTensor>& tensors() { return tensors_; }

@@ -49,12 +49,6 @@ namespace spillway::train {
 
 namespace {
 
-std::string gpu_name(int ordinal) {
-  cudaDeviceProp prop{};
-  SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal));
-  return prop.name;
-}
-
 CudaStepOptions step_options(const EngineOptions& o) {
   return {.deterministic = o.kernels.deterministic,
           .matmul_candidates = o.kernels.matmul_candidates,
@@ -73,7 +67,7 @@ class CudaEngine final : public Engine {
     // The kernels of every op run on the current device: this rank's GPU.
     SPW_CUDA(cudaSetDevice(gpu));
     device_ = make_cuda_device(gpu, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
-    gpu_ = gpu_name(gpu);
+    gpu_ = cuda_device_name(gpu);
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
     io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
@@ -99,6 +93,13 @@ class CudaEngine final : public Engine {
     if (o.tensor_parallel) start_tensor_parallel();
     if (o.context_parallel) start_context_parallel();
     if (o.pipeline_parallel) start_pipeline();
+    // A rank's part is a copy: the caller's whole masters and moments would
+    // be a second state in host memory (LLaMA-3-8B's masters: 32 GB a
+    // rank). sync_to_host refills them.
+    if (tp_ || pp_) {
+      weights_.release_values();
+      optimizer_.m = optimizer_.v = model::LlamaWeights();
+    }
     plan_sharding();
     take_own_chunk_step();
     const plan::TrainingPlan& p = planned_.plan;
@@ -189,10 +190,7 @@ class CudaEngine final : public Engine {
     StepStats stats;
     norm_->start_step();
     const int ranks = replica_count();
-    double token_weight = 0;
-    if (options_.weighted_loss) {
-      token_weight = step_token_weight(*this, targets, micro_batches, ranks);
-    }
+    const double token_weight = options_.weighted_loss ? step_token_weight(*this, targets, micro_batches, ranks) : 0;
     stats.loss = pp_ ? run_pipeline(inputs, targets, n, micro_batches)
                      : run_micro_batches(inputs, targets, documents, n, micro_batches, token_weight);
     // Overlapped (or through the rings), the micro-batches summed them over
@@ -265,7 +263,10 @@ class CudaEngine final : public Engine {
       for (StatePart part : {StatePart::master, StatePart::m, StatePart::v}) {
         model::LlamaWeights& to = part == StatePart::master ? weights_ : part == StatePart::m ? optimizer_.m : optimizer_.v;
         if (to.tensors().empty()) to = model::LlamaWeights::zeros(weights_.config());
-        for (size_t i = 0; i < to.tensors().size(); ++i) read_state(part, i, to.tensors()[i].data);
+        for (model::NamedTensor& t : to.tensors()) {
+          t.data.resize(static_cast<size_t>(t.shape.numel()));
+          read_state(part, static_cast<size_t>(&t - to.tensors().data()), t.data);
+        }
       }
     } else {
       state_->sync_to_host();
@@ -520,11 +521,13 @@ class CudaEngine final : public Engine {
     r.host_budget = options_.memory.host_mem
                         ? options_.memory.host_mem / ranks
                         : held + static_cast<uint64_t>(0.9 * static_cast<double>(available_host_bytes())) / ranks;
-    // The caller's arrays the plan counts itself (adamw_state_spec); the
-    // rest of what is held is the runtime's.
-    r.caller_moments = !optimizer_.m.tensors().empty();
-    const uint64_t arrays = static_cast<uint64_t>(model::parameter_count(weights_.config())) *
-                            (sizeof(float) + (r.caller_moments ? adamw_moment_bytes(false) : 0));
+    // The arrays the plan counts itself (adamw_state_spec: the caller's, or
+    // a tp/pp rank's part of them); the rest of what is held is the runtime's.
+    r.caller_moments = !state_optimizer().m.tensors().empty();
+    uint64_t arrays = 0;
+    for (const model::NamedTensor& t : state_weights().tensors()) {
+      arrays += t.data.size() * (sizeof(float) + (r.caller_moments ? adamw_moment_bytes(false) : 0));
+    }
     r.host_reserved = held > arrays ? held - arrays : 0;
     r.rates = plan::rates_for_gpu(gpu_);
     r.data_parallel = replica_count();

@@ -214,7 +214,7 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   }
   // The state lives here now: the caller's copies would be a second one (for
   // LLaMA-3-8B, 32 GB of masters and 64 GB of moments in host memory).
-  for (model::NamedTensor& w : weights_.tensors()) std::vector<float>().swap(w.data);
+  weights_.release_values();
   for (Tensor& t : tensors_) t.master = nullptr;
   if (!moments_are_callers) {
     optimizer_.m = model::LlamaWeights();

@@ -104,9 +104,11 @@ int print_plan(const train::RunConfig& run, const train::RunPlan& planned, const
   if (run.parallel.degrees_given && a.gpus > 1 && !a.largest && planned.pp == 1 && planned.cp == 1) {
     print_tensor_parallel_layouts(run, a);
   }
-  std::printf("layout: %s; q|k|v and gate|up %s%s\n", p.layout().c_str(),
+  const std::string head = train::head_summary(*chosen.step);
+  std::printf("layout: %s; q|k|v and gate|up %s%s%s\n", p.layout().c_str(),
               chosen.step->fused_projections ? "stacked" : "separate",
-              recompute.empty() ? "" : ("; recomputation: " + recompute).c_str());
+              recompute.empty() ? "" : ("; recomputation: " + recompute).c_str(),
+              head.empty() ? "" : ("; " + head).c_str());
   std::printf("step graph: %zu nodes, %zu values; minimum device budget beside the resident state %s\n",
               g.nodes().size(), g.values().size(),
               format_bytes(planned.minimum_device_budget).c_str());

@@ -89,6 +89,8 @@ struct NodeAttrs {
   // cross_entropy with Fused::loss_gradient: the loss's gradient, the
   // constant its seed fill held.
   double dloss = 0;
+  // linear_cross_entropy: the rows the logits are made of at a time.
+  int64_t chunk_rows = 0;
   int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
   int64_t pos0 = 0;                       // rope: position of the first token
   // rope: only the first rotated_heads of `heads` are rotated, the rest

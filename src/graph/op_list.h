@@ -19,6 +19,8 @@ SPW_OP(swiglu_backward)
 SPW_OP(add)
 SPW_OP(cross_entropy)
 SPW_OP(cross_entropy_backward)
+// lm_head, the loss and their backward over chunks of rows (ops/linear_cross_entropy.h)
+SPW_OP(linear_cross_entropy)
 SPW_OP(cast)
 // Collectives among the ranks of a group (ops/collective_op.h), placed by the
 // tensor-parallel pass (graph/tensor_parallel.h).

@@ -1,5 +1,6 @@
 #include "graph/step_recipe.h"
 
+#include "graph/fuse_linear_loss.h"
 #include "graph/fuse_matmul_rope.h"
 #include "graph/fuse_matmul_swiglu.h"
 #include "graph/fuse_step.h"
@@ -13,6 +14,7 @@ StepGraph fused_step(const Graph& g, Gradients grads, const StepRecipe& recipe) 
   StepGraph step;
   step.grads = std::move(grads);
   step.graph = fuse_step(g);
+  if (recipe.loss_chunk_rows > 0) step.graph = fuse_linear_loss(step.graph, recipe.loss_chunk_rows).graph;
   if (!recipe.recomputed_kinds.empty()) {
     step.graph = recompute(step.graph, keep_rule(recipe.recomputed_kinds)).graph;
   } else if (recipe.recompute != RecomputePolicy::none) {

@@ -13,6 +13,7 @@
 // step program.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct StepRecipe {
   // The loss's own gradient (graph::append_backward's seed): 1, or a rank's
   // share of a loss every rank of a tensor-parallel group computes alike.
   double seed = 1.0;
+  // Rows of logits made at a time by the head (graph/fuse_linear_loss.h);
+  // 0: all of them at once.
+  int64_t loss_chunk_rows = 0;
 };
 
 struct StepGraph {

@@ -1,5 +1,6 @@
 #include "model/llama_sharding.h"
 
+#include <functional>
 #include <string_view>
 
 namespace spillway::model {
@@ -53,20 +54,38 @@ graph::RankGraph shard_llama(const graph::Graph& forward, LlamaGraph& m, const L
   return r;
 }
 
-LlamaWeights llama_pieces(const LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks) {
+namespace {
+
+// `cut(i)` is told when tensor i's piece is made.
+LlamaWeights pieces_of(const LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks,
+                       const std::function<void(size_t)>& cut) {
   const std::vector<graph::ParameterSplit> splits = llama_tensor_splits(config);
-  LlamaWeights out = LlamaWeights::zeros(config);
+  // Filled piece by piece: the whole model's zeros made first would be a
+  // second model's worth of host memory at start-up.
+  LlamaWeights out = LlamaWeights::without_values(config);
   for (size_t i = 0; i < out.tensors().size(); ++i) {
     NamedTensor& t = out.tensors()[i];
     const Shape whole_shape = t.shape;
     t.shape = graph::piece_shape(whole_shape, splits[i], rank, ranks);
     if (whole.tensors().empty()) {
       t.data.assign(static_cast<size_t>(t.shape.numel()), 0.0f);
-    } else {
-      t.data = graph::piece_of<float>(whole.tensors().at(i).data, whole_shape, splits[i], rank, ranks);
+      continue;
     }
+    t.data = graph::piece_of<float>(whole.tensors().at(i).data, whole_shape, splits[i], rank, ranks);
+    cut(i);
   }
   return out;
+}
+
+}  // namespace
+
+LlamaWeights llama_pieces(const LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks) {
+  return pieces_of(whole, config, rank, ranks, [](size_t) {});
+}
+
+LlamaWeights take_llama_pieces(LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks) {
+  return pieces_of(whole, config, rank, ranks,
+                   [&whole](size_t i) { std::vector<float>().swap(whole.tensors()[i].data); });
 }
 
 }  // namespace spillway::model

@@ -28,5 +28,8 @@ graph::RankGraph shard_llama(const graph::Graph& forward, LlamaGraph& m, const L
 // as the whole ones; zeros of the pieces' shapes where `whole` holds no
 // tensors (a fresh run's moments).
 LlamaWeights llama_pieces(const LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks);
+// The same, letting go of each whole tensor once its piece is cut, so that
+// a rank holds one copy of the model at a time, not two.
+LlamaWeights take_llama_pieces(LlamaWeights& whole, const LlamaConfig& config, int rank, int ranks);
 
 }  // namespace spillway::model

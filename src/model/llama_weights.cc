@@ -22,6 +22,13 @@ std::vector<ParameterSpec> parameter_specs(const LlamaConfig& config) {
   return specs;
 }
 
+LlamaWeights LlamaWeights::without_values(const LlamaConfig& config) {
+  LlamaWeights w;
+  w.config_ = config;
+  for (const ParameterSpec& spec : parameter_specs(config)) w.tensors_.push_back({spec.name, spec.shape, {}});
+  return w;
+}
+
 LlamaWeights LlamaWeights::zeros(const LlamaConfig& config) {
   LlamaWeights w;
   w.config_ = config;
@@ -63,6 +70,19 @@ LlamaWeights LlamaWeights::only(const std::vector<bool>& keep) const {
   w.config_ = config_;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     w.tensors_.push_back(keep[i] ? tensors_[i] : NamedTensor{tensors_[i].name, Shape{0}, {}});
+  }
+  return w;
+}
+
+LlamaWeights LlamaWeights::take_only(const std::vector<bool>& keep) {
+  SPW_CHECK(keep.size() == tensors_.size(), "model weights", keep.size(), " choices for ", tensors_.size(),
+            " tensors");
+  LlamaWeights w;
+  w.config_ = config_;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    NamedTensor& t = tensors_[i];
+    w.tensors_.push_back(keep[i] ? NamedTensor{t.name, t.shape, std::move(t.data)} : NamedTensor{t.name, Shape{0}, {}});
+    std::vector<float>().swap(t.data);
   }
   return w;
 }

@@ -35,9 +35,15 @@ class LlamaWeights {
   static LlamaWeights random(const LlamaConfig& config, uint64_t seed, double std = 0.02);
   // Zeros of the same layout (gradient accumulators, optimizer moments).
   static LlamaWeights zeros(const LlamaConfig& config);
+  // Names and shapes alone, no values (as release_values leaves them): for
+  // a holder that fills its tensors one at a time.
+  static LlamaWeights without_values(const LlamaConfig& config);
   // The same tensors, those not kept empty (no values, shape {0}): a
   // pipeline stage's share of the model, indexed as the whole is.
   LlamaWeights only(const std::vector<bool>& keep) const;
+  // The same, the kept values moved out and the rest let go of: this holder
+  // is left with names and shapes alone.
+  LlamaWeights take_only(const std::vector<bool>& keep);
   // Gives the values' memory back, keeping names and shapes, for a holder
   // whose values now live elsewhere (an engine's state).
   void release_values();

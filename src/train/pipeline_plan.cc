@@ -84,7 +84,9 @@ PlannedPipeline plan_pipeline_step(StepPlanRequest r, StateSharding shard, int s
       Stage st{.plan = plan_data_parallel_step(s, shard)};
       const plan::TrainingPlan& q = st.plan.plan;
       st.bytes = q.resident_bytes + q.placement.device_peak + s.device_reserved(*st.plan.step);
-      st.forward = forward_seconds(s, *st.plan.step);
+      // The last stage runs no forward pass ahead: its training step makes
+      // the loss from the kept input (train/pipeline_walk.h).
+      st.forward = k == total - 1 ? 0 : forward_seconds(s, *st.plan.step);
       st.slot = st.forward + q.micro.step_seconds;
       p.hidden_bytes = std::max(p.hidden_bytes, hidden_bytes(*st.plan.step));
       it = planned.emplace(key, std::move(st)).first;

@@ -197,6 +197,10 @@ struct KernelConfig {
   // does not change the bits (ops/matmul_cuda.h); at the power cap it did
   // not pay (docs/performance.md).
   int matmul_candidates = 1;
+  // Rows of logits the head makes at a time (graph/fuse_linear_loss.h):
+  // -1 lets the plan choose (train/step_plan.h's head_chunk_rows), 0 keeps
+  // them whole.
+  int64_t loss_chunk_rows = -1;
 };
 
 // Degrees of data, tensor, pipeline and context parallelism (DESIGN.md's

@@ -190,6 +190,10 @@ const Field kFields[] = {
     {.key = "kernels.matmul_candidates", .flag = "--matmul-candidates",
      .help = "GPU: cuBLASLt candidates timed per matmul shape on first use (1: the heuristic's first)",
      .commands = kSteps, .ref = at<&R::kernels, &KernelConfig::matmul_candidates>, .min = 1},
+    {.key = "kernels.loss_chunk_rows", .flag = "--loss-chunk-rows",
+     .help = "GPU: rows of logits the model's head makes at a time (-1: the plan chooses, chunking where the "
+             "logits would crowd the device; 0: all at once)",
+     .commands = kAll, .ref = at<&R::kernels, &KernelConfig::loss_chunk_rows>, .min = -1},
     // parallel
     {.key = "parallel.dp", .flag = "--dp",
      .help = "data-parallel degree (0: every rank the other degrees leave); each rank trains on its share of an "

@@ -139,6 +139,7 @@ StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std:
   req.offload = m.offload;
   const ProjectionMode projections = run.kernels.projections;
   if (projections != ProjectionMode::automatic) req.fused_projections = projections == ProjectionMode::fused;
+  if (run.kernels.loss_chunk_rows >= 0) req.loss_chunk_rows = run.kernels.loss_chunk_rows;
   req.recompute = recompute_policy(m.recompute);
   req.cache = a.cache;
   return req;

@@ -146,7 +146,25 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
   s->fused_projections = fused_projections;
   s->recompute = recipe.recompute;
   s->recomputed_kinds = recipe.recomputed_kinds;
+  s->loss_chunk_rows = recipe.loss_chunk_rows;
   return s;
+}
+
+int64_t head_chunk_rows(const StepPlanRequest& r) {
+  if (r.loss_chunk_rows) return *r.loss_chunk_rows;
+  if (r.tensor_parallel.ranks > 1) return 0;
+  const auto logit_bytes = static_cast<double>(r.config.vocab_size) * 2;  // a row's, in bf16
+  const auto budget = static_cast<double>(r.device_budget);
+  const int64_t rows = r.batch * r.seq;
+  if (static_cast<double>(rows) * logit_bytes * 16 <= budget) return 0;
+  int64_t chunk = 8192;
+  while (chunk > 1024 && static_cast<double>(chunk) * logit_bytes * 64 > budget) chunk /= 2;
+  return chunk < rows ? chunk : 0;
+}
+
+std::string head_summary(const LlamaStep& step) {
+  if (step.loss_chunk_rows == 0) return "";
+  return "the logits " + std::to_string(step.loss_chunk_rows) + " rows at a time";
 }
 
 std::string recompute_summary(const LlamaStep& step) {
@@ -183,7 +201,10 @@ model::LlamaStepCosts LlamaStepCache::costs(const std::string& key,
   return costs_.emplace(key, std::move(computed)).first->second;
 }
 
-std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused, const graph::StepRecipe& recipe) {
+std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused,
+                                               const graph::StepRecipe& asked) {
+  graph::StepRecipe recipe = asked;
+  recipe.loss_chunk_rows = head_chunk_rows(r);
   auto build = [&] {
     return build_llama_step(r.config, r.batch, r.seq, fused, recipe, DType::bf16, r.weighted_loss, r.documents,
                             r.tensor_parallel, r.stage, r.context);
@@ -197,7 +218,8 @@ std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fu
                     static_cast<int64_t>(r.weighted_loss), static_cast<int64_t>(r.documents),
                     static_cast<int64_t>(r.tensor_parallel.ranks), static_cast<int64_t>(r.tensor_parallel.rank),
                     static_cast<int64_t>(r.tensor_parallel.sequence_parallel), r.stage.first_layer,
-                    r.stage.last_layer, static_cast<int64_t>(r.context.rank), static_cast<int64_t>(r.context.ranks)}) {
+                    r.stage.last_layer, static_cast<int64_t>(r.context.rank), static_cast<int64_t>(r.context.ranks),
+                    recipe.loss_chunk_rows}) {
     key += std::to_string(v) + ",";
   }
   for (const std::string& kind : recipe.recomputed_kinds) key += kind + ";";

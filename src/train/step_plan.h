@@ -37,6 +37,7 @@ struct LlamaStep {
   // handed back by the next stage (an input); else invalid.
   graph::Value hidden_out_grad;
   std::vector<std::string> recomputed_kinds;  // where the plan chose kinds (graph::StepRecipe)
+  int64_t loss_chunk_rows = 0;                // graph::StepRecipe's
 };
 
 // What a step remakes in its backward pass, for a plan's description: ""
@@ -119,6 +120,9 @@ struct StepPlanRequest {
   // (ZeRO-2), and the weights too (ZeRO-3).
   bool shard_gradients = false, shard_weights = false;
   uint64_t device_budget = 0, host_budget = 0;
+  // Rows of logits the head makes at a time (graph::StepRecipe); unset:
+  // head_chunk_rows's choice.
+  std::optional<int64_t> loss_chunk_rows;
   // Of host_budget (the process's), what the process holds beside the
   // state and the step's values (plan::TrainingPlanRequest::host_reserved).
   uint64_t host_reserved = 0;
@@ -131,8 +135,16 @@ struct StepPlanRequest {
   std::shared_ptr<LlamaStepCache> cache;
 };
 
-// The rank's step graph of `r` with these projections and recipe: from
-// r.cache where it has it.
+// The head in chunks where one micro-batch's whole logits would take more
+// than a sixteenth of the device budget: chunks of 1,024 to 8,192 rows whose
+// logits take at most a sixty-fourth of it. 0 (whole) otherwise, and for a
+// tensor-parallel rank (whose head is split by vocabulary).
+int64_t head_chunk_rows(const StepPlanRequest& r);
+// "the logits 4,096 rows at a time" or "", for descriptions.
+std::string head_summary(const LlamaStep& step);
+
+// The rank's step graph of `r` with these projections and recipe, the head
+// chunked as r says: from r.cache where it has it.
 std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused_projections,
                                                const graph::StepRecipe& recipe);
 

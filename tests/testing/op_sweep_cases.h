@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "graph/fuse_embedding_add.h"
+#include "graph/fuse_linear_loss.h"
 #include "graph/fuse_loss_gradient.h"
 #include "graph/fuse_matmul_add.h"
 #include "graph/fuse_matmul_rope.h"
@@ -80,6 +81,32 @@ inline Outputs weighted_softmax_loss(SweepInputs& in) {
   const Value targets = in.ids("targets", Shape{2, 5}, 7, true);
   const Value weights = in.weights("weights", Shape{2, 5}, 0, 0.5);
   return {ops::cross_entropy_weighted(in.b, logits, targets, weights), made(in, 1), logits, targets, weights};
+}
+
+// lm_head and its loss over 10 rows of a vocabulary of 7, one row not
+// counted; training adds the loss's gradient and lm_head's two backward
+// products: what fuse_linear_loss chunks (here by 4 rows: 4, 4 and 2).
+inline Outputs linear_loss_head(SweepInputs& in, bool weighted, bool training) {
+  const Value h = in.activation("h", Shape{2, 5, 6});
+  const Value w = in.parameter("w", Shape{7, 6});
+  const Value logits = ops::linear(in.b, h, w, "lm_head");
+  const Value targets = in.ids("targets", Shape{2, 5}, 7, true);
+  const Value weights = weighted ? in.weights("weights", Shape{2, 5}, 0, 0.5) : Value{};
+  const Value loss = weighted ? ops::cross_entropy_weighted(in.b, logits, targets, weights, "loss")
+                              : ops::cross_entropy(in.b, logits, targets, "loss");
+  const Value lse = made(in, 1);
+  if (!training) return {loss, lse};
+  const Value dloss = ops::fill(in.b, "dloss", Shape{}, 0.75, in.b.info(loss).dtype);
+  const Value dlogits = ops::cross_entropy_backward(in.b, logits, targets, lse, dloss, "loss.backward", weights);
+  const Shape h_shape = in.b.info(h).shape, w_shape = in.b.info(w).shape;
+  const Value dh = ops::matmul(in.b, dlogits, w, false, false, "lm_head.backward.da", &h_shape);
+  const Value dw = ops::matmul(in.b, dlogits, h, true, false, "lm_head.backward.db", &w_shape,
+                               graph::accumulation_dtype(in.b.dtype()));
+  return {loss, lse, dh, dw};
+}
+
+inline graph::Graph chunk_linear_loss(const graph::Graph& g) {
+  return graph::fuse_linear_loss(graph::fuse_loss_gradient(g).graph, 4).graph;
 }
 
 }  // namespace sweep
@@ -265,6 +292,15 @@ inline std::vector<SweepCase> sweep_cases() {
                  return {l[0], l[1], ops::cross_entropy_backward(in.b, l[2], l[3], l[1], dloss, "backward", l[4])};
                }, .fuse = [](const graph::Graph& g) { return graph::fuse_loss_gradient(g).graph; },
                .same_bits = true});
+  for (bool weighted : {false, true}) {
+    for (bool training : {false, true}) {
+      c.push_back({.label = std::string("linear_cross_entropy") + (weighted ? "_weighted" : "") +
+                            (training ? "_with_gradients" : ""),
+                   .kind = OpKind::linear_cross_entropy,
+                   .build = [weighted, training](SweepInputs& in) { return linear_loss_head(in, weighted, training); },
+                   .fuse = chunk_linear_loss});
+    }
+  }
   c.push_back({.label = "cast", .kind = OpKind::cast, .build = [](SweepInputs& in) -> Outputs {
                  const Value x = in.activation("x", Shape{3, 5});
                  return {ops::cast(in.b, x, graph::accumulation_dtype(in.b.dtype()))};

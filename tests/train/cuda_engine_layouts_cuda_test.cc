@@ -301,5 +301,27 @@ TEST(CudaOffloadEngine, VocabularySizedGradientSumsStayWhileTheRestGoHome) {
   expect_same_training(a, b);
 }
 
+// The head in chunks of 96 of a micro-batch's 256 rows (two whole, one
+// part) trains and evaluates what the whole head does, to rounding: its
+// dW sums the chunks in fp32 and the mean is weights of 1/counted. With the
+// state at home too, where the gradient sum the head makes goes home.
+TEST(CudaOffloadEngine, TheHeadInChunksTrainsWhatTheWholeHeadTrains) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (OffloadMode offload : {OffloadMode::off, OffloadMode::on}) {
+    EngineOptions whole = options(offload, 2), chunked = whole;
+    whole.kernels.loss_chunk_rows = 0;
+    chunked.kernels.loss_chunk_rows = 96;
+    const TrainedRun a = train(whole), b = train(chunked);
+    EXPECT_NE(b.description.find("the logits 96 rows at a time"), std::string::npos) << b.description;
+    EXPECT_EQ(a.description.find("rows at a time"), std::string::npos) << a.description;
+    for (size_t i = 0; i < a.losses.size(); ++i) {
+      EXPECT_NEAR(b.losses[i], a.losses[i], 1e-4 * a.losses[i]) << i;
+      EXPECT_NEAR(b.norms[i], a.norms[i], 1e-3 * a.norms[i]) << i;
+    }
+    EXPECT_LT(relative_difference(b.weights, a.weights), 1e-3);
+    EXPECT_NEAR(b.eval, a.eval, 1e-4 * a.eval);
+  }
+}
+
 }  // namespace
 }  // namespace spillway::train

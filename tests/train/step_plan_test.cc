@@ -226,3 +226,47 @@ TEST(ContextParallelPlan, AChunksGraphDiffersFromTheLastChunksInItsOffsetsAlone)
 
 }  // namespace
 }  // namespace spillway::train
+
+namespace spillway::train {
+namespace {
+
+// The head in chunks where one micro-batch's logits would take more than a
+// sixteenth of the device, each chunk's at most a sixty-fourth.
+TEST(HeadChunks, ChunkedWhereTheLogitsWouldCrowdTheDevice) {
+  StepPlanRequest r;
+  r.config = model::resolve_config("llama3-8b");  // vocabulary 128,256: 250.5 KiB of bf16 logits a row
+  r.batch = 1;
+  r.device_budget = 76ull << 30;
+  r.seq = 8192;  // 1.96 GiB of logits
+  EXPECT_EQ(head_chunk_rows(r), 0);
+  r.seq = 65536;
+  EXPECT_EQ(head_chunk_rows(r), 4096);
+  r.device_budget = 24ull << 30;
+  r.seq = 8192;
+  EXPECT_EQ(head_chunk_rows(r), 1024);
+  r.tensor_parallel = {.rank = 0, .ranks = 2};  // the head split by vocabulary
+  EXPECT_EQ(head_chunk_rows(r), 0);
+  r.loss_chunk_rows = 300;
+  EXPECT_EQ(head_chunk_rows(r), 300);
+}
+
+TEST(HeadChunks, AChunkedStepSaysSoAndItsEvaluationIsChunkedAlike) {
+  StepPlanRequest r = request(1, 200ull << 30);
+  r.config.tie_word_embeddings = false;  // a tied table's head stays whole in training
+  r.loss_chunk_rows = 128;
+  const auto train = llama_step_of(r, false, {.backward = true});
+  const auto eval = llama_step_of(r, false, {.backward = false});
+  EXPECT_EQ(train->loss_chunk_rows, 128);
+  EXPECT_EQ(head_summary(*train), "the logits 128 rows at a time");
+  for (const auto* step : {train.get(), eval.get()}) {
+    const auto& nodes = step->step.graph.nodes();
+    EXPECT_TRUE(std::ranges::any_of(nodes, [](const graph::Node& n) {
+      return n.kind == graph::OpKind::linear_cross_entropy && n.attrs.chunk_rows == 128;
+    }));
+  }
+  r.loss_chunk_rows = 0;
+  EXPECT_EQ(head_summary(*llama_step_of(r, false, {.backward = true})), "");
+}
+
+}  // namespace
+}  // namespace spillway::train

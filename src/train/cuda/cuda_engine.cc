@@ -93,13 +93,9 @@ class CudaEngine final : public Engine {
     if (o.tensor_parallel) start_tensor_parallel();
     if (o.context_parallel) start_context_parallel();
     if (o.pipeline_parallel) start_pipeline();
-    // A rank's part is a copy: the caller's whole masters and moments would
-    // be a second state in host memory (LLaMA-3-8B's masters: 32 GB a
-    // rank). sync_to_host refills them.
-    if (tp_ || pp_) {
-      weights_.release_values();
-      optimizer_.m = optimizer_.v = model::LlamaWeights();
-    }
+    // tp_ and pp_ took their parts of the caller's masters and moments,
+    // which sync_to_host refills; moments it holds none of are none.
+    if (tp_ || pp_) optimizer_.m = optimizer_.v = model::LlamaWeights();
     plan_sharding();
     take_own_chunk_step();
     const plan::TrainingPlan& p = planned_.plan;
@@ -162,6 +158,7 @@ class CudaEngine final : public Engine {
     const std::string recompute =
         recompute_report(*planned_.step, options_.memory.recompute == RecomputeChoice::automatic);
     std::string remade = recompute.empty() ? "" : "; recomputation: " + recompute;
+    if (const std::string head = head_summary(*planned_.step); !head.empty()) remade += "; " + head;
     if (tp_) {
       remade += "; tensor parallel over " + std::to_string(tp_->group().size()) + " ranks" +
                 (options_.sequence_parallel ? ", sequence parallel" : "");
@@ -506,6 +503,7 @@ class CudaEngine final : public Engine {
     r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
     const KernelConfig& k = options_.kernels;
     if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;
+    if (k.loss_chunk_rows >= 0) r.loss_chunk_rows = k.loss_chunk_rows;
     r.recompute = recompute_policy(options_.memory.recompute);
     r.bf16_moments = options_.memory.bf16_moments;
     r.weighted_loss = options_.weighted_loss;
@@ -561,7 +559,9 @@ class CudaEngine final : public Engine {
 
   std::unique_ptr<LlamaStep> eval_step(const LlamaStep& train) const {
     return build_llama_step(weights_.config(), options_.batch, options_.seq / context().ranks,
-                            train.fused_projections, {.backward = false, .recompute = graph::RecomputePolicy::none},
+                            train.fused_projections,
+                            {.backward = false, .recompute = graph::RecomputePolicy::none,
+                             .loss_chunk_rows = train.loss_chunk_rows},
                             DType::bf16, false, false, tensor_parallelism(), stage(), context());
   }
 

@@ -13,7 +13,7 @@
 
 namespace spillway::train {
 
-CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group,
+CudaPipeline::CudaPipeline(model::LlamaWeights& weights, AdamW& optimizer, Communicator& group,
                            int64_t batch, int64_t seq, Device& device)
     : group_(group), device_(device) {
   const model::LlamaConfig& c = weights.config();
@@ -28,7 +28,7 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
   }
   // A tied table is the first stage's; the last holds a copy for lm_head.
   if (tied_ && group.rank() + 1 == group.size()) mine[0] = true;
-  weights_ = weights.only(mine);
+  weights_ = weights.take_only(mine);
   // The hyper-parameters and the step count; the moments of this stage's
   // tensors alone.
   optimizer_.beta1 = optimizer.beta1;
@@ -37,8 +37,8 @@ CudaPipeline::CudaPipeline(const model::LlamaWeights& weights, const AdamW& opti
   optimizer_.weight_decay = optimizer.weight_decay;
   optimizer_.steps_taken = optimizer.steps_taken;
   if (!optimizer.m.tensors().empty()) {
-    optimizer_.m = optimizer.m.only(mine);
-    optimizer_.v = optimizer.v.only(mine);
+    optimizer_.m = optimizer.m.take_only(mine);
+    optimizer_.v = optimizer.v.take_only(mine);
   }
   hidden_elements_ = static_cast<uint64_t>(batch * seq * c.hidden_size);
   MemorySpace& mem = device_.device_memory();

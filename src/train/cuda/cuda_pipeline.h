@@ -35,8 +35,9 @@ namespace spillway::train {
 
 class CudaPipeline {
  public:
-  // `group`: the ranks holding the stages, in order.
-  CudaPipeline(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group, int64_t batch,
+  // `group`: the ranks holding the stages, in order. Takes this stage's
+  // tensors out of `weights` and `optimizer`'s moments and lets go of the rest.
+  CudaPipeline(model::LlamaWeights& weights, AdamW& optimizer, Communicator& group, int64_t batch,
                int64_t seq, Device& device);
   ~CudaPipeline();
 

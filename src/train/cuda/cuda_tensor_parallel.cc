@@ -8,15 +8,15 @@
 
 namespace spillway::train {
 
-CudaTensorParallel::CudaTensorParallel(const model::LlamaWeights& weights, const AdamW& optimizer,
+CudaTensorParallel::CudaTensorParallel(model::LlamaWeights& weights, AdamW& optimizer,
                                        Communicator& group, Device& device)
     : group_(group), device_(device), splits_(model::llama_tensor_splits(weights.config())), optimizer_(optimizer) {
   const model::LlamaConfig& c = weights.config();
   for (const model::NamedTensor& t : weights.tensors()) shapes_.push_back(t.shape);
-  pieces_ = model::llama_pieces(weights, c, group.rank(), group.size());
+  pieces_ = model::take_llama_pieces(weights, c, group.rank(), group.size());
   if (!optimizer.m.tensors().empty()) {
-    optimizer_.m = model::llama_pieces(optimizer.m, c, group.rank(), group.size());
-    optimizer_.v = model::llama_pieces(optimizer.v, c, group.rank(), group.size());
+    optimizer_.m = model::take_llama_pieces(optimizer.m, c, group.rank(), group.size());
+    optimizer_.v = model::take_llama_pieces(optimizer.v, c, group.rank(), group.size());
   }
 }
 

@@ -23,8 +23,11 @@ namespace spillway::train {
 
 class CudaTensorParallel {
  public:
-  // `optimizer`'s moments may be absent (a fresh run): the pieces are zeros.
-  CudaTensorParallel(const model::LlamaWeights& weights, const AdamW& optimizer, Communicator& group, Device& device);
+  // Takes the rank's pieces of `weights` and `optimizer`'s moments, letting
+  // go of the whole tensors as it cuts them (they would be a second copy of
+  // the model on the host). The moments may be absent (a fresh run): the
+  // pieces are zeros.
+  CudaTensorParallel(model::LlamaWeights& weights, AdamW& optimizer, Communicator& group, Device& device);
   ~CudaTensorParallel();
   CudaTensorParallel(const CudaTensorParallel&) = delete;
   CudaTensorParallel& operator=(const CudaTensorParallel&) = delete;

@@ -1,5 +1,9 @@
 #include "base/host_memory.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <fstream>
 #include <string>
 
@@ -30,5 +34,11 @@ uint64_t own_status_bytes(const std::string& field) {
 
 uint64_t resident_host_bytes() { return own_status_bytes("VmRSS:"); }
 uint64_t peak_resident_host_bytes() { return own_status_bytes("VmHWM:"); }
+
+void return_free_host_memory() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 }  // namespace spillway

@@ -14,4 +14,9 @@ uint64_t available_host_bytes();
 uint64_t resident_host_bytes();
 uint64_t peak_resident_host_bytes();
 
+// Hands the allocator's free memory back to the system (glibc's
+// malloc_trim), after a large release: freed blocks can otherwise stay
+// resident, beside what the process planned to hold instead.
+void return_free_host_memory();
+
 }  // namespace spillway

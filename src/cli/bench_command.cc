@@ -83,6 +83,7 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   const auto engine_started = std::chrono::steady_clock::now();
   auto engine = train::make_engine(weights, optimizer, eo);
   const double engine_s = seconds_since(engine_started);
+  const uint64_t started_rss = resident_host_bytes();
 
   const size_t n = static_cast<size_t>(s.batch * s.seq * s.grad_accum);  // over all ranks
   const size_t mine = n / static_cast<size_t>(size);
@@ -102,8 +103,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                 c.model.config.c_str(), std::to_string(model::parameter_count(config)).c_str(),
                 static_cast<long long>(s.batch), static_cast<long long>(s.seq), static_cast<long long>(s.grad_accum),
                 n, engine->description().c_str(), ranks_note.c_str());
-    std::printf("start-up: %.1f s of random weights, %.1f s making the engine (plan, state, runners)\n", init_s,
-                engine_s);
+    std::printf("start-up: %.1f s of random weights, %.1f s making the engine (plan, state, runners); host memory "
+                "resident after it %s\n",
+                init_s, engine_s, format_bytes(started_rss).c_str());
   }
   const bool gpu = engine->on_gpu();
   // The lead rank's GPU, sampled over the timed steps only.
@@ -190,7 +192,8 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                         {"matmul_candidates", c.kernels.matmul_candidates},
                         {"own_gemm", c.kernels.own_gemm},
                         {"final_loss", loss},
-                        {"startup_s", {{"weights", init_s}, {"engine", engine_s}}}};
+                        {"startup_s", {{"weights", init_s}, {"engine", engine_s}}},
+                        {"started_host_rss_bytes", started_rss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
     if (power_summary.samples > 0) {
       j["power"] = {{"samples", power_summary.samples},

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "base/host_memory.h"
 #include "base/status.h"
 #include "model/llama_graph.h"
 #include "ops/master_split.h"
@@ -215,6 +216,7 @@ CudaTrainingState::CudaTrainingState(model::LlamaWeights& weights, AdamW& optimi
   // The state lives here now: the caller's copies would be a second one (for
   // LLaMA-3-8B, 32 GB of masters and 64 GB of moments in host memory).
   weights_.release_values();
+  return_free_host_memory();
   for (Tensor& t : tensors_) t.master = nullptr;
   if (!moments_are_callers) {
     optimizer_.m = model::LlamaWeights();

@@ -67,6 +67,8 @@ train::RunConfig with_planned_layout(const train::RunConfig& config) {
   if (env.rank == 0) std::printf("%s\n", choice->line.c_str());
   train::RunConfig chosen = config;
   chosen.parallel.tp = choice->layout.tp;
+  chosen.parallel.pp = choice->layout.pp;
+  chosen.parallel.cp = choice->layout.cp;
   return chosen;
 #else
   return config;

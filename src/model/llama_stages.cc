@@ -22,15 +22,20 @@ LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_
 LlamaStepCosts llama_graph_costs(const graph::Graph& g, int64_t layers, const plan::MachineRates& rates) {
   LlamaStepCosts costs;
   costs.layers.assign(static_cast<size_t>(layers), 0.0);
+  costs.forward_layers.assign(static_cast<size_t>(layers), 0.0);
   const std::string layer_prefix = "model.layers.";
   for (const graph::Node& n : g.nodes()) {
     const double s = plan::node_cost(g, n, rates).seconds;
+    const double forward = n.backward || n.recompute ? 0.0 : s;
     // Backward nodes keep their forward node's name as a prefix.
     if (n.name.rfind(layer_prefix, 0) == 0) {
       const size_t end = n.name.find('.', layer_prefix.size());
-      costs.layers.at(std::stoul(n.name.substr(layer_prefix.size(), end - layer_prefix.size()))) += s;
+      const size_t layer = std::stoul(n.name.substr(layer_prefix.size(), end - layer_prefix.size()));
+      costs.layers.at(layer) += s;
+      costs.forward_layers.at(layer) += forward;
     } else if (n.name.rfind("model.embed_tokens", 0) == 0) {
       costs.embedding += s;
+      costs.forward_embedding += forward;
     } else {
       costs.head += s;
     }
@@ -58,6 +63,15 @@ double stage_seconds(const LlamaStepCosts& costs, const LlamaStage& stage) {
   return last == layers ? s + costs.head : s;
 }
 
+double stage_slot_seconds(const LlamaStepCosts& costs, const LlamaStage& stage, bool last) {
+  double s = stage_seconds(costs, stage);
+  if (last || costs.forward_layers.empty()) return s;
+  const int64_t end = stage.last_layer < 0 ? static_cast<int64_t>(costs.layers.size()) : stage.last_layer;
+  if (stage.has_embedding()) s += costs.forward_embedding;
+  for (int64_t i = stage.first_layer; i < end; ++i) s += costs.forward_layers[static_cast<size_t>(i)];
+  return s;
+}
+
 std::vector<LlamaStage> balance_llama_stages(const LlamaStepCosts& costs, int stages) {
   const auto layers = static_cast<int64_t>(costs.layers.size());
   SPW_CHECK(stages >= 1 && stages <= layers, "--pp", stages, " pipeline stages need at least as many layers; the model has ",
@@ -74,7 +88,7 @@ std::vector<LlamaStage> balance_llama_stages(const LlamaStepCosts& costs, int st
       for (size_t f = k - 1; f < l; ++f) {
         if (best[k - 1][f] == kNone) continue;
         const LlamaStage s{static_cast<int64_t>(f), static_cast<int64_t>(l)};
-        const double slowest = std::max(best[k - 1][f], stage_seconds(costs, s));
+        const double slowest = std::max(best[k - 1][f], stage_slot_seconds(costs, s, k == S));
         if (slowest < best[k][l]) {
           best[k][l] = slowest;
           from[k][l] = static_cast<int64_t>(f);

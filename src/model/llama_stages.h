@@ -20,6 +20,10 @@ namespace spillway::model {
 struct LlamaStepCosts {
   std::vector<double> layers;
   double embedding = 0, head = 0;
+  // Their forward nodes' alone (empty: not known), which every stage but
+  // the last runs once more ahead of its step (train/pipeline_walk.h).
+  std::vector<double> forward_layers;
+  double forward_embedding = 0;
 };
 LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_t seq,
                                 const plan::MachineRates& rates);
@@ -28,15 +32,18 @@ LlamaStepCosts llama_step_costs(const LlamaConfig& config, int64_t batch, int64_
 // neither a layer nor the embedding counted with the head.
 LlamaStepCosts llama_graph_costs(const graph::Graph& g, int64_t layers, const plan::MachineRates& rates);
 
-// The `stages` stages whose slowest is the fastest any contiguous split
-// gives (each stage at least one layer). Error naming --pp where the model
-// has fewer layers than stages.
+// The `stages` stages whose slowest slot is the fastest any contiguous
+// split gives (each stage at least one layer): a stage's step, and for each
+// but the last its forward pass run ahead. Error naming --pp where the
+// model has fewer layers than stages.
 std::vector<LlamaStage> balance_llama_stages(const LlamaStepCosts& costs, int stages);
 // The stage of `stages` that holds checkpoint tensor `t` (parameter_specs'
 // order: the embedding, nine a layer, the final norm, lm_head), a tied
 // table's being the first stage's.
 int llama_stage_of_tensor(const LlamaConfig& config, const std::vector<LlamaStage>& stages, int t);
-// A stage's predicted seconds.
+// A stage's predicted seconds; its slot's, with the forward pass ahead
+// unless it is the last.
 double stage_seconds(const LlamaStepCosts& costs, const LlamaStage& stage);
+double stage_slot_seconds(const LlamaStepCosts& costs, const LlamaStage& stage, bool last);
 
 }  // namespace spillway::model

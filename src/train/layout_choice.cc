@@ -1,5 +1,6 @@
 #include "train/layout_choice.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "base/status.h"
@@ -19,14 +20,23 @@ std::optional<LayoutChoice> choose_gpu_layout(const RunConfig& run, int gpus, in
   LayoutChoice choice;
   choice.layout.dp = gpus;
   try {
-    const LayoutSearch search = search_layouts(planned, options, {.keep = 1, .pipeline = false, .context = false});
+    // The GPU engine's pipeline and context parallelism take plain text
+    // rows, not instruction data.
+    const DataConfig& d = run.data;
+    const bool instruction =
+        d.format == DataFormat::instruction || d.packing ||
+        (d.format == DataFormat::automatic && std::any_of(d.paths.begin(), d.paths.end(), [](const std::string& p) {
+           return p.size() >= 6 && p.compare(p.size() - 6, 6, ".jsonl") == 0;
+         }));
+    const LayoutSearch search = search_layouts(
+        planned, options, {.keep = 1, .pipeline = !instruction, .context = !instruction, .gpu_engine = true});
     const LayoutOutcome& best = search.fastest.front();
     choice.layout = best.layout;
     choice.step_seconds = best.step_seconds;
     char line[256];
     std::snprintf(line, sizeof line,
                   "layout: the planner chose %s of %d GPUs (predicted step %.3f s, MFU %.3f, --shard %s); give "
-                  "--tp to choose another",
+                  "--dp, --tp, --pp or --cp to choose another",
                   best.layout.text().c_str(), gpus, best.step_seconds, best.mfu, best.shard.c_str());
     choice.line = line;
   } catch (const Error& e) {

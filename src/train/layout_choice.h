@@ -1,6 +1,7 @@
 // The layout `train` runs on GPUs when no degree (--dp, --tp, --pp, --cp)
 // is given: the fastest predicted of the planner's search among the
-// layouts the GPU engine runs (dp x tp so far), so that a run of several
+// layouts the GPU engine runs (LayoutSearchOptions::gpu_engine; pipeline
+// and context parallelism for text data alone), so that a run of several
 // GPUs takes what `spillway plan --gpus N` would choose for it.
 #pragma once
 

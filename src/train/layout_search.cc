@@ -39,8 +39,9 @@ std::vector<Layout> layouts_of(int gpus, const LayoutSearchOptions& o) {
       for (int pp = 1; tp * cp * pp <= gpus; pp *= 2) {
         if (pp > 1 && !o.pipeline) break;
         if (gpus % (tp * cp * pp) != 0) continue;
+        if (o.gpu_engine && (tp > 1) + (pp > 1) + (cp > 1) > 1) continue;
         out.push_back({gpus / (tp * cp * pp), pp, cp, tp});
-        if (pp > 1) out.push_back({gpus / (tp * cp * pp), pp, cp, tp, 2});  // interleaved
+        if (pp > 1 && !o.gpu_engine) out.push_back({gpus / (tp * cp * pp), pp, cp, tp, 2});  // interleaved
       }
     }
   }
@@ -160,6 +161,10 @@ LayoutSearch search_layouts(const RunConfig& run, RunPlanOptions a, const Layout
       const Candidate& c = *batch[i];
       try {
         RunPlan p = plans[i].get();
+        SPW_CHECK(!o.gpu_engine || (c.layout.tp == 1 && c.layout.pp == 1) || p.plan().all_on_device(),
+                  c.layout.tp > 1 ? "--tp" : "--pp", "the GPU engine keeps a ",
+                  c.layout.tp > 1 ? "tensor-parallel" : "pipeline", " rank's step and state on its device, which ",
+                  "this plan does not (", p.plan().layout(), ")");
         LayoutOutcome line = outcome_of(c.layout, c.bound, p);
         if (out.fastest.empty() || line.step_seconds < out.fastest.front().step_seconds) out.chosen = std::move(p);
         out.fastest.insert(std::upper_bound(out.fastest.begin(), out.fastest.end(), line,

@@ -170,6 +170,28 @@ TEST(LlamaStages, TheLastStageOfTheOneBillionModelTakesFewerLayers) {
   EXPECT_LE(slowest, stage_seconds(costs, {12, 16}));  // the even split's last stage
 }
 
+// Every stage but the last runs its forward pass once more ahead of its
+// step: LLaMA-3-8B's two stages are cut where the first's step and forward
+// take what the last's step, lm_head's included, takes, which gives the
+// first fewer layers than half; no other cut has a faster slowest slot.
+TEST(LlamaStages, StagesThatRunTheirForwardAheadTakeFewerLayers) {
+  const LlamaStepCosts costs = llama_step_costs(resolve_config("llama3-8b"), 1, 8192, plan::h100_rates());
+  ASSERT_EQ(costs.forward_layers.size(), costs.layers.size());
+  EXPECT_GT(costs.forward_layers[0], 0.25 * costs.layers[0]);
+  EXPECT_LT(costs.forward_layers[0], 0.45 * costs.layers[0]);
+  EXPECT_GT(costs.forward_embedding, 0);
+  const std::vector<LlamaStage> split = balance_llama_stages(costs, 2);
+  ASSERT_EQ(split.size(), 2u);
+  EXPECT_LT(split[0].last_layer, 16);
+  const double slowest =
+      std::max(stage_slot_seconds(costs, split[0], false), stage_slot_seconds(costs, split[1], true));
+  for (int64_t a = 1; a < 32; ++a) {
+    const double other =
+        std::max(stage_slot_seconds(costs, {0, a}, false), stage_slot_seconds(costs, {a, 32}, true));
+    EXPECT_LE(slowest, other + 1e-12) << "split at " << a;
+  }
+}
+
 // A tied table: the first stage's embedding and the last stage's copy as
 // lm_head, whose gradients together are the one table's.
 TEST(LlamaStages, ATiedTableSplitBetweenStagesHasBothGradients) {

@@ -79,14 +79,28 @@ TEST(LayoutChoice, TrainTakesTheFastestLayoutTheGpuEngineRuns) {
   RunConfig r = run_of();
   const std::optional<LayoutChoice> choice = choose_gpu_layout(r, 8, 1, "H100", 80ull << 30, 400ull << 30);
   ASSERT_TRUE(choice);
-  EXPECT_EQ(choice->layout.pp, 1);
-  EXPECT_EQ(choice->layout.cp, 1);
-  EXPECT_EQ(choice->layout.dp * choice->layout.tp, 8);
-  const LayoutSearch s = search_layouts(r, {.gpus = 8}, {.pipeline = false, .context = false});
+  const Layout& l = choice->layout;
+  EXPECT_LE((l.tp > 1) + (l.pp > 1) + (l.cp > 1), 1) << l.text();
+  EXPECT_EQ(l.virtual_stages, 1);
+  EXPECT_EQ(l.dp * l.tp * l.pp * l.cp, 8);
+  const LayoutSearch s = search_layouts(r, {.gpus = 8}, {.gpu_engine = true});
+  for (const LayoutOutcome& o : s.fastest) {
+    EXPECT_LE((o.layout.tp > 1) + (o.layout.pp > 1) + (o.layout.cp > 1), 1) << o.layout.text();
+    EXPECT_EQ(o.layout.virtual_stages, 1) << o.layout.text();
+  }
   EXPECT_EQ(choice->layout, s.fastest.front().layout);
   EXPECT_DOUBLE_EQ(choice->step_seconds, s.fastest.front().step_seconds);
   EXPECT_NE(choice->line.find("the planner chose " + s.fastest.front().layout.text()), std::string::npos)
       << choice->line;
+
+  // Instruction data: the GPU engine's pipeline and context parallelism
+  // take text rows alone, so neither is chosen.
+  RunConfig chats = r;
+  chats.data.paths = {"chats.jsonl"};
+  const std::optional<LayoutChoice> for_chats = choose_gpu_layout(chats, 8, 1, "H100", 80ull << 30, 400ull << 30);
+  ASSERT_TRUE(for_chats);
+  EXPECT_EQ(for_chats->layout.pp, 1);
+  EXPECT_EQ(for_chats->layout.cp, 1);
 
   // Degrees given, or one GPU: the run keeps its own.
   RunConfig given = r;

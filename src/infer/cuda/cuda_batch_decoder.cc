@@ -17,6 +17,7 @@
 #include "infer/cuda/device_requests.h"
 #include "infer/cuda/paged_cache_cuda.h"
 #include "infer/llama_cpu_layer.h"
+#include "infer/step_passes.h"
 #include "ops/add.h"
 #include "ops/batch_linear.h"
 #include "ops/embedding.h"
@@ -138,12 +139,6 @@ class CudaBatchDecoder final : public BatchDecoder {
     bf16 *k_pool = nullptr, *v_pool = nullptr;  // [num_blocks, block_tokens, kv_heads * head_dim]
   };
 
-  // One pass's rows, in host memory until copied up: the layout of meta_.
-  struct Pass {
-    std::vector<int32_t> tokens, positions, table_start, last_rows, tables;
-    std::vector<size_t> last_chunk;  // the chunk whose logits last_rows[i] gives
-  };
-
   // The weights, fused where one matmul takes two or three (rows stacked in
   // the order the kernels read them: q, k, v; gate, up).
   void upload(const model::LlamaWeights& w, int64_t staging_floats) {
@@ -177,37 +172,11 @@ class CudaBatchDecoder final : public BatchDecoder {
   std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override {
     CudaDeviceGuard guard(ordinal_);
     std::vector<float> logits(chunks.size() * static_cast<size_t>(config_.vocab_size));
-    // Passes of at most max_rows_ rows, a chunk cut between two where needed.
-    size_t chunk = 0;
-    int64_t done = 0;  // rows of `chunk` run in earlier passes
-    while (chunk < chunks.size()) {
-      Pass pass;
-      while (chunk < chunks.size() && static_cast<int64_t>(pass.tokens.size()) < max_rows_) {
-        const auto& tokens = chunks[chunk].tokens;
-        const int64_t take =
-            std::min(static_cast<int64_t>(tokens.size()) - done, max_rows_ - static_cast<int64_t>(pass.tokens.size()));
-        const auto start = static_cast<int32_t>(pass.tables.size());
-        const std::span<const int32_t> table = blocks().table(chunks[chunk].sequence);
-        pass.tables.insert(pass.tables.end(), table.begin(), table.end());
-        for (int64_t i = done; i < done + take; ++i) {
-          pass.tokens.push_back(tokens[static_cast<size_t>(i)]);
-          pass.positions.push_back(static_cast<int32_t>(positions[chunk] + i));
-          pass.table_start.push_back(start);
-        }
-        done += take;
-        if (done == static_cast<int64_t>(tokens.size())) {
-          pass.last_rows.push_back(static_cast<int32_t>(pass.tokens.size()) - 1);
-          pass.last_chunk.push_back(chunk);
-          ++chunk;
-          done = 0;
-        }
-      }
-      run_pass(pass, logits);
-    }
+    for (const StepPass& pass : step_passes(chunks, positions, blocks(), max_rows_)) run_pass(pass, logits);
     return logits;
   }
 
-  void run_pass(const Pass& pass, std::vector<float>& logits) {
+  void run_pass(const StepPass& pass, std::vector<float>& logits) {
     const auto& c = config_;
     const auto n = static_cast<int64_t>(pass.tokens.size());
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;

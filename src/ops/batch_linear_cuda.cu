@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "ops/batch_linear.h"
+#include "ops/bf16x8.cuh"
 
 namespace spillway::ops {
 
@@ -14,14 +15,7 @@ constexpr int kWarps = 8;    // output columns a block computes, one a warp
 constexpr int kRowTile = 8;  // rows of x one pass over a weight row serves
 
 __device__ inline void load8(const __nv_bfloat16* p, float (&f)[8]) {
-  const uint4 raw = __ldg(reinterpret_cast<const uint4*>(p));
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
+  widen8(__ldg(reinterpret_cast<const uint4*>(p)), f);
 }
 
 __device__ inline void store(float* y, float v) { *y = v; }

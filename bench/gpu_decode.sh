@@ -5,7 +5,7 @@
 # prompts, and the batch-1 CudaDecoder (cuBLAS) beside it; then, with
 # `tests` among the arguments, the decoder's gpu-labelled tests.
 # Builds nothing: first `scripts/gpu_build.sh spillway batch_decode_cuda_bench`
-# (and the test targets, for `tests`).
+# and, for `tests`, the targets test_<dir>_<name> of the tests $TESTS names.
 # Prints one JSON line per measurement (name, batch, tok_s, ms_per_step,
 # bandwidth_gb_s; ttft_s for the prompts) and appends them to
 # $OUT/results.jsonl, logs beside it.
@@ -22,6 +22,8 @@ export NCCL_NVLS_ENABLE=0
 start=$(date +%s)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 touch "$OUT/results.jsonl"
+TESTS="batch_linear|paged_cache_cuda|cuda_batch_decoder|step_passes|llama_batch_decoder|cuda_decoder|rope_cuda"
+TESTS="$TESTS|cross_entropy_cuda|serve_cuda"
 
 phase_decode() {
   local bench=build/gpu/bench/batch_decode_cuda_bench
@@ -39,8 +41,10 @@ phase_decode() {
 }
 
 phase_tests() {
-  ctest --test-dir build/gpu -R "batch_linear|paged_cache_cuda|cuda_batch_decoder|step_passes|llama_batch_decoder|cuda_decoder" \
-    --output-on-failure --timeout 300 > "$OUT/decode_tests.log" 2>&1
+  # The decoder's tests, and those of the kernels it changed (rope and
+  # cross_entropy share ops/bf16x8.cuh) and of the batch-1 decoder it shares
+  # its upload with.
+  ctest --test-dir build/gpu -R "$TESTS" --output-on-failure --timeout 300 > "$OUT/decode_tests.log" 2>&1
   grep -E "tests passed|tests failed|\(Failed\)|\*\*\*|Passed|Skipped" "$OUT/decode_tests.log"
 }
 

@@ -33,8 +33,8 @@ void batch_linear_reference(const bf16* x, const int32_t* row_index, const bf16*
 
 namespace spillway::ops {
 
-// GPU: one warp per output column, reading its weight row once for every 8
-// rows of x (once in all for a decode step of up to 8 sequences); the weight
+// GPU: one warp per output column, reading its weight row once for every 16
+// rows of x (once in all for a decode step of up to 16 sequences); the weight
 // read dominates decoding, so this runs at the memory's speed there. Prompts
 // run on CUDA cores, not tensor cores: batch invariance first. Every pointer
 // is device memory; y is bf16 (rounded once from the fp32 sum) or fp32.

@@ -12,7 +12,7 @@ namespace spillway::ops {
 namespace {
 
 constexpr int kWarps = 8;    // output columns a block computes, one a warp
-constexpr int kRowTile = 8;  // rows of x one pass over a weight row serves
+constexpr int kRowTile = 16;  // rows of x one pass over a weight row serves
 
 __device__ inline void load8(const __nv_bfloat16* p, float (&f)[8]) {
   widen8(__ldg(reinterpret_cast<const uint4*>(p)), f);
@@ -61,9 +61,11 @@ __global__ void __launch_bounds__(kWarps * 32, 4)
     // add the same two numbers and every lane ends with lane 0's result.
 #pragma unroll
     for (int r = 0; r < kRowTile; ++r) {
+      if (r < tile) {  // the same for the whole warp
 #pragma unroll
-      for (int width = 16; width > 0; width /= 2) {
-        acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], width));
+        for (int width = 16; width > 0; width /= 2) {
+          acc[r] = __fadd_rn(acc[r], __shfl_xor_sync(0xffffffffu, acc[r], width));
+        }
       }
     }
     if (lane < tile) {

@@ -1,7 +1,7 @@
 // The batch-invariant GPU matmul against its CPU reference, which sums in the
 // kernel's order: fp32 outputs equal it bit for bit and bf16 outputs equal it
 // rounded once. And the contract itself: a row's output is the same bits
-// alone, in a batch of any size (tiles of 8 rows and their ragged ends) and
+// alone, in a batch of any size (tiles of 16 rows and their ragged ends) and
 // picked by row_index.
 #include "ops/batch_linear.h"
 

@@ -2,7 +2,10 @@
 // (default LLaMA-3-8B): the batched, paged decoder (cuda_batch_decoder.h) at
 // each batch size of --batches, every sequence at --context tokens of
 // history, one token each per step; its time to first token for prompts of
-// --prompts tokens; and the batch-1 CudaDecoder (cuBLAS) beside it.
+// --prompts tokens; the continuous-batching engine (batch_engine.h, what
+// `spillway serve` runs, without its HTTP) at each level of --streams
+// concurrent streams of --engine-prompt-token prompts and --engine-tokens
+// answers; and the batch-1 CudaDecoder (cuBLAS) beside it.
 //
 // One JSON line per measurement on stdout:
 //   {"name": "batch_decoder", "batch": 8, "tok_s": ..., "ms_per_step": ...,
@@ -10,13 +13,20 @@
 // bandwidth_gb_s counts the bytes a step must read: the weights (the
 // embedding's lookup aside) and every sequence's cached keys and values.
 //
+// The engine's lines give tok_s over the level's wall time, ms_per_step as
+// the median gap between a stream's tokens (p99 and time to first token
+// beside it), and bandwidth_gb_s as the weights read once per median gap.
+//
 //   batch_decode_cuda_bench [--config llama3-8b] [--batches 1,8,32]
 //       [--context 512] [--steps 32] [--warmup 4] [--prompts 128,2048]
+//       [--streams 1,16,64] [--engine-prompt-tokens 128] [--engine-tokens 256]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef SPILLWAY_HAS_CUDA
@@ -24,6 +34,7 @@
 #include "base/status.h"
 #include "device/cuda/cuda_device.h"
 #include "infer/batch_decoder.h"
+#include "infer/batch_engine.h"
 #include "infer/cuda/cuda_batch_decoder.h"
 #include "infer/cuda/cuda_decoder.h"
 #include "model/llama_config.h"
@@ -37,7 +48,9 @@ struct Args {
   std::string config = "llama3-8b";
   std::vector<int64_t> batches = {1, 8, 32};
   std::vector<int64_t> prompts = {128, 2048};
+  std::vector<int64_t> streams = {1, 16, 64};
   int64_t context = 512, steps = 32, warmup = 4;
+  int64_t engine_prompt_tokens = 128, engine_tokens = 256;
 };
 
 std::vector<int64_t> numbers(const std::string& list) {
@@ -61,6 +74,9 @@ Args parse(int argc, char** argv) {
     else if (flag == "--context") a.context = std::stoll(value);
     else if (flag == "--steps") a.steps = std::stoll(value);
     else if (flag == "--warmup") a.warmup = std::stoll(value);
+    else if (flag == "--streams") a.streams = numbers(value);
+    else if (flag == "--engine-prompt-tokens") a.engine_prompt_tokens = std::stoll(value);
+    else if (flag == "--engine-tokens") a.engine_tokens = std::stoll(value);
     else SPW_CHECK(false, "batch_decode_cuda_bench", "unknown flag ", flag);
   }
   return a;
@@ -88,6 +104,69 @@ void print(const std::string& name, int64_t batch, double step_s, double bytes, 
   std::fflush(stdout);
 }
 
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[static_cast<size_t>(p / 100 * static_cast<double>(v.size() - 1) + 0.5)];
+}
+
+// Each level of --streams: that many clients, each submitting one greedy
+// request of engine_prompt_tokens and reading its engine_tokens as they come.
+void measure_engine(std::unique_ptr<BatchDecoder> decoder, const Args& a, int64_t vocab, double weight_bytes,
+                    int64_t most_streams) {
+  EngineOptions options;
+  options.max_sequences = most_streams;
+  BatchEngine engine(std::move(decoder), options);
+  using Clock = std::chrono::steady_clock;
+  for (int64_t level : a.streams) {
+    std::vector<std::vector<double>> gaps(static_cast<size_t>(level));
+    std::vector<double> first(static_cast<size_t>(level));
+    std::vector<int64_t> produced(static_cast<size_t>(level));
+    std::vector<std::thread> clients;
+    const auto started = Clock::now();
+    for (int64_t i = 0; i < level; ++i) {
+      clients.emplace_back([&, i] {
+        EngineRequest r;
+        r.prompt = tokens(a.engine_prompt_tokens, vocab, 1000 + static_cast<uint64_t>(i));
+        r.max_new_tokens = a.engine_tokens;
+        r.sampling.temperature = 0;
+        const auto submitted = Clock::now();
+        auto stream = engine.submit(std::move(r));
+        auto last = submitted;
+        for (;;) {
+          const RequestStream::Update u = stream->read(std::chrono::milliseconds(1000));
+          const auto now = Clock::now();
+          if (!u.tokens.empty()) {
+            const double since = std::chrono::duration<double>(now - last).count();
+            if (produced[i] == 0) first[i] = since;
+            else gaps[i].push_back(since);
+            produced[i] += static_cast<int64_t>(u.tokens.size());
+            last = now;
+          }
+          if (u.finish != FinishReason::running) break;
+        }
+      });
+    }
+    for (std::thread& t : clients) t.join();
+    const double wall = std::chrono::duration<double>(Clock::now() - started).count();
+    std::vector<double> all;
+    int64_t total = 0;
+    for (size_t i = 0; i < gaps.size(); ++i) {
+      all.insert(all.end(), gaps[i].begin(), gaps[i].end());
+      total += produced[i];
+    }
+    const double p50 = percentile(all, 50);
+    std::printf("{\"name\": \"engine\", \"batch\": %lld, \"streams\": %lld, \"tok_s\": %.1f, "
+                "\"ms_per_step\": %.3f, \"itl_p99_ms\": %.3f, \"ttft_p50_ms\": %.1f, \"bandwidth_gb_s\": %.1f, "
+                "\"prompt_tokens\": %lld, \"max_tokens\": %lld, \"output_tokens\": %lld, \"config\": \"%s\"}\n",
+                static_cast<long long>(level), static_cast<long long>(level), static_cast<double>(total) / wall,
+                p50 * 1e3, percentile(all, 99) * 1e3, percentile(first, 50) * 1e3,
+                p50 > 0 ? weight_bytes / p50 / 1e9 : 0.0, static_cast<long long>(a.engine_prompt_tokens),
+                static_cast<long long>(a.engine_tokens), static_cast<long long>(total), a.config.c_str());
+    std::fflush(stdout);
+  }
+}
+
 int run(const Args& a) {
   SPW_CHECK(cuda_device_count() > 0, "batch_decode_cuda_bench", "no GPU is visible");
   const model::LlamaConfig c = model::resolve_config(a.config);
@@ -103,7 +182,12 @@ int run(const Args& a) {
   for (int64_t b : a.batches) most = std::max(most, b);
   for (int64_t p : a.prompts) longest = std::max(longest, p);
   const int64_t per_sequence = std::max(a.context + a.warmup + a.steps, longest) + 16;
-  const KvCacheOptions cache{static_cast<uint64_t>(kv_token) * static_cast<uint64_t>(most * per_sequence), 16};
+  int64_t streams = 0;
+  for (int64_t n : a.streams) streams = std::max(streams, n);
+  // Room for every measurement's sequences at once, the engine's included.
+  const int64_t cache_tokens =
+      std::max(most * per_sequence, streams * (a.engine_prompt_tokens + a.engine_tokens + 16));
+  const KvCacheOptions cache{static_cast<uint64_t>(kv_token) * static_cast<uint64_t>(cache_tokens), 16};
 
   {
     started = std::chrono::steady_clock::now();
@@ -144,6 +228,7 @@ int run(const Args& a) {
       print("batch_decoder", b, step_s, weight_bytes + static_cast<double>(b) * history * kv_token, a, "");
       for (int64_t s : seqs) d->close(s);
     }
+    measure_engine(std::move(d), a, c.vocab_size, weight_bytes, streams);
   }
   {
     // The batch-1 decoder (cuBLAS matmuls), same weights, same history.

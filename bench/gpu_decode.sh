@@ -2,7 +2,10 @@
 # Decoding on one lent GPU (issue 25): the batched, paged CUDA decoder on
 # random weights of a model's shape (default LLaMA-3-8B, bf16) at 1, 8 and
 # 32 sequences a step, its time to first token for 128- and 2,048-token
-# prompts, and the batch-1 CudaDecoder (cuBLAS) beside it; then, with
+# prompts, the continuous-batching engine `serve` runs (no HTTP) at 1, 16
+# and 64 streams of 128-token prompts and 256-token answers (output tok/s,
+# p50/p99 inter-token gaps, time to first token), and the batch-1
+# CudaDecoder (cuBLAS) beside it; then, with
 # `tests` among the arguments, the decoder's gpu-labelled tests.
 # Builds nothing: first `scripts/gpu_build.sh spillway batch_decode_cuda_bench`
 # and, for `tests`, the targets test_<dir>_<name> of the tests $TESTS names.
@@ -10,7 +13,7 @@
 # bandwidth_gb_s; ttft_s for the prompts) and appends them to
 # $OUT/results.jsonl, logs beside it.
 #   bench/gpu_decode.sh [decode] [tests]          (default: decode)
-#   CONFIG=llama3.2-1b BATCHES=1,8,32,64 CONTEXT=512 STEPS=32 bench/gpu_decode.sh
+#   CONFIG=llama3.2-1b BATCHES=1,8,32,64 STREAMS=1,16,64 CONTEXT=512 STEPS=32 bench/gpu_decode.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -29,7 +32,8 @@ phase_decode() {
   local bench=build/gpu/bench/batch_decode_cuda_bench
   [ -x $bench ] || { echo "decode: $bench is not built (scripts/gpu_build.sh batch_decode_cuda_bench)"; return 1; }
   $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
-    --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log" ||
+    --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
+    > "$OUT/decode.jsonl" 2> "$OUT/decode.log" ||
     { tail -5 "$OUT/decode.log"; return 1; }
   cat "$OUT/decode.log"
   local commit

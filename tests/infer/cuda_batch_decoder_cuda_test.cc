@@ -44,11 +44,7 @@ model::LlamaConfig config(bool tied) {
 }
 
 model::LlamaWeights bf16_weights(const model::LlamaConfig& c, uint64_t seed) {
-  auto w = model::LlamaWeights::random(c, seed, 0.05);
-  for (auto& t : w.tensors()) {
-    for (float& x : t.data) x = to_float(to_bf16(x));
-  }
-  return w;
+  return testing::bf16_random_weights(c, seed, 0.05);
 }
 
 // A cache of `blocks` blocks of 16 tokens in bf16.

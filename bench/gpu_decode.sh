@@ -26,7 +26,7 @@ start=$(date +%s)
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 touch "$OUT/results.jsonl"
 TESTS="batch_linear|paged_cache_cuda|cuda_batch_decoder|step_passes|llama_batch_decoder|cuda_decoder|rope_cuda"
-TESTS="$TESTS|cross_entropy_cuda|serve_cuda"
+TESTS="$TESTS|cross_entropy_cuda|rmsnorm_cuda|serve_cuda"
 
 phase_decode() {
   local bench=build/gpu/bench/batch_decode_cuda_bench

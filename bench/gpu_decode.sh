@@ -45,9 +45,9 @@ phase_decode() {
 }
 
 phase_tests() {
-  # The decoder's tests, and those of the kernels it changed (rope and
-  # cross_entropy share ops/bf16x8.cuh) and of the batch-1 decoder it shares
-  # its upload with.
+  # The decoder's tests, and those of the kernels it changed (rope,
+  # cross_entropy and rmsnorm share ops/bf16x8.cuh) and of the batch-1
+  # decoder it shares its upload with.
   ctest --test-dir build/gpu -R "$TESTS" --output-on-failure --timeout 300 > "$OUT/decode_tests.log" 2>&1
   grep -E "tests passed|tests failed|\(Failed\)|\*\*\*|Passed|Skipped" "$OUT/decode_tests.log"
 }

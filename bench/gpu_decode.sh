@@ -33,8 +33,9 @@ phase_decode() {
   [ -x $bench ] || { echo "decode: $bench is not built (scripts/gpu_build.sh batch_decode_cuda_bench)"; return 1; }
   $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
     --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
-    > "$OUT/decode.jsonl" 2> "$OUT/decode.log" ||
-    { tail -5 "$OUT/decode.log"; return 1; }
+    > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
+  local rc=$?
+  # What was measured is kept even when a later measurement failed.
   cat "$OUT/decode.log"
   local commit
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
@@ -42,6 +43,7 @@ phase_decode() {
   while read -r line; do
     echo "${line%\}}, \"commit\": \"$commit\", \"device\": \"$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)\"}"
   done < "$OUT/decode.jsonl" | tee -a "$OUT/results.jsonl"
+  return $rc
 }
 
 phase_tests() {

@@ -31,7 +31,8 @@ TESTS="$TESTS|cross_entropy_cuda|rmsnorm_cuda|serve_cuda"
 phase_decode() {
   local bench=build/gpu/bench/batch_decode_cuda_bench
   [ -x $bench ] || { echo "decode: $bench is not built (scripts/gpu_build.sh batch_decode_cuda_bench)"; return 1; }
-  $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
+  # Stopped before a 10-minute call ends, so what it measured is still shown.
+  timeout "${BENCH_TIMEOUT:-540}" $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
     --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
     > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
   local rc=$?

@@ -13,6 +13,7 @@
 #include "cli/model_flags.h"
 #include "infer/batch_decoder.h"
 #include "infer/batch_engine.h"
+#include "infer/decoder.h"
 #include "infer/loaded_model.h"
 #include "infer/openai_server.h"
 #include "model/llama_weights_io.h"
@@ -68,8 +69,10 @@ int run_serve(const ServeArgs& a) {
   infer::KvCacheOptions cache;
   cache.block_tokens = a.kv_block;
   if (a.kv_cache_mem == "auto") {
-    // Room for --parallel requests of the model's whole context, within 2 GiB.
-    const uint64_t whole = infer::kv_bytes_per_token(c, sizeof(float)) *
+    // Room for --parallel requests of the model's whole context, within 2 GiB,
+    // in the cache's dtype: float32 on the CPU, bf16 on the GPU.
+    const int64_t value_bytes = infer::device_is_cuda(a.run.device) ? 2 : sizeof(float);
+    const uint64_t whole = infer::kv_bytes_per_token(c, value_bytes) *
                            static_cast<uint64_t>(a.parallel * c.max_position_embeddings);
     cache.budget_bytes = std::min<uint64_t>(whole, 2ull << 30);
   } else {

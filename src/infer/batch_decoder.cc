@@ -4,7 +4,12 @@
 
 #include "base/bytes.h"
 #include "base/status.h"
+#include "infer/decoder.h"
 #include "infer/llama_batch_decoder.h"
+
+#ifdef SPILLWAY_HAS_CUDA
+#include "infer/cuda/cuda_batch_decoder.h"
+#endif
 
 namespace spillway::infer {
 
@@ -63,8 +68,11 @@ std::vector<float> BatchDecoder::step(std::span<const SequenceChunk> chunks) {
 
 std::unique_ptr<BatchDecoder> make_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,
                                                  const std::string& device) {
-  SPW_CHECK(device == "auto" || device == "cpu", "--device", "no batched decoder for '", device, "' (",
-            kBatchDecoderDevices, "): the GPU's batched, paged decoder is not written yet");
+#ifdef SPILLWAY_HAS_CUDA
+  if (device_is_cuda(device)) return make_cuda_batch_decoder(weights, cache);
+#else
+  device_is_cuda(device);  // checks the name
+#endif
   return std::make_unique<LlamaBatchDecoder>(weights, cache);
 }
 

@@ -79,12 +79,15 @@ class BatchDecoder {
 };
 
 // Decoder names --device accepts for batched decoding.
-inline constexpr const char* kBatchDecoderDevices = "auto or cpu";
+inline constexpr const char* kBatchDecoderDevices = "auto, cpu or cuda";
 
 // A batched decoder for `weights` whose cache fills `cache.budget_bytes` on
-// `device`. The CPU decoder reads the weights in place: they must outlive
-// it. Throws Error naming --device for a device without a batched decoder
-// (the GPU's is not written yet; "auto" takes the CPU).
+// `device`: "cpu" (float32, cache in host memory), "cuda" (GPU 0, bf16,
+// cuda/cuda_batch_decoder.h) or "auto" (the GPU when one is visible and
+// spillway was built with CUDA, the CPU otherwise). The CPU decoder reads the
+// weights in place: they must outlive it; the GPU's copies them. Throws
+// Error naming --device for another name, and for "cuda" without a GPU or
+// in a build without CUDA.
 std::unique_ptr<BatchDecoder> make_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,
                                                  const std::string& device);
 

@@ -37,6 +37,11 @@ class Decoder {
 // Decoder names --device accepts.
 inline constexpr const char* kDecoderDevices = "auto, cpu or cuda";
 
+// Whether `device` means the GPU: "cuda", or "auto" where a GPU is visible
+// (and spillway was built with CUDA). Throws Error naming --device for a name
+// outside kDecoderDevices, and for "cuda" in a build without CUDA.
+bool device_is_cuda(const std::string& device);
+
 // A decoder for `weights` with room for `max_len` tokens on `device`: "cpu",
 // "cuda" (GPU 0), or "auto" (the GPU when one is visible, the CPU otherwise).
 // The CPU decoder reads `weights` in place, so they must outlive it; the CUDA

@@ -210,7 +210,7 @@ struct OpenAiServer::Impl {
       res.set_content(R"({"status":"ok"})", "application/json");
     });
     http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics.prometheus_text(engine.stats()), "text/plain; version=0.0.4");
+      res.set_content(metrics.prometheus_text(engine.stats(), engine.description()), "text/plain; version=0.0.4");
     });
     http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
       if (!res.body.empty()) return;

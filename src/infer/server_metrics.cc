@@ -29,7 +29,7 @@ void ServerMetrics::count_disconnect() {
   ++disconnects_;
 }
 
-std::string ServerMetrics::prometheus_text(const EngineStats& e) const {
+std::string ServerMetrics::prometheus_text(const EngineStats& e, const std::string& decoder) const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;
   auto metric = [&](const char* name, const char* type, const char* help) {
@@ -40,6 +40,14 @@ std::string ServerMetrics::prometheus_text(const EngineStats& e) const {
     metric(name, type, help);
     out << name << ' ' << value << '\n';
   };
+  // Prometheus label values escape backslashes, quotes and newlines.
+  std::string label;
+  for (char ch : decoder) {
+    if (ch == '\\' || ch == '"') label += '\\';
+    label += ch == '\n' ? std::string("\\n") : std::string(1, ch);
+  }
+  metric("spillway_decoder_info", "gauge", "Where the model runs (device, dtype, KV cache), as a label.");
+  out << "spillway_decoder_info{decoder=\"" << label << "\"} 1\n";
   metric("spillway_http_responses_total", "counter", "HTTP responses by endpoint and status code.");
   for (const auto& [key, count] : responses_) {
     out << "spillway_http_responses_total{endpoint=\"" << key.first << "\",status=\"" << key.second << "\"} "

@@ -1,6 +1,7 @@
 // The server's counters, and /metrics in Prometheus' text format: responses
 // by endpoint and status, tokens in and out, the batch's and the cache's
-// occupancy (from the engine), time to first token, dropped clients.
+// occupancy (from the engine), time to first token, dropped clients, and
+// where the model runs.
 #pragma once
 
 #include <cstdint>
@@ -19,7 +20,9 @@ class ServerMetrics {
   // A request answered in full; first_token_seconds < 0 when none came.
   void record_request(int64_t prompt_tokens, int64_t completion_tokens, double first_token_seconds);
   void count_disconnect();
-  std::string prometheus_text(const EngineStats& engine) const;
+  // `decoder`: where the model runs (BatchDecoder::description()), as the
+  // label of an info gauge.
+  std::string prometheus_text(const EngineStats& engine, const std::string& decoder) const;
 
  private:
   mutable std::mutex mutex_;

@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "ops/bf16x8.cuh"
 #include "ops/cross_entropy.h"
 
 namespace spillway::ops {
@@ -43,16 +44,6 @@ struct RowSplit {
   // The element of scalar number q.
   __device__ int64_t scalar_at(int64_t q) const { return q < head ? q : tail_begin + (q - head); }
 };
-
-__device__ inline void widen8(const uint4& raw, float (&f)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
-}
 
 // Online log-sum-exp state: the largest value seen and sum exp(x - max).
 struct MaxSum {

@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "ops/bf16x8.cuh"
 #include "ops/rmsnorm.h"
 
 namespace spillway::ops {
@@ -64,15 +65,7 @@ __device__ inline Packed<V> load_packed(const __nv_bfloat16* p) {
   return *reinterpret_cast<const Packed<V>*>(p);
 }
 
-__device__ inline void widen(const Packed<8>& p, float (&f)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&p.raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
-}
+__device__ inline void widen(const Packed<8>& p, float (&f)[8]) { widen8(p.raw, f); }
 __device__ inline void widen(const Packed<1>& p, float (&f)[1]) { f[0] = __bfloat162float(p.raw); }
 
 __device__ inline void store_narrow(__nv_bfloat16* p, const float (&f)[8]) {

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "ops/bf16x8.cuh"
 #include "ops/rope.h"
 #include "ops/rope_math.cuh"
 
@@ -22,15 +23,7 @@ constexpr int kItemsPerThread = 4;
 // rotates every head of those tokens with them.
 constexpr int64_t kTableEntries = 4096;
 
-__device__ inline void widen(const uint4& raw, float (&f)[8]) {
-  const auto* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 v = __bfloat1622float2(h[k]);
-    f[2 * k] = v.x;
-    f[2 * k + 1] = v.y;
-  }
-}
+__device__ inline void widen(const uint4& raw, float (&f)[8]) { widen8(raw, f); }
 __device__ inline void widen(const __nv_bfloat16& raw, float (&f)[1]) {
   f[0] = __bfloat162float(raw);
 }

@@ -243,6 +243,7 @@ def _():
     m = metrics()
     expect(m['spillway_http_responses_total{endpoint="/v1/completions",status="200"}'] >= 5, m)
     expect(m["spillway_generation_tokens_total"] > 0 and m["spillway_kv_cache_blocks"] > 0, m)
+    expect(any(k.startswith('spillway_decoder_info{decoder="') for k in m), "no decoder_info in /metrics")
 
 
 failed = [name for name, e in results if e is not None]

@@ -24,6 +24,7 @@
 #include "infer/decoder.h"
 #include "infer/generate.h"
 #include "infer/llama_decoder.h"
+#include "testing/llama.h"
 #include "testing/numeric.h"
 
 namespace spillway::infer {
@@ -62,13 +63,7 @@ std::vector<Model> models() {
   return {{"head_dim 64, untied", a, 7}, {"head_dim 128, tied", b, 4}};
 }
 
-model::LlamaWeights bf16_weights(const Model& m) {
-  auto w = model::LlamaWeights::random(m.config, m.seed, 0.05);
-  for (auto& t : w.tensors()) {
-    for (float& x : t.data) x = to_float(to_bf16(x));
-  }
-  return w;
-}
+model::LlamaWeights bf16_weights(const Model& m) { return testing::bf16_random_weights(m.config, m.seed, 0.05); }
 
 std::vector<int32_t> prompt_tokens() {
   std::vector<int32_t> p;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "infer/decoder.h"
 #include "infer/llama_decoder.h"
 #include "testing/llama.h"
 #include "testing/numeric.h"
@@ -142,8 +143,17 @@ TEST(LlamaBatchDecoder, TheBudgetDecidesTheBlocks) {
     EXPECT_NE(std::string(e.what()).find("one block of 16 tokens takes"), std::string::npos) << e.what();
   }
   const auto weights = model::LlamaWeights::random(c, 5);
-  EXPECT_THROW(make_batch_decoder(weights, cache_of(4), "cuda"), Error);
-  EXPECT_EQ(make_batch_decoder(weights, cache_of(4), "auto")->description().rfind("cpu, ", 0), 0u);
+  EXPECT_EQ(make_batch_decoder(weights, cache_of(4), "cpu")->description().rfind("cpu, ", 0), 0u);
+  try {
+    make_batch_decoder(weights, cache_of(4), "tpu");
+    FAIL() << "an unknown device";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("auto, cpu or cuda"), std::string::npos) << e.what();
+  }
+  if (!device_is_cuda("auto")) {  // no GPU here: "auto" is the CPU, "cuda" an error
+    EXPECT_THROW(make_batch_decoder(weights, cache_of(4), "cuda"), Error);
+    EXPECT_EQ(make_batch_decoder(weights, cache_of(4), "auto")->description().rfind("cpu, ", 0), 0u);
+  }
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/dtype.h"
 #include "model/llama_config.h"
+#include "model/llama_weights.h"
 
 namespace spillway::testing {
 
@@ -30,6 +32,16 @@ inline std::vector<int32_t> random_tokens(size_t n, uint64_t seed, int32_t vocab
     v = static_cast<int32_t>((x >> 33) % static_cast<uint64_t>(vocab));
   }
   return t;
+}
+
+// Random weights rounded to bf16, so that a bf16 GPU decoder and a float32
+// CPU one read the same numbers.
+inline model::LlamaWeights bf16_random_weights(const model::LlamaConfig& c, uint64_t seed, double std) {
+  auto w = model::LlamaWeights::random(c, seed, std);
+  for (auto& t : w.tensors()) {
+    for (float& x : t.data) x = to_float(to_bf16(x));
+  }
+  return w;
 }
 
 }  // namespace spillway::testing

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,10 +14,11 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/device_guard.h"
+#include "infer/cuda/bf16_upload.h"
+#include "infer/cuda/device_requests.h"
 #include "ops/add.h"
 #include "ops/attention.h"
 #include "ops/attention_cached.h"
-#include "ops/cast.h"
 #include "ops/embedding.h"
 #include "ops/matmul_cuda.h"
 #include "ops/rmsnorm.h"
@@ -30,9 +30,6 @@ namespace spillway::infer {
 namespace {
 
 constexpr uint64_t kMatmulWorkspaceBytes = 32ull << 20;
-// The weights go up through an fp32 buffer of this many elements, cast to
-// bf16 on the device piece by piece.
-constexpr int64_t kStagingFloats = 8ll << 20;
 
 class CudaDecoder final : public Decoder {
  public:
@@ -54,61 +51,46 @@ class CudaDecoder final : public Decoder {
     const int64_t ffn = c.intermediate_size, vocab = c.vocab_size;
 
     // Every device buffer, asked for first so the pool is sized exactly.
-    int64_t largest = 0;
-    for (const auto& t : w.tensors()) {
-      SPW_CHECK(static_cast<int64_t>(t.data.size()) == t.shape.numel(), t.name, "holds ", t.data.size(),
-                " values for a shape of ", t.shape.numel());
-      request(weights_[t.name], t.shape.numel(), t.name + " (bf16)");
-      largest = std::max(largest, t.shape.numel());
-    }
+    DeviceRequests requests;
+    const int64_t staging_floats = Bf16Upload::staging_floats(w);
+    for (const auto& t : w.tensors()) requests.add(weights_[t.name], t.shape.numel(), t.name + " (bf16)");
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
     for (size_t i = 0; i < layers_.size(); ++i) {
-      request(layers_[i].k_cache, max_len * kv_row, "layer " + std::to_string(i) + " key cache");
-      request(layers_[i].v_cache, max_len * kv_row, "layer " + std::to_string(i) + " value cache");
+      requests.add(layers_[i].k_cache, max_len * kv_row, "layer " + std::to_string(i) + " key cache");
+      requests.add(layers_[i].v_cache, max_len * kv_row, "layer " + std::to_string(i) + " value cache");
     }
-    request(tokens_, chunk_, "tokens");
-    request(x_, chunk_ * d, "residual stream");
-    request(xn_, chunk_ * d, "normed activations");
-    request(proj_, chunk_ * d, "projections");
-    request(rstd_, chunk_, "rmsnorm rstd");
-    request(q_, chunk_ * q_row, "queries");
-    request(att_, chunk_ * q_row, "attention output");
-    request(lse_, chunk_ * c.num_attention_heads, "attention log-sum-exp");
-    request(gate_, chunk_ * ffn, "MLP gate");
-    request(up_, chunk_ * ffn, "MLP up");
-    request(logits_, logits_rows_ * vocab, "logits");
-    request(inv_freq_, hd / 2, "RoPE frequencies");
-    request(attention_workspace_, static_cast<int64_t>(ops::kAttentionCachedCudaWorkspaceBytes),
+    requests.add(tokens_, chunk_, "tokens");
+    requests.add(x_, chunk_ * d, "residual stream");
+    requests.add(xn_, chunk_ * d, "normed activations");
+    requests.add(proj_, chunk_ * d, "projections");
+    requests.add(rstd_, chunk_, "rmsnorm rstd");
+    requests.add(q_, chunk_ * q_row, "queries");
+    requests.add(att_, chunk_ * q_row, "attention output");
+    requests.add(lse_, chunk_ * c.num_attention_heads, "attention log-sum-exp");
+    requests.add(gate_, chunk_ * ffn, "MLP gate");
+    requests.add(up_, chunk_ * ffn, "MLP up");
+    requests.add(logits_, logits_rows_ * vocab, "logits");
+    requests.add(inv_freq_, hd / 2, "RoPE frequencies");
+    requests.add(attention_workspace_, static_cast<int64_t>(ops::kAttentionCachedCudaWorkspaceBytes),
             "attention workspace");
-    request(matmul_workspace_, static_cast<int64_t>(kMatmulWorkspaceBytes), "cuBLASLt workspace");
-    request(staging_, std::min(largest, kStagingFloats), "fp32 staging for the upload");
-    uint64_t device_bytes = 0;
-    for (const Request& r : requests_) device_bytes += MemorySpace::accounted_bytes(r.bytes);
+    requests.add(matmul_workspace_, static_cast<int64_t>(kMatmulWorkspaceBytes), "cuBLASLt workspace");
+    requests.add(staging_, staging_floats, "fp32 staging for the upload");
+    const uint64_t device_bytes = requests.bytes();
     const uint64_t host_bytes = MemorySpace::accounted_bytes(static_cast<uint64_t>(logits_rows_ * vocab) * 4);
 
     CudaDeviceGuard guard(ordinal_);
     device_ = make_cuda_device(ordinal_, device_bytes, host_bytes);
     stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
     MemorySpace& mem = device_->device_memory();
-    for (Request& r : requests_) r.set(mem.allocate(r.bytes, r.what));
-    requests_.clear();
+    requests.allocate(mem);
     logits_host_ = static_cast<float*>(device_->host_memory().allocate(host_bytes, "logits (pinned)"));
     matmul_ = std::make_unique<ops::CublasLtMatmul>(matmul_workspace_, kMatmulWorkspaceBytes);
     cudaDeviceProp prop{};
     SPW_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
     description_ = "cuda:" + std::to_string(ordinal_) + " " + prop.name + ", bf16";
 
-    // Weights: fp32 host -> staging -> bf16, in stream order.
-    const int64_t staging_floats = std::min(largest, kStagingFloats);
-    for (const auto& t : w.tensors()) {
-      const int64_t n = t.shape.numel();
-      for (int64_t at = 0; at < n; at += staging_floats) {
-        const int64_t len = std::min(staging_floats, n - at);
-        SPW_CUDA(cudaMemcpyAsync(staging_, t.data.data() + at, static_cast<size_t>(len) * 4,
-                                 cudaMemcpyHostToDevice, stream_));
-        ops::cast_cuda(staging_, DType::f32, weights_.at(t.name) + at, DType::bf16, len, stream_);
-      }
-    }
+    Bf16Upload upload(staging_, staging_floats, stream_);
+    for (const auto& t : w.tensors()) upload.copy(t.data.data(), t.shape.numel(), weights_.at(t.name));
     const std::vector<float> inv_freq = ops::rope_inv_freq(hd, c.rope_theta, c.rope_scaling);
     SPW_CUDA(cudaMemcpyAsync(inv_freq_, inv_freq.data(), inv_freq.size() * 4, cudaMemcpyHostToDevice, stream_));
     SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -161,18 +143,6 @@ class CudaDecoder final : public Decoder {
     bf16* k_cache = nullptr;  // [max_len, kv_heads * head_dim]
     bf16* v_cache = nullptr;
   };
-
-  struct Request {
-    uint64_t bytes;
-    std::string what;
-    std::function<void(void*)> set;
-  };
-
-  template <typename T>
-  void request(T*& ptr, int64_t count, std::string what) {
-    requests_.push_back(Request{static_cast<uint64_t>(count) * sizeof(T), std::move(what),
-                                [&ptr](void* p) { ptr = static_cast<T*>(p); }});
-  }
 
   // y[rows, out] = x[rows, in] W^T, W stored [out, in] as in the checkpoint.
   void linear(const bf16* x, const bf16* w, bf16* y, int64_t rows, int64_t in, int64_t out) {
@@ -270,7 +240,6 @@ class CudaDecoder final : public Decoder {
   int64_t chunk_ = 0;
   int64_t logits_rows_ = 0;
   std::string description_;
-  std::vector<Request> requests_;  // filled and emptied by the constructor
 
   // Declared before everything that points into its memory.
   std::unique_ptr<Device> device_;

@@ -1,0 +1,271 @@
+#include "infer/cuda/cuda_batch_decoder.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "base/bytes.h"
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "device/cuda/cuda_device.h"
+#include "device/cuda/device_guard.h"
+#include "infer/cuda/bf16_upload.h"
+#include "infer/cuda/device_requests.h"
+#include "infer/cuda/paged_cache_cuda.h"
+#include "infer/llama_cpu_layer.h"
+#include "infer/step_passes.h"
+#include "ops/add.h"
+#include "ops/batch_linear.h"
+#include "ops/embedding.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace spillway::infer {
+
+namespace {
+
+constexpr int64_t kBf16Bytes = 2;
+
+class CudaBatchDecoder final : public BatchDecoder {
+ public:
+  CudaBatchDecoder(const model::LlamaWeights& w, const KvCacheOptions& cache, const CudaBatchDecoderOptions& o)
+      : BatchDecoder(kv_blocks_in_budget(w.config(), cache, kBf16Bytes), cache.block_tokens),
+        config_(w.config()),
+        ordinal_(o.ordinal),
+        max_rows_(o.max_rows),
+        logits_rows_(std::min(o.logits_rows, o.max_rows)) {
+    const auto& c = config_;
+    const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+    const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
+    SPW_CHECK(o.max_rows > 0 && o.logits_rows > 0, "cuda batch decoder", "max_rows ", o.max_rows,
+              " and logits_rows ", o.logits_rows, " must be positive");
+    SPW_CHECK(d % 8 == 0 && q_row % 8 == 0 && ffn % 8 == 0, "--device cuda",
+              "the GPU's batched decoder needs hidden_size (", d, "), heads x head_dim (", q_row,
+              ") and intermediate_size (", ffn, ") to be multiples of 8");
+    SPW_CHECK(hd <= kPagedAttentionCudaMaxHeadDim, "--device cuda", "head_dim ", hd, " is more than the GPU ",
+              "attention's ", kPagedAttentionCudaMaxHeadDim);
+    const int count = cuda_device_count();
+    SPW_CHECK(o.ordinal >= 0 && o.ordinal < count, "--device cuda", "no CUDA GPU ", o.ordinal,
+              " is visible to this process (", count, " visible)");
+
+    // Weights, cache and activations asked for apart, to name each in the
+    // error when they do not fit.
+    DeviceRequests weights, kv, work;
+    const int64_t staging_floats = Bf16Upload::staging_floats(w);
+    weights.add(embed_, c.vocab_size * d, "token embedding (bf16)");
+    weights.add(final_norm_, d, "final norm (bf16)");
+    if (!c.tie_word_embeddings) weights.add(lm_head_, c.vocab_size * d, "lm_head (bf16)");
+    layers_.resize(static_cast<size_t>(c.num_hidden_layers));
+    const uint64_t pool = static_cast<uint64_t>(blocks().num_blocks() * blocks().block_tokens() * kv_row);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      Layer& L = layers_[i];
+      const std::string p = "layer " + std::to_string(i) + " ";
+      weights.add(L.input_norm, d, p + "input norm");
+      weights.add(L.wqkv, qkv_row * d, p + "q|k|v projection");
+      weights.add(L.wo, d * q_row, p + "o projection");
+      weights.add(L.post_norm, d, p + "post-attention norm");
+      weights.add(L.gate_up, 2 * ffn * d, p + "gate|up projection");
+      weights.add(L.down, d * ffn, p + "down projection");
+      kv.add(L.k_pool, static_cast<int64_t>(pool), p + "key cache");
+      kv.add(L.v_pool, static_cast<int64_t>(pool), p + "value cache");
+    }
+    meta_count_ = 4 * max_rows_ + blocks().num_blocks();
+    work.add(meta_, meta_count_, "step rows and block tables");
+    work.add(x_, max_rows_ * d, "residual stream");
+    work.add(xn_, max_rows_ * d, "normed activations");
+    work.add(proj_, max_rows_ * d, "projections");
+    work.add(rstd_, max_rows_, "rmsnorm rstd");
+    work.add(qkv_, max_rows_ * qkv_row, "queries, keys and values");
+    work.add(att_, max_rows_ * q_row, "attention output");
+    work.add(gate_up_, max_rows_ * 2 * ffn, "MLP gate|up");
+    work.add(act_, max_rows_ * ffn, "MLP activation");
+    work.add(logits_, logits_rows_ * c.vocab_size, "logits");
+    work.add(inv_freq_, hd / 2, "RoPE frequencies");
+    work.add(staging_, staging_floats, "fp32 staging for the upload");
+    const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();
+    const uint64_t logits_host_bytes = static_cast<uint64_t>(logits_rows_ * c.vocab_size) * sizeof(float);
+    const uint64_t meta_host_bytes = static_cast<uint64_t>(meta_count_) * sizeof(int32_t);
+    const uint64_t host_bytes =
+        MemorySpace::accounted_bytes(logits_host_bytes) + MemorySpace::accounted_bytes(meta_host_bytes);
+
+    CudaDeviceGuard guard(ordinal_);
+    description_ = "cuda:" + std::to_string(ordinal_) + " " + cuda_device_name(ordinal_);
+    size_t free_bytes = 0, total_bytes = 0;
+    SPW_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    SPW_CHECK(device_bytes <= free_bytes, "--device cuda", description_, " cannot hold the model's bf16 weights (",
+              format_bytes(weights.bytes()), "), the KV cache (", format_bytes(kv.bytes()),
+              ", --kv-cache-mem) and the activations of ", max_rows_, " rows (", format_bytes(work.bytes()),
+              "): ", format_bytes(device_bytes), " in all, ", format_bytes(free_bytes), " free of ",
+              format_bytes(total_bytes));
+    device_ = make_cuda_device(ordinal_, device_bytes, host_bytes);
+    stream_ = as_cuda_stream(device_->stream(StreamKind::compute)).handle();
+    MemorySpace& mem = device_->device_memory();
+    weights.allocate(mem);
+    kv.allocate(mem);
+    work.allocate(mem);
+    logits_host_ = static_cast<float*>(device_->host_memory().allocate(logits_host_bytes, "logits (pinned)"));
+    meta_host_ = static_cast<int32_t*>(device_->host_memory().allocate(meta_host_bytes, "step rows (pinned)"));
+    if (c.tie_word_embeddings) lm_head_ = embed_;
+    upload(w, staging_floats);
+    mem.free(staging_);
+    staging_ = nullptr;
+  }
+
+  ~CudaBatchDecoder() override {
+    if (stream_ != nullptr) SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
+  }
+
+  int64_t vocab() const override { return config_.vocab_size; }
+
+  uint64_t cache_bytes() const override {
+    return kv_bytes_per_token(config_, kBf16Bytes) *
+           static_cast<uint64_t>(blocks().num_blocks() * blocks().block_tokens());
+  }
+
+  std::string description() const override {
+    return description_ + ", bf16, paged KV cache of " + std::to_string(blocks().num_blocks()) + " blocks of " +
+           std::to_string(blocks().block_tokens()) + " tokens (" + format_bytes(cache_bytes()) + ")";
+  }
+
+ private:
+  struct Layer {
+    bf16 *input_norm = nullptr, *wqkv = nullptr, *wo = nullptr, *post_norm = nullptr, *gate_up = nullptr,
+         *down = nullptr;
+    bf16 *k_pool = nullptr, *v_pool = nullptr;  // [num_blocks, block_tokens, kv_heads * head_dim]
+  };
+
+  // The weights, fused where one matmul takes two or three (rows stacked in
+  // the order the kernels read them: q, k, v; gate, up).
+  void upload(const model::LlamaWeights& w, int64_t staging_floats) {
+    const auto& c = config_;
+    const int64_t d = c.hidden_size, q_row = c.num_attention_heads * c.head_dim(),
+                  kv_row = c.num_key_value_heads * c.head_dim(), ffn = c.intermediate_size;
+    Bf16Upload up(staging_, staging_floats, stream_);
+    up.copy(w.at("model.embed_tokens.weight").data.data(), c.vocab_size * d, embed_);
+    up.copy(w.at("model.norm.weight").data.data(), d, final_norm_);
+    if (!c.tie_word_embeddings) up.copy(w.at("lm_head.weight").data.data(), c.vocab_size * d, lm_head_);
+    const std::vector<LlamaLayerWeights> host = llama_layer_weights(w);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const LlamaLayerWeights& h = host[i];
+      Layer& L = layers_[i];
+      up.copy(h.input_norm, d, L.input_norm);
+      up.copy(h.wq, q_row * d, L.wqkv);
+      up.copy(h.wk, kv_row * d, L.wqkv + q_row * d);
+      up.copy(h.wv, kv_row * d, L.wqkv + (q_row + kv_row) * d);
+      up.copy(h.wo, d * q_row, L.wo);
+      up.copy(h.post_norm, d, L.post_norm);
+      up.copy(h.gate, ffn * d, L.gate_up);
+      up.copy(h.up, ffn * d, L.gate_up + ffn * d);
+      up.copy(h.down, d * ffn, L.down);
+    }
+    const std::vector<float> inv_freq = ops::rope_inv_freq(c.head_dim(), c.rope_theta, c.rope_scaling);
+    SPW_CUDA(cudaMemcpyAsync(inv_freq_, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice,
+                             stream_));
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override {
+    CudaDeviceGuard guard(ordinal_);
+    std::vector<float> logits(chunks.size() * static_cast<size_t>(config_.vocab_size));
+    for (const StepPass& pass : step_passes(chunks, positions, blocks(), max_rows_)) run_pass(pass, logits);
+    return logits;
+  }
+
+  void run_pass(const StepPass& pass, std::vector<float>& logits) {
+    const auto& c = config_;
+    const auto n = static_cast<int64_t>(pass.tokens.size());
+    const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+    const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+
+    // meta_: tokens, positions, table starts, last rows (max_rows_ each),
+    // then the tables. The previous pass ended with the stream idle, so the
+    // pinned buffer is free to refill.
+    auto put = [&](const std::vector<int32_t>& v, int64_t at) {
+      std::memcpy(meta_host_ + at, v.data(), v.size() * sizeof(int32_t));
+    };
+    put(pass.tokens, 0);
+    put(pass.positions, max_rows_);
+    put(pass.table_start, 2 * max_rows_);
+    put(pass.last_rows, 3 * max_rows_);
+    put(pass.tables, 4 * max_rows_);
+    const size_t meta_bytes = (static_cast<size_t>(4 * max_rows_) + pass.tables.size()) * sizeof(int32_t);
+    SPW_CUDA(cudaMemcpyAsync(meta_, meta_host_, meta_bytes, cudaMemcpyHostToDevice, stream_));
+    const int32_t* tokens = meta_;
+    const int32_t* last_rows = meta_ + 3 * max_rows_;
+    const PagedRowsCuda rows{n, meta_ + max_rows_, meta_ + 2 * max_rows_, meta_ + 4 * max_rows_};
+    const PagedAttentionShape shape{hq, hkv, hd, blocks().block_tokens()};
+
+    ops::embedding_forward_cuda(tokens, embed_, x_, n, c.vocab_size, d, stream_);
+    for (Layer& L : layers_) {
+      ops::rmsnorm_forward_cuda(x_, L.input_norm, xn_, rstd_, n, d, eps, stream_);
+      ops::batch_linear_cuda(xn_, nullptr, L.wqkv, qkv_, n, d, qkv_row, stream_);
+      // q and k rotated in place at each row's own position, v carried.
+      ops::rope_forward_cuda(qkv_, qkv_, 1, n, hq + 2 * hkv, hd, inv_freq_, 0, stream_, hq + hkv, rows.position);
+      paged_kv_write_cuda(qkv_ + q_row, qkv_ + q_row + kv_row, qkv_row, rows, L.k_pool, L.v_pool, shape, stream_);
+      paged_attention_cuda(qkv_, qkv_row, att_, q_row, L.k_pool, L.v_pool, rows, shape, scale, stream_);
+      ops::batch_linear_cuda(att_, nullptr, L.wo, proj_, n, q_row, d, stream_);
+      ops::add_cuda(x_, proj_, x_, n * d, stream_);
+
+      ops::rmsnorm_forward_cuda(x_, L.post_norm, xn_, rstd_, n, d, eps, stream_);
+      ops::batch_linear_cuda(xn_, nullptr, L.gate_up, gate_up_, n, d, 2 * ffn, stream_);
+      ops::swiglu_packed_forward_cuda(gate_up_, act_, n, ffn, stream_);
+      ops::batch_linear_cuda(act_, nullptr, L.down, proj_, n, ffn, d, stream_);
+      ops::add_cuda(x_, proj_, x_, n * d, stream_);
+    }
+    ops::rmsnorm_forward_cuda(x_, final_norm_, xn_, rstd_, n, d, eps, stream_);
+    // The lm_head reads only the rows whose logits are asked for.
+    const auto vocab = static_cast<size_t>(c.vocab_size);
+    const auto wanted = static_cast<int64_t>(pass.last_rows.size());
+    for (int64_t r0 = 0; r0 < wanted; r0 += logits_rows_) {
+      const int64_t len = std::min(logits_rows_, wanted - r0);
+      ops::batch_linear_cuda(xn_, last_rows + r0, lm_head_, logits_, len, d, c.vocab_size, stream_);
+      SPW_CUDA(cudaMemcpyAsync(logits_host_, logits_, static_cast<size_t>(len) * vocab * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream_));
+      SPW_CUDA(cudaStreamSynchronize(stream_));
+      for (int64_t i = 0; i < len; ++i) {
+        const size_t chunk = pass.last_chunk[static_cast<size_t>(r0 + i)];
+        std::memcpy(logits.data() + chunk * vocab, logits_host_ + i * c.vocab_size, vocab * sizeof(float));
+      }
+    }
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  const model::LlamaConfig config_;
+  const int ordinal_;
+  const int64_t max_rows_;
+  const int64_t logits_rows_;
+  int64_t meta_count_ = 0;
+  std::string description_;
+
+  // Declared before everything that points into its memory.
+  std::unique_ptr<Device> device_;
+  cudaStream_t stream_ = nullptr;
+
+  bf16 *embed_ = nullptr, *final_norm_ = nullptr, *lm_head_ = nullptr;
+  std::vector<Layer> layers_;
+  int32_t* meta_ = nullptr;
+  int32_t* meta_host_ = nullptr;
+  bf16 *x_ = nullptr, *xn_ = nullptr, *proj_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gate_up_ = nullptr,
+       *act_ = nullptr;
+  float* rstd_ = nullptr;
+  float* logits_ = nullptr;
+  float* logits_host_ = nullptr;
+  float* inv_freq_ = nullptr;
+  float* staging_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,
+                                                      const CudaBatchDecoderOptions& options) {
+  return std::make_unique<CudaBatchDecoder>(weights, cache, options);
+}
+
+}  // namespace spillway::infer

@@ -1,0 +1,42 @@
+// The GPU's batched decoder (batch_decoder.h): LLaMA in bf16 with fp32 sums
+// over a paged bf16 key/value cache on the device, laid out by the same
+// block tables as the CPU's (paged_kv_blocks.h; the step's tables are copied
+// to the device with its tokens). Logits come back in fp32; sampling stays
+// on the CPU.
+//
+// Every kernel of a step is batch-invariant, so a row's logits are the same
+// bits alone or in a batch and however its prompt is cut: the matmuls are
+// ops/batch_linear.h's (each weight matrix read once for all of a step's
+// rows), the attention paged_cache_cuda.h's, and the norms, RoPE, SwiGLU and
+// residual adds are per row or per element (the ops the batch-1 CudaDecoder
+// runs). q|k|v and gate|up are uploaded fused, one matmul each.
+//
+// All device memory (weights, cache, activations of `max_rows` rows) is
+// reserved when the decoder is made, from the cache's budget and the model's
+// size; when they do not fit, one line names each size and what is free.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "infer/batch_decoder.h"
+#include "model/llama_weights.h"
+
+namespace spillway::infer {
+
+struct CudaBatchDecoderOptions {
+  int ordinal = 0;  // which GPU
+  // Rows one pass through the layers takes at most: a step of more rows (a
+  // long prompt chunk beside many decoding sequences) runs as several passes,
+  // cutting a chunk where needed, which gives the same bits since every
+  // kernel is batch-invariant. Bounds the activations' memory.
+  int64_t max_rows = 512;
+  // lm_head rows computed and copied back at a time ([rows, vocab] fp32 on
+  // the device and in pinned host memory).
+  int64_t logits_rows = 64;
+};
+
+std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,
+                                                      const CudaBatchDecoderOptions& options = {});
+
+}  // namespace spillway::infer

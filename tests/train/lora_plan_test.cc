@@ -1,0 +1,176 @@
+// The GPU LoRA engine's plan, without a GPU: what it refuses, where its base
+// and adapters lie and what they take, the step's device need and the line
+// that says it does not fit, and LoRA's FLOPs per token.
+#include "train/lora_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "base/status.h"
+#include "model/llama_config_json.h"
+#include "model/qlora.h"
+#include "ops/nf4.h"
+#include "testing/llama.h"
+
+namespace spillway::train {
+namespace {
+
+model::LlamaConfig small() { return testing::llama_config(1000, 256, 512, 2, 4, 2, true); }
+
+model::LoraConfig lora(const std::string& targets) {
+  return {.rank = 8, .alpha = 16, .targets = model::parse_lora_targets(targets, "test")};
+}
+
+// A group the refusals only look at; none of its collectives runs.
+class UnusedGroup final : public Communicator {
+ public:
+  UnusedGroup() : Communicator(0, 2) {}
+  void all_reduce_sum(void*, uint64_t, DType, Stream&) override { unused(); }
+  void reduce_scatter_sum(const void*, void*, uint64_t, DType, Stream&) override { unused(); }
+  void all_gather(const void*, void*, uint64_t, DType, Stream&) override { unused(); }
+  void broadcast(void*, uint64_t, DType, int, Stream&) override { unused(); }
+  void send(const void*, uint64_t, DType, int, Stream&) override { unused(); }
+  void recv(void*, uint64_t, DType, int, Stream&) override { unused(); }
+  void exchange(std::span<const PeerBuffer>, std::span<const PeerBuffer>, DType, Stream&) override { unused(); }
+  void wait(Stream&) override { unused(); }
+
+ private:
+  static void unused() { FAIL() << "a refusal ran a collective"; }
+};
+
+std::string refusal(const EngineOptions& o) {
+  try {
+    check_gpu_lora_options(o);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LoraPlan, RefusesWhatTheGpuEngineDoesNotSupportInOneLine) {
+  const auto config = small();
+  LoraState state = LoraState::fresh(config, lora("all"), 1);
+  UnusedGroup group;
+  EngineOptions o;
+  o.lora = &state;
+  EXPECT_EQ(refusal(o), "");
+  o.data_parallel = &group;  // data parallelism is supported: the adapters are replicated
+  EXPECT_EQ(refusal(o), "");
+  auto refused = [&](auto change, const std::string& flag) {
+    EngineOptions bad = o;
+    change(bad);
+    const std::string line = refusal(bad);
+    EXPECT_EQ(line.rfind(flag + ": ", 0), 0u) << line;
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+  };
+  refused([&](EngineOptions& b) { b.tensor_parallel = &group; }, "--tp");
+  refused([&](EngineOptions& b) { b.pipeline_parallel = &group; }, "--pp");
+  refused([&](EngineOptions& b) { b.context_parallel = &group; }, "--cp");
+  refused([](EngineOptions& b) { b.shard = StateSharding::optimizer; }, "--shard optimizer");
+  refused([](EngineOptions& b) { b.memory.offload = plan::OffloadMode::on; }, "--offload");
+  refused([](EngineOptions& b) { b.memory.bf16_moments = true; }, "--bf16-moments");
+  refused([](EngineOptions& b) { b.memory.recompute = RecomputeChoice::selective; }, "--recompute");
+}
+
+TEST(LoraPlan, TheBaseLiesInBf16AndTheTargetedProjectionsInNf4) {
+  const auto config = small();
+  const auto specs = model::parameter_specs(config);
+  uint64_t all_bf16 = 0;
+  for (const auto& s : specs) all_bf16 += static_cast<uint64_t>(s.shape.numel()) * 2;
+  const LoraBaseLayout plain = lora_base_layout(config, lora("q,v"), model::LoraBase::weights);
+  EXPECT_GE(plain.bf16_bytes, all_bf16);
+  EXPECT_LT(plain.bf16_bytes, all_bf16 + 256 * specs.size());  // alignment alone
+  EXPECT_EQ(plain.nf4_bytes + plain.scratch_bytes, 0u);
+
+  for (model::LoraBase base : {model::LoraBase::nf4, model::LoraBase::nf4_double}) {
+    SCOPED_TRACE(std::string(model::lora_base_name(base)));
+    const LoraBaseLayout q = lora_base_layout(config, lora("q,v"), base);
+    uint64_t nf4 = 0, kept = 0;
+    int quantized = 0;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const bool targeted = specs[i].name.ends_with("q_proj.weight") || specs[i].name.ends_with("v_proj.weight");
+      EXPECT_EQ(q.tensors[i].nf4, targeted) << specs[i].name;
+      const auto n = specs[i].shape.numel();
+      if (targeted) {
+        nf4 += ops::nf4_stored_bytes(n, base == model::LoraBase::nf4_double);
+        ++quantized;
+      } else {
+        kept += static_cast<uint64_t>(n) * 2;
+      }
+    }
+    EXPECT_EQ(quantized, 4);  // q and v of two layers
+    EXPECT_GE(q.nf4_bytes, nf4);
+    EXPECT_LT(q.nf4_bytes, nf4 + 3 * 256 * 4);
+    EXPECT_GE(q.bf16_bytes, kept);
+    EXPECT_LT(q.bf16_bytes, kept + 256 * specs.size());
+    EXPECT_EQ(q.scratch_bytes, 256u * 256 * 2);  // the largest targeted weight (q: 256 x 256), bf16
+    // What a quantized base keeps is what the layout counts, less alignment.
+    auto weights = model::LlamaWeights::random(config, 3, 0.05);
+    EXPECT_EQ(model::quantize_lora_base(weights, lora("q,v"), base).bytes(), nf4);
+  }
+}
+
+TEST(LoraPlan, AdaptersAreLaidOutAlignedWithSixteenBytesAnElement) {
+  const auto config = small();
+  const LoraAdapterLayout a = lora_adapter_layout(config, lora("all"));
+  const auto specs = model::lora_specs(config, lora("all"));
+  ASSERT_EQ(a.offsets.size(), specs.size());
+  uint64_t numel = 0;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(a.offsets[i] % 128, 0u) << specs[i].name;
+    if (i + 1 < specs.size()) {
+      EXPECT_GE(a.offsets[i + 1] - a.offsets[i], static_cast<uint64_t>(specs[i].shape.numel()));
+    }
+    numel += static_cast<uint64_t>(specs[i].shape.numel());
+  }
+  EXPECT_GE(a.elements, numel);
+  EXPECT_EQ(a.bytes(), a.elements * 16);  // bf16 working, master's low half, fp32 gradient, m and v
+}
+
+TEST(LoraPlan, TheStepsNeedIsCheckedUpFrontInOneLine) {
+  const auto config = small();
+  const model::LoraConfig l = lora("all");
+  const auto train = build_lora_step(config, l, 2, 64, true, false, false, graph::RecomputePolicy::none);
+  const auto eval = build_lora_step(config, l, 2, 64, false, false, false, graph::RecomputePolicy::none);
+  // The frozen weights are inputs: only the adapters have gradients.
+  EXPECT_EQ(train->step.grads.of.size(), train->model.adapters.size());
+  const auto remade = build_lora_step(config, l, 2, 64, true, false, false, graph::RecomputePolicy::layers);
+  const LoraBaseLayout base = lora_base_layout(config, l, model::LoraBase::nf4);
+  const LoraAdapterLayout adapters = lora_adapter_layout(config, l);
+  const uint64_t budget = 80ull << 30;
+  const LoraDeviceNeed need =
+      lora_device_need(base, adapters, train->step.graph, eval->step.graph, 100ull << 20, budget);
+  EXPECT_EQ(need.base, base.bytes());
+  EXPECT_EQ(need.adapters, adapters.bytes());
+  EXPECT_GT(need.activations, 0u);
+  EXPECT_EQ(need.other, (100ull << 20) + budget / 100);
+  const LoraDeviceNeed less =
+      lora_device_need(base, adapters, remade->step.graph, eval->step.graph, 100ull << 20, budget);
+  EXPECT_LT(less.activations, need.activations) << "recomputing layers keeps fewer values";
+
+  EXPECT_NO_THROW(check_lora_fits(need, need.total(), model::LoraBase::nf4, false));
+  try {
+    check_lora_fits(need, need.total() - 1, model::LoraBase::weights, false);
+    ADD_FAILURE() << "a step one byte over the budget fits";
+  } catch (const Error& e) {
+    const std::string line = e.what();
+    EXPECT_EQ(line.rfind("--device-mem: a LoRA step needs ", 0), 0u) << line;
+    for (const char* part : {"base ", "adapters' state ", "activations ", "--recompute layers", "--lora-base nf4"}) {
+      EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
+    }
+  }
+}
+
+TEST(LoraPlan, FlopsPerTokenCountTheFrozenMatricesTwiceLess) {
+  const auto config = small();
+  const model::LoraConfig l = lora("all");
+  double adapters = 0;
+  for (const auto& s : model::lora_specs(config, l)) adapters += static_cast<double>(s.shape.numel());
+  const double full = model::training_flops_per_token(config, 64);
+  EXPECT_DOUBLE_EQ(lora_training_flops_per_token(config, l, 64),
+                   full - 2.0 * static_cast<double>(model::matmul_parameter_count(config)) + 6.0 * adapters);
+}
+
+}  // namespace
+}  // namespace spillway::train

@@ -23,7 +23,6 @@
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
-#include "device/cuda/pinned_host.h"
 #include "model/qlora.h"
 #include "ops/attention.h"
 #include "train/cuda/cuda_lora_state.h"
@@ -212,21 +211,10 @@ class CudaLoraEngine final : public Engine {
   void make_io() {
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(options_.batch * options_.seq);
-    io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
-    io_.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    pinned_io_ = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float));
-    io_.pinned_ids = pinned_io_->as<int32_t>();
-    io_.pinned_loss_weights = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
-    io_.pinned_documents = io_.pinned_ids + 3 * tokens;
-    io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 5 * tokens);
-    if (options_.weighted_loss) {
-      io_.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
-      loss_weights_.resize(tokens);
-    }
-    if (options_.documents) {
-      io_.device_positions = static_cast<int32_t*>(mem.allocate(tokens * 4, "positions"));
-      io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
-    }
+    StepIoBuffers b = make_step_io(mem, tokens, options_.weighted_loss, options_.documents);
+    io_ = b.io;
+    pinned_io_ = std::move(b.pinned);
+    if (options_.weighted_loss) loss_weights_.resize(tokens);
     if (options_.data_parallel) scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
   }
 

@@ -125,6 +125,26 @@ void check_lora_fits(const LoraDeviceNeed& need, uint64_t budget, model::LoraBas
                                   need.describe(storage) + ") but has " + format_bytes(budget) + "; try " + hint);
 }
 
+LoraStepPlan plan_lora_step(const LoraStepRequest& r,
+                            const std::function<uint64_t(const LlamaStep& train, const LlamaStep& eval)>& workspaces) {
+  const LoraBaseLayout base = lora_base_layout(r.config, r.lora, r.base);
+  const LoraAdapterLayout adapters = lora_adapter_layout(r.config, r.lora);
+  LoraStepPlan p;
+  auto take = [&](graph::RecomputePolicy recompute) {
+    auto train = build_lora_step(r.config, r.lora, r.batch, r.seq, true, r.weighted_loss, r.documents, recompute);
+    auto eval = build_lora_step(r.config, r.lora, r.batch, r.seq, false, false, false, recompute);
+    // Shown before the last candidate's graphs go, which its runners may read.
+    const uint64_t taken = workspaces(*train, *eval);
+    p.need = lora_device_need(base, adapters, train->step.graph, eval->step.graph, taken, r.budget);
+    p.train = std::move(train);
+    p.eval = std::move(eval);
+    p.recomputed = recompute != graph::RecomputePolicy::none;
+  };
+  take(r.recompute == RecomputeChoice::layers ? graph::RecomputePolicy::layers : graph::RecomputePolicy::none);
+  if (r.recompute == RecomputeChoice::automatic && p.need.total() > r.budget) take(graph::RecomputePolicy::layers);
+  return p;
+}
+
 double lora_training_flops_per_token(const model::LlamaConfig& config, const model::LoraConfig& lora, int64_t seq) {
   double adapters = 0;
   for (const model::ParameterSpec& s : model::lora_specs(config, lora)) adapters += static_cast<double>(s.shape.numel());

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -84,6 +85,34 @@ LoraDeviceNeed lora_device_need(const LoraBaseLayout& base, const LoraAdapterLay
 // Error naming --device-mem when `need` does not fit `budget`, saying what
 // takes what and what would make it fit.
 void check_lora_fits(const LoraDeviceNeed& need, uint64_t budget, model::LoraBase storage, bool recomputed);
+
+// What a LoRA step on one GPU is planned from.
+struct LoraStepRequest {
+  model::LlamaConfig config;
+  model::LoraConfig lora;
+  model::LoraBase base = model::LoraBase::weights;
+  int64_t batch = 1, seq = 1;
+  bool weighted_loss = false, documents = false;
+  RecomputeChoice recompute = RecomputeChoice::automatic;  // none, layers or auto
+  uint64_t budget = 0;  // the device pool's bytes
+};
+
+// The training and evaluation steps' graphs of a plan, and their need.
+struct LoraStepPlan {
+  std::unique_ptr<LlamaStep> train, eval;
+  LoraDeviceNeed need;
+  bool recomputed = false;  // whole layers
+};
+
+// The steps as `r.recompute` says; auto keeps every activation where that
+// fits r.budget, else recomputes whole layers. `workspaces` is shown each
+// candidate's graphs (alive until it is shown the next or the plan ends)
+// and says what their runners take beside the graphs' values: the engine
+// makes its runners and measures them, `spillway plan` estimates them.
+// The caller checks the chosen one fits (check_lora_fits) once it holds its
+// graphs: what the runners of a step read must go before the step's graph.
+LoraStepPlan plan_lora_step(const LoraStepRequest& r,
+                            const std::function<uint64_t(const LlamaStep& train, const LlamaStep& eval)>& workspaces);
 
 // Training FLOPs per token of a LoRA step (DESIGN.md's count, as
 // model::training_flops_per_token's): the frozen matrices' forward and

@@ -54,22 +54,30 @@ class CudaLoraEngine final : public Engine {
     // QLoRA: the host's targeted weights become their NF4 round trip (what
     // checkpoints write); the device keeps their codes and scales.
     quantized_ = model::quantize_lora_base(weights_, lora, o.lora_base);
+    make_io();
+    // The steps' runners take their workspaces as they are made: the plan
+    // is shown what they took, with what the pool holds already.
+    LoraStepPlan plan = plan_lora_step(
+        {.config = weights_.config(),
+         .lora = lora,
+         .base = o.lora_base,
+         .batch = o.batch,
+         .seq = o.seq,
+         .weighted_loss = o.weighted_loss,
+         .documents = o.documents,
+         .recompute = o.memory.recompute,
+         .budget = device_->device_memory().budget()},
+        [this](const LlamaStep& train, const LlamaStep& eval) {
+          make_steps(train, eval);
+          return device_->device_memory().in_use();
+        });
+    train_graph_ = std::move(plan.train);
+    eval_graph_ = std::move(plan.eval);
+    need_ = plan.need;
+    recomputed_ = plan.recomputed;
+    check_lora_fits(need_, device_->device_memory().budget(), o.lora_base, recomputed_);
     const LoraBaseLayout base = lora_base_layout(weights_.config(), lora, o.lora_base);
     const LoraAdapterLayout adapters = lora_adapter_layout(weights_.config(), lora);
-    make_io();
-    // The step with the recomputation asked for; auto takes none where it
-    // fits, else whole layers.
-    const RecomputeChoice choice = o.memory.recompute;
-    make_steps(choice == RecomputeChoice::layers ? graph::RecomputePolicy::layers : graph::RecomputePolicy::none);
-    need_ = measure_need(base, adapters);
-    if (choice == RecomputeChoice::automatic && need_.total() > device_->device_memory().budget()) {
-      train_.reset();
-      eval_.reset();
-      make_steps(graph::RecomputePolicy::layers);
-      need_ = measure_need(base, adapters);
-    }
-    recomputed_ = train_graph_->recompute != graph::RecomputePolicy::none;
-    check_lora_fits(need_, device_->device_memory().budget(), o.lora_base, recomputed_);
     state_ = std::make_unique<CudaLoraState>(weights_, quantized_, *o.lora, base, adapters, *device_);
     train_->make_executor();
     eval_->make_executor();
@@ -218,25 +226,22 @@ class CudaLoraEngine final : public Engine {
     if (options_.data_parallel) scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
   }
 
-  // The training and evaluation graphs and their steps, whose runners take
-  // their workspaces now.
-  void make_steps(graph::RecomputePolicy recompute) {
-    const model::LoraConfig& lora = options_.lora->adapters.lora();
-    const auto& c = weights_.config();
-    train_graph_ = build_lora_step(c, lora, options_.batch, options_.seq, true, options_.weighted_loss,
-                                   options_.documents, recompute);
-    eval_graph_ = build_lora_step(c, lora, options_.batch, options_.seq, false, false, false, recompute);
+  // The steps of these graphs, whose runners take their workspaces now
+  // (those of steps made before go first).
+  void make_steps(const LlamaStep& train, const LlamaStep& eval) {
+    train_.reset();
+    eval_.reset();
     StepIo train_io = io_;
-    train_io.tokens = train_graph_->model.tokens;
-    train_io.targets = train_graph_->model.targets;
-    train_io.loss = train_graph_->model.loss;
-    train_io.loss_weights = train_graph_->model.loss_weights;
-    train_io.positions = train_graph_->model.positions;
-    train_io.doc_starts = train_graph_->model.doc_starts;
+    train_io.tokens = train.model.tokens;
+    train_io.targets = train.model.targets;
+    train_io.loss = train.model.loss;
+    train_io.loss_weights = train.model.loss_weights;
+    train_io.positions = train.model.positions;
+    train_io.doc_starts = train.model.doc_starts;
     StepIo eval_io = io_;  // the plain mean, over rows of one example each
-    eval_io.tokens = eval_graph_->model.tokens;
-    eval_io.targets = eval_graph_->model.targets;
-    eval_io.loss = eval_graph_->model.loss;
+    eval_io.tokens = eval.model.tokens;
+    eval_io.targets = eval.model.targets;
+    eval_io.loss = eval.model.loss;
     const KernelConfig& k = options_.kernels;
     const CudaStepOptions so{.deterministic = k.deterministic,
                              .matmul_candidates = k.matmul_candidates,
@@ -244,16 +249,9 @@ class CudaLoraEngine final : public Engine {
                              .cuda_graph = k.cuda_graph};
     CudaStepOptions eval_so = so;
     eval_so.cuda_graph = false;
-    train_ = std::make_unique<CudaStep>(train_graph_->step.graph, train_io, *device_, so);
-    eval_ = std::make_unique<CudaStep>(eval_graph_->step.graph, eval_io, *device_, eval_so);
-  }
-
-  // What the step needs, its runners' workspaces and the step's buffers
-  // measured (all the pool holds so far).
-  LoraDeviceNeed measure_need(const LoraBaseLayout& base, const LoraAdapterLayout& adapters) const {
-    MemorySpace& mem = device_->device_memory();
-    return lora_device_need(base, adapters, train_graph_->step.graph, eval_graph_->step.graph, mem.in_use(),
-                            mem.budget());
+    auto made = std::make_unique<CudaStep>(train.step.graph, train_io, *device_, so);
+    eval_ = std::make_unique<CudaStep>(eval.step.graph, eval_io, *device_, eval_so);
+    train_ = std::move(made);
   }
 
   model::LlamaWeights& weights_;

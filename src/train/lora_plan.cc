@@ -47,6 +47,8 @@ void check_gpu_lora_options(const EngineOptions& o) {
             "--offload", "LoRA on the GPU keeps its base and adapters on the device; nothing is offloaded (a base ",
             "larger than the device: try --lora-base nf4)");
   SPW_CHECK(!o.memory.bf16_moments, "--bf16-moments", "the adapters' moments are small and kept in fp32");
+  SPW_CHECK(o.kernels.projections != ProjectionMode::fused, "--projections fused",
+            "LoRA's adapters sit on separate q, k, v, gate and up projections");
   const RecomputeChoice r = o.memory.recompute;
   SPW_CHECK(r == RecomputeChoice::none || r == RecomputeChoice::layers || r == RecomputeChoice::automatic,
             "--recompute", "LoRA on the GPU recomputes none, layers or auto (which takes layers where none does "

@@ -23,8 +23,8 @@ namespace spillway::train {
 
 // Refuses, in one line naming the flag, what the GPU's LoRA engine does not
 // support: tensor, pipeline and context parallelism, offloading, sharding
-// the state, bf16 moments, and recomputation other than none, layers or
-// auto.
+// the state, bf16 moments, recomputation other than none, layers or auto,
+// and stacked projections.
 void check_gpu_lora_options(const EngineOptions& options);
 
 // The frozen base on the device. The weights LoRA's base keeps as loaded

@@ -73,6 +73,7 @@ TEST(LoraPlan, RefusesWhatTheGpuEngineDoesNotSupportInOneLine) {
   refused([](EngineOptions& b) { b.memory.offload = plan::OffloadMode::on; }, "--offload");
   refused([](EngineOptions& b) { b.memory.bf16_moments = true; }, "--bf16-moments");
   refused([](EngineOptions& b) { b.memory.recompute = RecomputeChoice::selective; }, "--recompute");
+  refused([](EngineOptions& b) { b.kernels.projections = ProjectionMode::fused; }, "--projections fused");
 }
 
 TEST(LoraPlan, TheBaseLiesInBf16AndTheTargetedProjectionsInNf4) {

@@ -9,6 +9,8 @@
 # system adds) to stdout and to $OUT/lora.jsonl; the caller appends them,
 # with the commit, to bench/results/.
 # Usage: bench/gpu_lora.sh [seq] [config]   (default: 4096 llama3-8b)
+# RUNS picks some of lora,qlora-nf4,qlora-nf4dq,peft-lora,peft-qlora (all by
+# default; an 8B start takes a minute, so a 10-minute call holds about four).
 # Needs build/gpu/src/spillway (scripts/gpu_build.sh spillway).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,12 +45,16 @@ PY
   fi
 }
 
-spillway_run "spillway-lora-$config-s$seq"
-spillway_run "spillway-qlora-nf4-$config-s$seq" --lora-base nf4
-spillway_run "spillway-qlora-nf4dq-$config-s$seq" --lora-base nf4-dq
+runs=",${RUNS:-lora,qlora-nf4,qlora-nf4dq,peft-lora,peft-qlora},"
+wanted() { [[ "$runs" == *",$1,"* ]]; }
+wanted lora && spillway_run "spillway-lora-$config-s$seq"
+wanted qlora-nf4 && spillway_run "spillway-qlora-nf4-$config-s$seq" --lora-base nf4
+wanted qlora-nf4dq && spillway_run "spillway-qlora-nf4dq-$config-s$seq" --lora-base nf4-dq
 # bench/peft_lora.py builds LLaMA-3-8B's shape.
 if [ "$config" = llama3-8b ]; then
-  "$python" bench/peft_lora.py --name "peft-lora-$config-s$seq" --seq "$seq" --steps "$steps" | tee -a "$out"
-  "$python" bench/peft_lora.py --name "peft-qlora-nf4-$config-s$seq" --seq "$seq" --steps "$steps" --qlora |
+  wanted peft-lora && "$python" bench/peft_lora.py --name "peft-lora-$config-s$seq" --seq "$seq" --steps "$steps" |
     tee -a "$out"
+  wanted peft-qlora && "$python" bench/peft_lora.py --name "peft-qlora-nf4-$config-s$seq" --seq "$seq" \
+    --steps "$steps" --qlora | tee -a "$out"
 fi
+exit 0

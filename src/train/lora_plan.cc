@@ -89,6 +89,27 @@ LoraBaseLayout lora_base_layout(const model::LlamaConfig& config, const model::L
   return layout;
 }
 
+std::vector<int> nf4_reads_by_node(const LlamaStep& step, const LoraBaseLayout& base) {
+  const graph::Graph& g = step.step.graph;
+  const model::LlamaGraph& m = step.model;
+  std::vector<int> nf4_of(g.values().size(), -1);  // value id -> its checkpoint tensor, where NF4
+  for (size_t j = 0; j < m.parameters.size(); ++j) {
+    const int t = m.parameter_parts[j].front();
+    if (base.tensors.at(static_cast<size_t>(t)).nf4) nf4_of[static_cast<size_t>(m.parameters[j].id)] = t;
+  }
+  std::vector<int> reads(g.nodes().size(), -1);
+  for (size_t k = 0; k < g.nodes().size(); ++k) {
+    for (graph::Value in : g.nodes()[k].inputs) {
+      const int t = nf4_of[static_cast<size_t>(in.id)];
+      if (t < 0) continue;
+      SPW_CHECK(reads[k] < 0 || reads[k] == t, g.nodes()[k].name, "reads two NF4 weights; QLoRA's scratch holds ",
+                "one at a time");
+      reads[k] = t;
+    }
+  }
+  return reads;
+}
+
 LoraAdapterLayout lora_adapter_layout(const model::LlamaConfig& config, const model::LoraConfig& lora) {
   LoraAdapterLayout layout;
   constexpr uint64_t kAlignElements = kAlign / 2;  // the bf16 array's alignment; the fp32 ones' follows

@@ -86,6 +86,12 @@ LoraDeviceNeed lora_device_need(const LoraBaseLayout& base, const LoraAdapterLay
 // takes what and what would make it fit.
 void check_lora_fits(const LoraDeviceNeed& need, uint64_t budget, model::LoraBase storage, bool recomputed);
 
+// QLoRA's scratch: every NF4 weight of a step is bound to one array, and
+// before each node that reads one, that weight is dequantized into it. By
+// node of `step`, the checkpoint tensor (model::parameter_specs order) of
+// the NF4 weight it reads, or -1. Error naming the node where one reads two.
+std::vector<int> nf4_reads_by_node(const LlamaStep& step, const LoraBaseLayout& base);
+
 // What a LoRA step on one GPU is planned from.
 struct LoraStepRequest {
   model::LlamaConfig config;

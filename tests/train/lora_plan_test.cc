@@ -6,13 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <map>
 #include <string>
 
 #include "base/status.h"
+#include "device/cpu/cpu_device.h"
+#include "exec/executor.h"
 #include "model/llama_config_json.h"
 #include "model/qlora.h"
 #include "ops/nf4.h"
 #include "testing/llama.h"
+#include "testing/numeric.h"
 #include "train/device_reserve.h"
 
 namespace spillway::train {
@@ -162,6 +166,96 @@ TEST(LoraPlan, TheStepsNeedIsCheckedUpFrontInOneLine) {
     for (const char* part : {"base ", "adapters' state ", "activations ", "--recompute layers", "--lora-base nf4"}) {
       EXPECT_NE(line.find(part), std::string::npos) << part << " in " << line;
     }
+  }
+}
+
+// QLoRA's scratch as the GPU runs it, on the CPU executor: every NF4 weight
+// bound to one array and dequantized into it just before each node that
+// reads it (nf4_reads_by_node) gives the loss and adapter gradients of the
+// round trip bound in place, bit for bit, with and without recomputation.
+// Each targeted weight is read by its forward product, by the backward's
+// product for the input's gradient where one is needed, and once more
+// where its layer is recomputed.
+TEST(LoraPlan, QlorasScratchGivesTheBitsOfTheWeightsInPlace) {
+  const auto config = small();
+  const model::LoraConfig l = lora("all");
+  auto weights = model::LlamaWeights::random(config, 3, 0.05);
+  const model::QuantizedBase q = model::quantize_lora_base(weights, l, model::LoraBase::nf4);  // weights: round trip
+  std::map<std::string, size_t> stored;
+  for (size_t i = 0; i < q.names.size(); ++i) stored[q.names[i]] = i;
+  model::LoraWeights adapters = model::LoraWeights::init(config, l, 5);
+  for (size_t i = 0; i < adapters.tensors().size(); ++i) {  // B non-zero too, so that A has gradients
+    auto& t = adapters.tensors()[i];
+    if (t.name.ends_with("lora_B.weight")) t.data = testing::random_vector<float>(t.shape.numel(), 40 + i, -0.1, 0.1);
+  }
+  const LoraBaseLayout base = lora_base_layout(config, l, model::LoraBase::nf4);
+  const int64_t batch = 2, seq = 16;
+  std::vector<int32_t> tokens, targets;
+  for (double x : testing::random_vector(2 * batch * seq, 9, 0, 1000)) tokens.push_back(static_cast<int32_t>(x));
+  targets.assign(tokens.begin() + batch * seq, tokens.end());
+  tokens.resize(static_cast<size_t>(batch * seq));
+  const auto r = static_cast<size_t>(l.rank);
+  std::vector<float> scaling(r * r, 0.0f);
+  for (size_t i = 0; i < r; ++i) scaling[i * r + i] = static_cast<float>(l.scaling());
+
+  for (graph::RecomputePolicy recompute : {graph::RecomputePolicy::none, graph::RecomputePolicy::layers}) {
+    SCOPED_TRACE(std::string(graph::recompute_policy_name(recompute)));
+    const auto step = build_llama_step(config, batch, seq, false, {.backward = true, .recompute = recompute},
+                                       DType::f32, false, false, {}, {}, {}, &l);
+    const model::LlamaGraph& m = step->model;
+    const std::vector<int> reads = nf4_reads_by_node(*step, base);
+    std::map<int, int> readers;
+    for (int t : reads) {
+      if (t >= 0) ++readers[t];
+    }
+    EXPECT_EQ(readers.size(), 14u);  // seven projections of two layers
+    for (const auto& [t, n] : readers) {
+      // Layer 0's q, k and v read the embedding's norm: nothing below them
+      // trains, so autodiff makes no input gradient there.
+      const std::string& name = weights.tensors()[static_cast<size_t>(t)].name;
+      const bool first_qkv = name.starts_with("model.layers.0.self_attn.") && !name.ends_with("o_proj.weight");
+      // Recomputing a layer reads its weights once more, but down's: its
+      // product ends the layer, which is kept.
+      const bool remade = recompute == graph::RecomputePolicy::layers && !name.ends_with("down_proj.weight");
+      EXPECT_EQ(n, (first_qkv ? 1 : 2) + (remade ? 1 : 0)) << name;
+    }
+
+    auto run = [&](bool scratch) {
+      auto space = make_host_heap_space("cpu:device", MemorySpace::kUnlimited);
+      exec::CpuExecutor e(step->step.graph, *space);
+      std::vector<float> room(256 * 512);  // the largest projection: gate, up and down
+      e.bind(m.tokens, std::span<int32_t>(tokens));
+      e.bind(m.targets, std::span<int32_t>(targets));
+      for (size_t j = 0; j < m.parameters.size(); ++j) {
+        const auto t = static_cast<size_t>(m.parameter_parts[j].front());
+        const bool nf4 = base.tensors[t].nf4;
+        e.bind(m.parameters[j], scratch && nf4 ? static_cast<void*>(room.data())
+                                               : static_cast<void*>(weights.tensors()[t].data.data()));
+      }
+      std::vector<std::vector<float>> grads;
+      for (size_t i = 0; i < m.adapters.size(); ++i) {
+        e.bind(m.adapters[i], std::span<float>(adapters.tensors()[i].data));
+        grads.emplace_back(adapters.tensors()[i].data.size(), 0.0f);
+      }
+      for (size_t i = 0; i < m.adapters.size(); ++i) {
+        e.bind(step->step.grads[m.adapters[i]], std::span<float>(grads[i]));
+      }
+      e.bind(m.lora_scaling, std::span<float>(scaling));
+      if (scratch) {
+        e.set_before_node([&](size_t node) {
+          const int t = reads[node];
+          if (t < 0) return;
+          const ops::Nf4Tensor& w = q.tensors[stored.at(weights.tensors()[static_cast<size_t>(t)].name)];
+          w.dequantize(std::span<float>(room.data(), static_cast<size_t>(w.numel)));
+        });
+      }
+      e.run();
+      grads.push_back({e.read<float>(m.loss)[0]});
+      return grads;
+    };
+    const auto in_place = run(false);
+    EXPECT_EQ(run(true), in_place);
+    EXPECT_NE(in_place.front(), std::vector<float>(in_place.front().size(), 0.0f)) << "A should have a gradient";
   }
 }
 

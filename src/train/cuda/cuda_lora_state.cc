@@ -163,24 +163,7 @@ void CudaLoraState::bind(exec::StepProgram& program, const LlamaStep& step, bool
 
 std::function<void(size_t, bool)> CudaLoraState::dequantizer(const LlamaStep& step) const {
   if (!nf4_) return {};
-  const graph::Graph& g = step.step.graph;
-  const model::LlamaGraph& m = step.model;
-  std::vector<int> nf4_of(g.values().size(), -1);  // value id -> its checkpoint tensor, where NF4
-  for (size_t j = 0; j < m.parameters.size(); ++j) {
-    const int t = m.parameter_parts[j].front();
-    if (nf4_tensors_.at(static_cast<size_t>(t)).numel > 0) nf4_of[static_cast<size_t>(m.parameters[j].id)] = t;
-  }
-  auto reads = std::make_shared<std::vector<int>>(g.nodes().size(), -1);  // node -> the NF4 tensor it reads
-  for (size_t k = 0; k < g.nodes().size(); ++k) {
-    for (graph::Value in : g.nodes()[k].inputs) {
-      const int t = nf4_of[static_cast<size_t>(in.id)];
-      if (t < 0) continue;
-      // One scratch: a node reading two NF4 weights would see one of them twice.
-      SPW_CHECK((*reads)[k] < 0 || (*reads)[k] == t, g.nodes()[k].name, "reads two NF4 weights; QLoRA's ",
-                "scratch holds one at a time");
-      (*reads)[k] = t;
-    }
-  }
+  auto reads = std::make_shared<const std::vector<int>>(nf4_reads_by_node(step, base_layout_));
   cudaStream_t stream = as_cuda_stream(device_.stream(StreamKind::compute)).handle();
   const std::vector<ops::Nf4DeviceTensor>* tensors = &nf4_tensors_;
   bf16* scratch = scratch_;

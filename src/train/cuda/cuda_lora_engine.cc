@@ -194,7 +194,7 @@ class CudaLoraEngine final : public Engine {
     const std::vector<float>& data = weights_.tensors().at(i).data;
     SPW_CHECK(data.size() == out.size(), weights_.tensors()[i].name, "holds ", data.size(), " values, not ",
               out.size());
-    std::copy(data.begin(), data.end(), out.begin());
+    if (out.data() != data.data()) std::copy(data.begin(), data.end(), out.begin());  // the trainer reads in place
   }
   void finish() override {
     sync_to_host();

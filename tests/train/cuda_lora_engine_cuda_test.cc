@@ -16,6 +16,7 @@
 #include "train/engine.h"
 #include "train/lora_state.h"
 #include "testing/llama.h"
+#include "testing/packed_rows.h"
 
 namespace spillway::train {
 namespace {
@@ -123,6 +124,40 @@ TEST(CudaLoraEngine, QloraStepsTrackTheCpuEngine) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   expect_gpu_tracks_cpu(model::LoraBase::nf4);
   expect_gpu_tracks_cpu(model::LoraBase::nf4_double);
+}
+
+// Instruction data on the GPU's LoRA: packed rows (positions restarting,
+// attention inside each example) with the loss over the assistant's tokens
+// alone, against the CPU engine's same step, and against the examples one
+// a row on the GPU.
+TEST(CudaLoraEngine, PackedInstructionRowsTrackTheCpuEngine) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  const testing::PackedExamples p = testing::packed_examples(64);
+  auto w_cpu = model::LlamaWeights::random(config, 8, 0.05);
+  auto w_gpu = w_cpu, w_rows = w_cpu;
+  LoraState l_cpu = LoraState::fresh(config, all_projections(), 5), l_gpu = l_cpu, l_rows = l_cpu;
+  AdamW opt_cpu = test_adamw(config), opt_gpu = test_adamw(config), opt_rows = test_adamw(config);
+  EngineOptions packed = options(&l_gpu, model::LoraBase::nf4, DeviceChoice::cuda);
+  packed.weighted_loss = packed.documents = true;
+  EngineOptions on_cpu = packed, rows = packed;
+  on_cpu.device = DeviceChoice::cpu;
+  on_cpu.lora = &l_cpu;
+  rows.lora = &l_rows;
+  rows.batch = testing::PackedExamples::kExamples;
+  rows.documents = false;
+  auto gpu = make_engine(w_gpu, opt_gpu, packed);
+  auto cpu = make_engine(w_cpu, opt_cpu, on_cpu);
+  auto gpu_rows = make_engine(w_rows, opt_rows, rows);
+  const PackedDocuments documents{p.positions, p.doc_starts};
+  for (int step = 0; step < 3; ++step) {
+    const StepStats g = gpu->train_step(p.inputs, p.targets, documents, 1, 0.5);
+    const StepStats c = cpu->train_step(p.inputs, p.targets, documents, 1, 0.5);
+    const StepStats r = gpu_rows->train_step(p.row_inputs, p.row_targets, 1, 0.5);
+    EXPECT_NEAR(g.loss, c.loss, 1e-2 * c.loss) << "step " << step;
+    EXPECT_NEAR(g.grad_norm, c.grad_norm, 3e-2 * c.grad_norm) << "step " << step;
+    EXPECT_NEAR(g.loss, r.loss, 2e-3 * r.loss) << "step " << step;
+  }
 }
 
 // The NF4 weights dequantized on the device before each matmul are the

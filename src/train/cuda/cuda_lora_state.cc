@@ -55,10 +55,13 @@ CudaLoraState::CudaLoraState(const model::LlamaWeights& weights, const model::Qu
     const LoraBaseLayout::Place& p = base.tensors[i];
     if (!p.nf4) {
       std::vector<bf16> rounded(tensors[i].data.size());
-      for (size_t j = 0; j < rounded.size(); ++j) {
+      const float* from = tensors[i].data.data();
+      const auto count = static_cast<int64_t>(rounded.size());
+#pragma omp parallel for schedule(static)  // an 8B base is 8e9 values
+      for (int64_t j = 0; j < count; ++j) {
         uint32_t bits = 0;
-        std::memcpy(&bits, &tensors[i].data[j], 4);
-        rounded[j].bits = ops::split_master_bits(bits).working;
+        std::memcpy(&bits, from + j, 4);
+        rounded[static_cast<size_t>(j)].bits = ops::split_master_bits(bits).working;
       }
       upload(reinterpret_cast<char*>(base_) + p.offset, rounded.data(), rounded.size() * 2);
       continue;

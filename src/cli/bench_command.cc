@@ -4,6 +4,7 @@
 #include <fstream>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +23,8 @@
 #include "model/llama_config_json.h"
 #include "plan/machine_rates.h"
 #include "train/engine.h"
+#include "train/lora_plan.h"
+#include "train/lora_state.h"
 
 namespace spillway::cli {
 
@@ -65,6 +68,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   const double init_s = seconds_since(started);
   // No moments: the engine starts its own at zero.
   train::AdamW optimizer;
+  // LoRA: fresh adapters over the random weights, frozen.
+  std::optional<train::LoraState> lora;
+  if (c.lora.rank > 0) lora = train::LoraState::fresh(config, train::lora_config(c), a.seed);
   const train::EngineOptions eo{.batch = s.batch,
                                 .seq = s.seq,
                                 .micro_batches = micro_batches,
@@ -79,7 +85,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                                 .context_parallel = ranks.data_parallel.context_parallel,
                                 .replicas = ranks.data_parallel.replicas,
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
-                                .ranks_on_host = ranks.data_parallel.ranks_on_host};
+                                .ranks_on_host = ranks.data_parallel.ranks_on_host,
+                                .lora = lora ? &*lora : nullptr,
+                                .lora_base = c.lora.base};
   const auto engine_started = std::chrono::steady_clock::now();
   auto engine = train::make_engine(weights, optimizer, eo);
   const double engine_s = seconds_since(engine_started);
@@ -145,7 +153,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   std::sort(times.begin(), times.end());
   const double step_s = times[times.size() / 2];
   const double tok_s = static_cast<double>(n) / step_s;
-  const double flops = model::training_flops_per_token(config, s.seq) * tok_s;
+  const double flops = (lora ? train::lora_training_flops_per_token(config, lora->adapters.lora(), s.seq)
+                             : model::training_flops_per_token(config, s.seq)) *
+                      tok_s;
   const double mfu = flops / (plan::rates_for_gpu(engine->device_name()).peak_flops * world);
   if (!lead) return 0;
   if (flops >= 1e12) std::printf("median step %.4f s | %.0f tok/s | %.1f TFLOP/s", step_s, tok_s, flops / 1e12);
@@ -195,6 +205,13 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                         {"startup_s", {{"weights", init_s}, {"engine", engine_s}}},
                         {"started_host_rss_bytes", started_rss}};
     if (predicted > 0) j["predicted_step_s"] = predicted;
+    if (lora) {
+      j["lora"] = {{"rank", c.lora.rank},
+                   {"alpha", c.lora.alpha},
+                   {"targets", c.lora.targets},
+                   {"base", model::lora_base_name(c.lora.base)},
+                   {"trained_parameters", lora->adapters.numel()}};
+    }
     if (power_summary.samples > 0) {
       j["power"] = {{"samples", power_summary.samples},
                     {"median_w", power_summary.median_watts},

@@ -9,7 +9,11 @@
 #include "cli/commands.h"
 #include "cli/plan_layouts.h"
 #include "cli/run_flags.h"
+#include "model/llama_config_json.h"
+#include "model/lora.h"
+#include "train/device_reserve.h"
 #include "train/layout_search.h"
+#include "train/lora_plan.h"
 #include "train/run_plan.h"
 
 namespace spillway::cli {
@@ -143,9 +147,48 @@ int print_plan(const train::RunConfig& run, const train::RunPlan& planned, const
   return 0;
 }
 
+// LoRA's step on one GPU (train/lora_plan.h): what it takes on the device
+// against --device-mem, the runners' workspaces estimated as for a full
+// step, and the recomputation auto takes. LoRA's data-parallel ranks each
+// hold the same; nothing is offloaded, so there is no layout to search.
+int print_lora_plan(const train::RunConfig& run, const PlanArgs& args) {
+  SPW_CHECK(args.options.gpus == 1 && run.parallel.tp == 1 && run.parallel.pp == 1 && run.parallel.cp == 1,
+            args.options.gpus > 1 ? "--gpus" : "--tp", "LoRA is planned for one GPU: its data-parallel ranks each "
+            "hold the same, and it has no other layout");
+  const model::LlamaConfig config = model::resolve_config(run.model.config);
+  const model::LoraConfig lora = train::lora_config(run);
+  const uint64_t budget = run.memory.device_mem;
+  const bool deterministic = run.kernels.deterministic;
+  const train::LoraStepPlan p = train::plan_lora_step(
+      {.config = config,
+       .lora = lora,
+       .base = run.lora.base,
+       .batch = run.schedule.batch,
+       .seq = run.schedule.seq,
+       .recompute = run.memory.recompute,
+       .budget = budget},
+      [deterministic](const train::LlamaStep& train, const train::LlamaStep&) {
+        return train::estimated_kernel_workspaces(train.step.graph, deterministic);
+      });
+  int64_t trained = 0;
+  for (const auto& s : model::lora_specs(config, lora)) trained += s.shape.numel();
+  std::printf("%s: LoRA rank %lld on %zu projections (%.2f M trained parameters; %.2f B weights frozen%s), batch %lld "
+              "x seq %lld\n",
+              run.model.config.c_str(), static_cast<long long>(lora.rank), p.train->model.adapters.size() / 2,
+              static_cast<double>(trained) / 1e6, static_cast<double>(model::parameter_count(config)) / 1e9,
+              run.lora.base == model::LoraBase::weights ? "" : ", the targeted ones NF4",
+              static_cast<long long>(run.schedule.batch), static_cast<long long>(run.schedule.seq));
+  std::printf("device: %s of %s: %s; recomputation: %s\n", format_bytes(p.need.total()).c_str(),
+              format_bytes(budget).c_str(), p.need.describe(run.lora.base).c_str(),
+              p.recomputed ? "layers" : "none");
+  train::check_lora_fits(p.need, budget, run.lora.base, p.recomputed);
+  return 0;
+}
+
 // With no degree given, the planner chooses the layout of the GPUs: the
 // search is printed, then the choice in detail.
 int run_plan(const train::RunConfig& run, PlanArgs args) {
+  if (run.lora.rank > 0) return print_lora_plan(run, args);
   train::RunPlanOptions& a = args.options;
   // The --shard levels and the layouts beside the plan build the same graphs.
   a.cache = std::make_shared<train::LlamaStepCache>();

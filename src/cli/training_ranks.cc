@@ -51,6 +51,8 @@ std::optional<int> start_ranks_here(const train::RunConfig& config) {
 train::RunConfig with_planned_layout(const train::RunConfig& config) {
   const dist::LaunchEnv env = dist::read_launch_env();
   if (!train::picks_gpu(config.run.device) || env.world <= 1) return config;
+  // LoRA's ranks are data parallel, its state replicated (train/lora_plan.h).
+  if (config.lora.rank > 0) return config;
 #ifdef SPILLWAY_HAS_CUDA
   const int gpu = gpu_of(env);
   const train::MemoryConfig& m = config.memory;

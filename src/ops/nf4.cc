@@ -224,6 +224,14 @@ void dynamic_dequantize(std::span<const uint8_t> codes, std::span<const float> a
   }
 }
 
+uint64_t nf4_stored_bytes(int64_t numel, bool double_quant, int64_t block) {
+  const auto blocks = static_cast<uint64_t>(nf4_blocks(numel, block));
+  const auto packed = static_cast<uint64_t>(nf4_packed_bytes(numel));
+  if (!double_quant) return packed + blocks * sizeof(float);
+  const auto scale_blocks = static_cast<uint64_t>(nf4_blocks(static_cast<int64_t>(blocks), kNf4ScaleBlock));
+  return packed + blocks + scale_blocks * sizeof(float) + sizeof(float);
+}
+
 uint64_t Nf4Tensor::bytes() const {
   return packed.size() + absmax.size() * sizeof(float) + qabsmax.size() + absmax2.size() * sizeof(float) +
          (double_quantized() ? sizeof(float) : 0);

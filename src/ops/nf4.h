@@ -93,9 +93,43 @@ struct Nf4Tensor {
   void dequantize(std::span<float> out) const;
 };
 
+// The bytes an Nf4Tensor of `numel` values keeps (its bytes()), without
+// quantizing: what a QLoRA base will take, for planning.
+uint64_t nf4_stored_bytes(int64_t numel, bool double_quant, int64_t block = kNf4Block);
+
 // Quantizes x; with `double_quant` its scales too. Throws Error naming
 // `what` when x holds a NaN or an infinity (whose blocks bitsandbytes turns
 // into NaN: a weight stored so would be lost).
 Nf4Tensor nf4_quantize(std::span<const float> x, bool double_quant, const char* what, int64_t block = kNf4Block);
 
 }  // namespace spillway::ops
+
+#ifdef SPILLWAY_HAS_CUDA
+#include <cuda_runtime_api.h>
+
+#include "base/dtype.h"
+
+namespace spillway::ops {
+
+// An Nf4Tensor's arrays in device memory.
+struct Nf4DeviceTensor {
+  int64_t numel = 0;
+  int64_t block = kNf4Block;
+  const uint8_t* packed = nullptr;
+  const float* absmax = nullptr;  // plain scales; null where double-quantized
+  const uint8_t* qabsmax = nullptr;  // double-quantized: the three below instead
+  const float* absmax2 = nullptr;
+  float offset = 0;
+};
+
+// GPU Nf4Tensor::dequantize into `out` [numel], bit for bit: each scale, and
+// each code times its scale, rounded alone as the CPU (built without
+// contraction) rounds them.
+void nf4_dequantize_cuda(const Nf4DeviceTensor& t, float* out, cudaStream_t stream);
+// The same values rounded to bf16 as the GPU engines round a master to the
+// working copy the matmuls read (ops/master_split.h: nearest, ties away from
+// zero): a QLoRA step's weight, made just before the matmul that reads it.
+void nf4_dequantize_bf16_cuda(const Nf4DeviceTensor& t, bf16* out, cudaStream_t stream);
+
+}  // namespace spillway::ops
+#endif

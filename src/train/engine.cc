@@ -126,11 +126,13 @@ std::unique_ptr<Device> make_run_device(DeviceChoice device, int gpu_ordinal) {
 }
 
 std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options) {
-  SPW_CHECK(options.lora == nullptr || !picks_gpu(options.device), "--lora-rank",
-            "LoRA fine-tuning runs on the CPU engine so far; add --device cpu");
+  SPW_CHECK(options.lora || options.lora_base == model::LoraBase::weights, "--lora-base",
+            model::lora_base_name(options.lora_base), " keeps LoRA's frozen base; it needs --lora-rank");
   check_virtual_stages(options.pipeline_parallel ? options.pipeline_parallel->size() : 1, options.virtual_stages,
                        weights.config().num_hidden_layers);
 #ifdef SPILLWAY_HAS_CUDA
+  // LoRA has an engine of its own: its state is the adapters', all on the device.
+  if (picks_gpu(options.device) && options.lora) return make_cuda_lora_engine(weights, optimizer, options);
   if (picks_gpu(options.device)) return make_cuda_engine(weights, optimizer, options);
 #else
   picks_gpu(options.device);

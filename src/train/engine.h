@@ -91,11 +91,13 @@ struct EngineOptions {
   // LoRA (model/lora.h): the adapters and their AdamW moments, which the
   // engine trains in place, the weights frozen; the optimizer's own moments
   // are then unused. Must outlive the engine. Null: every weight trains.
-  // The CPU engine only, so far.
+  // The GPU trains them on the device (train/cuda/cuda_lora_engine.cc) and
+  // writes them back here in sync_to_host.
   LoraState* lora = nullptr;
   // With LoRA: how the targeted projections' frozen weights are kept
   // (model/qlora.h). NF4 replaces their values in the engine's weights by
-  // the dequantized NF4 ones once, at the start. The CPU engine only.
+  // the dequantized NF4 ones once, at the start; the GPU keeps the NF4
+  // codes and dequantizes each weight just before a matmul reads it.
   model::LoraBase lora_base = model::LoraBase::weights;
 };
 
@@ -220,6 +222,9 @@ std::unique_ptr<Engine> make_engine(model::LlamaWeights& weights, AdamW& optimiz
 std::unique_ptr<Engine> make_cpu_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
 #ifdef SPILLWAY_HAS_CUDA
 std::unique_ptr<Engine> make_cuda_engine(model::LlamaWeights& weights, AdamW& optimizer, const EngineOptions& options);
+// LoRA and QLoRA on the GPU (options.lora set): train/cuda/cuda_lora_engine.cc.
+std::unique_ptr<Engine> make_cuda_lora_engine(model::LlamaWeights& weights, AdamW& optimizer,
+                                              const EngineOptions& options);
 #endif
 
 }  // namespace spillway::train

@@ -100,18 +100,18 @@ const Field kFields[] = {
     {.key = "lora.rank", .flag = "--lora-rank",
      .help = "fine-tune LoRA adapters of this rank on --lora-targets, the model's weights frozen (0: every weight "
              "trains)",
-     .commands = F, .ref = at<&R::lora, &LoraRunConfig::rank>, .min = 0, .max = 65536, .checkpointed = true},
+     .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::rank>, .min = 0, .max = 65536, .checkpointed = true},
     {.key = "lora.alpha", .flag = "--lora-alpha", .help = "LoRA's alpha: the adapters' product is scaled by alpha / rank",
-     .commands = F, .ref = at<&R::lora, &LoraRunConfig::alpha>, .checkpointed = true},
+     .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::alpha>, .checkpointed = true},
     {.key = "lora.dropout", .flag = "--lora-dropout", .help = "dropout on the adapters' input (only 0 so far)",
-     .commands = F, .ref = at<&R::lora, &LoraRunConfig::dropout>, .checkpointed = true},
+     .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::dropout>, .checkpointed = true},
     {.key = "lora.targets", .flag = "--lora-targets",
-     .help = "the projections that get adapters: some of q,k,v,o,gate,up,down, or all", .commands = F,
+     .help = "the projections that get adapters: some of q,k,v,o,gate,up,down, or all", .commands = F | B | P,
      .ref = at<&R::lora, &LoraRunConfig::targets>, .checkpointed = true},
     {.key = "lora.base", .flag = "--lora-base",
      .help = "how the targeted projections' frozen weights are kept: weights (as loaded), nf4 (QLoRA: 4-bit "
              "NormalFloat in blocks of 64, as bitsandbytes stores them) or nf4-dq (its scales double-quantized too)",
-     .commands = F, .ref = at<&R::lora, &LoraRunConfig::base>, .checkpointed = true},
+     .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::base>, .checkpointed = true},
     // schedule
     {.key = "schedule.steps", .flag = "--steps", .help = "optimizer steps in the schedule", .commands = kTraining,
      .ref = at<&R::schedule, &ScheduleConfig::steps>,

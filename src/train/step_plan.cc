@@ -108,13 +108,14 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& s, const model::LlamaC
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
                                             bool weighted_loss, bool documents, const graph::TensorParallelism& tp,
-                                            const model::LlamaStage& stage, const model::LlamaContext& context) {
+                                            const model::LlamaStage& stage, const model::LlamaContext& context,
+                                            const model::LoraConfig* lora) {
   auto s = std::make_unique<LlamaStep>();
   graph::Graph g;
   graph::Builder b(g, dtype);
   s->model = model::build_llama(b, config, batch, seq,
                                 {.fused_projections = fused_projections, .weighted_loss = weighted_loss,
-                                 .documents = documents, .stage = stage, .context = context});
+                                 .documents = documents, .lora = lora, .stage = stage, .context = context});
   // A stage short of the loss hands its hidden state on and starts its
   // backward from the gradient handed back.
   const bool hands_on = !s->model.loss.valid();
@@ -132,7 +133,7 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
   // Every context rank's chunk loss is seeded as a data-parallel rank's
   // loss is: the GPU engine takes the mean over dp x cp ranks
   // (EngineOptions::replicas), the objective the mean of the chunks' means.
-  std::vector<graph::Value> wrt = s->model.parameters;
+  std::vector<graph::Value> wrt = s->model.trainable();
   if (s->model.hidden_in.valid() && recipe.backward) wrt.push_back(s->model.hidden_in);
   if (hands_on) {
     const graph::Value out = s->model.hidden_out;  // renamed into the rank's graph

@@ -61,13 +61,16 @@ plan::TrainingStateSpec adamw_state_spec(const LlamaStep& step, const model::Lla
 // starts from the input "hidden_out.grad" (the gradient the next stage
 // hands back), and a stage without the embedding also differentiates its
 // hidden_in, to hand that back. With `context` over several ranks, `seq` is
-// the rank's chunk of each sequence (model::LlamaContext).
+// the rank's chunk of each sequence (model::LlamaContext). With `lora`,
+// the model's weights are frozen inputs and the backward pass
+// differentiates the adapters alone (model::LlamaGraph::trainable).
 std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, int64_t batch, int64_t seq,
                                             bool fused_projections, const graph::StepRecipe& recipe, DType dtype,
                                             bool weighted_loss = false, bool documents = false,
                                             const graph::TensorParallelism& tp = {},
                                             const model::LlamaStage& stage = {},
-                                            const model::LlamaContext& context = {});
+                                            const model::LlamaContext& context = {},
+                                            const model::LoraConfig* lora = nullptr);
 
 // Step graphs already built, by what they were built from: a search over
 // layouts plans the same rank graphs for many data-parallel degrees and

@@ -477,6 +477,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   engine_state.base_model = o.model.init_from;
   auto save = [&](int64_t steps_done) {
     engine_state.optimizer_steps = optimizer.steps_taken;
+    // A checkpoint writes the adapters from the host: the GPU's come back.
+    if (lora) engine->sync_to_host();
     if (!lead) {
       if (engine->reads_are_collective()) walk_checkpoint_reads(engine_state);
       return std::string();

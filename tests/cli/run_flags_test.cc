@@ -129,6 +129,17 @@ TEST(RunFlags, TheScriptsSettingsKeepTheirMeaning) {
   }
 }
 
+// bench/gpu_lora.sh's line: bench takes LoRA's settings.
+TEST(RunFlags, BenchTakesLorasSettings) {
+  const RunConfig c = Parsed(Command::bench, split("--config llama3-8b --seq 4096 --batch 1 --lora-rank 16 "
+                                                   "--lora-alpha 32 --lora-targets all --lora-base nf4-dq"))
+                          .resolve();
+  EXPECT_EQ(c.lora.rank, 16);
+  EXPECT_EQ(c.lora.alpha, 32);
+  EXPECT_EQ(c.lora.targets, "all");
+  EXPECT_EQ(c.lora.base, model::LoraBase::nf4_double);
+}
+
 // The subcommands as main builds them: no flag is defined twice (CLI11 would
 // throw), and the scripts' whole lines parse, the commands' own flags too.
 TEST(RunFlags, TheCommandsRegisterEachFlagOnce) {

@@ -33,26 +33,7 @@ class LoraE2E : public ::testing::Test {
   }
 
   static train::RunConfig finetune(const std::string& run, int64_t steps) {
-    train::RunConfig o;
-    o.run.out = *dir_ / run;
-    o.model.init_from = *dir_ / "base";
-    o.data.paths = {*dir_ / "corpus.txt"};
-    o.data.document_separator = "%";
-    o.data.validation_fraction = 0;
-    o.lora.rank = 4;
-    o.lora.alpha = 8;
-    o.lora.targets = "q,v,down";
-    o.schedule.steps = steps;
-    o.schedule.batch = 4;
-    o.schedule.seq = 32;
-    o.schedule.checkpoint_every = 0;
-    o.optimizer.lr = 2e-2;
-    o.optimizer.min_lr = 2e-2;
-    o.optimizer.warmup = 0;
-    o.sample.tokens = 0;
-    o.run.quiet = true;
-    o.run.device = train::DeviceChoice::cpu;
-    return o;
+    return lora_finetune(*dir_, run, steps, train::DeviceChoice::cpu);
   }
 
   // The greedy continuation's token ids that `spillway generate ARGS` prints.

@@ -28,4 +28,31 @@ inline void train_micro_base(const ScratchDir& dir) {
   train::train_model(o);
 }
 
+// A LoRA fine-tune of DIR/base on DIR/corpus.txt into DIR/RUN: rank 4
+// (alpha 8) on q, v and down, `steps` steps of 4 x 32 tokens at a constant
+// 2e-2, no validation, a checkpoint at the end only, quiet.
+inline train::RunConfig lora_finetune(const ScratchDir& dir, const std::string& run, int64_t steps,
+                                      train::DeviceChoice device) {
+  train::RunConfig o;
+  o.run.out = dir / run;
+  o.model.init_from = dir / "base";
+  o.data.paths = {dir / "corpus.txt"};
+  o.data.document_separator = "%";
+  o.data.validation_fraction = 0;
+  o.lora.rank = 4;
+  o.lora.alpha = 8;
+  o.lora.targets = "q,v,down";
+  o.schedule.steps = steps;
+  o.schedule.batch = 4;
+  o.schedule.seq = 32;
+  o.schedule.checkpoint_every = 0;
+  o.optimizer.lr = 2e-2;
+  o.optimizer.min_lr = 2e-2;
+  o.optimizer.warmup = 0;
+  o.sample.tokens = 0;
+  o.run.quiet = true;
+  o.run.device = device;
+  return o;
+}
+
 }  // namespace spillway::e2e

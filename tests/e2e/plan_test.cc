@@ -151,5 +151,30 @@ TEST(PlanE2E, LargestIsTheMostLayersThatFit) {
   }
 }
 
+// LoRA of LLaMA-3-8B at seq 4096 (rank 16, all seven projections): what
+// its step takes on the device, every activation kept in 80 GiB; in 32 GiB
+// only an NF4 base with whole layers recomputed fits; in 8 GiB nothing does,
+// in one line.
+TEST(PlanE2E, LoraStepsArePlannedOnOneGpu) {
+  const std::string common = " --config llama3-8b --seq 4096 --batch 1 --lora-rank 16 --lora-targets all";
+  const CommandResult lora = run_spillway("plan" + common);
+  ASSERT_EQ(lora.exit_code, 0) << lora.out;
+  EXPECT_NE(lora.out.find("LoRA rank 16 on 224 projections"), std::string::npos) << lora.out;
+  EXPECT_NE(lora.out.find("of 80.00 GiB: base 14.96 GiB (bf16)"), std::string::npos) << lora.out;
+  EXPECT_NE(lora.out.find("recomputation: none"), std::string::npos) << lora.out;
+  const CommandResult bf16 = run_spillway("plan --device-mem 32GiB" + common);
+  EXPECT_EQ(bf16.exit_code, 0) << bf16.out;
+  EXPECT_NE(bf16.out.find("recomputation: layers"), std::string::npos) << bf16.out;
+  const CommandResult nf4 = run_spillway("plan --device-mem 32GiB --lora-base nf4" + common);
+  ASSERT_EQ(nf4.exit_code, 0) << nf4.out;
+  EXPECT_NE(nf4.out.find("recomputation: none"), std::string::npos) << nf4.out;
+  const CommandResult none = run_spillway("plan --device-mem 8GiB" + common);
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.out.find("spillway: --device-mem: a LoRA step needs "), std::string::npos) << none.out;
+  const CommandResult two = run_spillway("plan --gpus 2" + common);
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_NE(two.out.find("spillway: --gpus: LoRA is planned for one GPU"), std::string::npos) << two.out;
+}
+
 }  // namespace
 }  // namespace spillway::e2e

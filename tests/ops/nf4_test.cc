@@ -184,5 +184,19 @@ TEST(Nf4, RoundTripsWithinTheCodeSpacing) {
   EXPECT_TRUE(same_bits(back, exact, "codes"));
 }
 
+// What a QLoRA base will take is counted before quantizing it.
+TEST(Nf4, StoredBytesAreCountedWithoutQuantizing) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t n : {size_t{1}, size_t{65}, size_t{256 * 64 + 1}, size_t{3 * 256 * 64}}) {
+    std::vector<float> x(n);
+    for (float& v : x) v = normal(rng);
+    for (bool dq : {false, true}) {
+      EXPECT_EQ(nf4_stored_bytes(static_cast<int64_t>(n), dq), nf4_quantize(x, dq, "x").bytes())
+          << n << (dq ? " double-quantized" : "");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace spillway::ops

@@ -12,6 +12,7 @@
 #include "train/instruction_batches.h"
 #include "train/instruction_packing.h"
 #include "testing/llama.h"
+#include "testing/packed_rows.h"
 
 namespace spillway::train {
 namespace {
@@ -254,29 +255,10 @@ TEST(CudaEngine, WeightedLossOfUnevenMicroBatchesEqualsOneBatch) {
 TEST(CudaEngine, PackedRowsStepAsTheirExamplesOneARow) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto config = small();
-  constexpr int64_t kSeq = 64, kExamples = 6;
-  std::vector<InstructionExample> examples;
-  for (int e = 0; e < kExamples; ++e) {
-    InstructionExample x;
-    x.ids = testing::random_tokens(static_cast<size_t>(10 + 2 * e), 40 + e, 1000);  // rows of 33 and 51 pairs
-    for (size_t i = 0; i < x.ids.size(); ++i) x.trained.push_back(i >= 5 ? 1 : 0);  // a prompt of 5
-    examples.push_back(std::move(x));
-  }
-  const auto n = static_cast<size_t>(2 * kSeq);
-  std::vector<int32_t> inputs(n), targets(n), positions(n), doc_starts(n);
-  for (size_t r = 0; r < 2; ++r) {
-    const PackedRow row{std::span(inputs).subspan(r * kSeq, kSeq), std::span(targets).subspan(r * kSeq, kSeq),
-                        std::span(positions).subspan(r * kSeq, kSeq), std::span(doc_starts).subspan(r * kSeq, kSeq)};
-    int64_t at = 0;
-    for (size_t e = 3 * r; e < 3 * r + 3; ++e) at = place_example(examples[e], at, row);
-    ASSERT_LT(at, kSeq) << "row " << r << " must hold its examples whole";
-    pad_packed_row(at, 0, row);
-  }
-  std::vector<int32_t> row_inputs(kExamples * kSeq), row_targets(row_inputs.size());
-  for (size_t e = 0; e < kExamples; ++e) {
-    fill_instruction_row(examples[e], 0, std::span(row_inputs).subspan(e * kSeq, kSeq),
-                         std::span(row_targets).subspan(e * kSeq, kSeq));
-  }
+  constexpr int64_t kSeq = 64;
+  const testing::PackedExamples p = testing::packed_examples(kSeq);
+  const std::vector<int32_t>&inputs = p.inputs, &targets = p.targets, &positions = p.positions,
+                             &doc_starts = p.doc_starts, &row_inputs = p.row_inputs, &row_targets = p.row_targets;
 
   EngineOptions packed;
   packed.batch = 2;
@@ -285,7 +267,7 @@ TEST(CudaEngine, PackedRowsStepAsTheirExamplesOneARow) {
   packed.weighted_loss = true;
   packed.documents = true;
   EngineOptions rows = packed;
-  rows.batch = kExamples;
+  rows.batch = testing::PackedExamples::kExamples;
   rows.documents = false;
   auto w_packed = model::LlamaWeights::random(config, 8, 0.05);
   auto w_rows = w_packed, w_cpu = w_packed;

@@ -21,6 +21,25 @@ void check_step_ids(std::span<const int32_t> inputs, std::span<const int32_t> ta
   }
 }
 
+StepIoBuffers make_step_io(MemorySpace& mem, uint64_t tokens, bool weighted_loss, bool documents) {
+  StepIoBuffers b;
+  StepIo& io = b.io;
+  io.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
+  io.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
+  // Tokens, targets, loss weights, positions, document starts, the loss.
+  b.pinned = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float));
+  io.pinned_ids = b.pinned->as<int32_t>();
+  io.pinned_loss_weights = reinterpret_cast<float*>(io.pinned_ids + 2 * tokens);
+  io.pinned_documents = io.pinned_ids + 3 * tokens;
+  io.pinned_loss = reinterpret_cast<float*>(io.pinned_ids + 5 * tokens);
+  if (weighted_loss) io.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
+  if (documents) {
+    io.device_positions = static_cast<int32_t*>(mem.allocate(tokens * 4, "positions"));
+    io.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
+  }
+  return b;
+}
+
 CudaStep::CudaStep(const graph::Graph& graph, const StepIo& io, Device& device, const CudaStepOptions& options)
     : graph_(graph), io_(io), device_(device), options_(options) {
   stream_ = as_cuda_stream(device_.stream(StreamKind::compute)).handle();

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device/cuda/pinned_host.h"
 #include "device/device.h"
 #include "exec/cuda/cuda_node_runner.h"
 #include "exec/planned_executor.h"
@@ -41,6 +42,16 @@ struct StepIo {
   int32_t* pinned_documents = nullptr;  // room for a micro-batch's positions, then its document starts
   float* pinned_loss = nullptr;
 };
+
+// A StepIo's buffers for micro-batches of `tokens` tokens: device room for
+// the ids (and the loss weights, positions and document starts where the
+// step takes them), and one pinned buffer they all go through, which the
+// caller keeps as long as the io.
+struct StepIoBuffers {
+  StepIo io;  // its graph values unset: each step sets its own
+  std::unique_ptr<PinnedBuffer> pinned;
+};
+StepIoBuffers make_step_io(MemorySpace& device_memory, uint64_t tokens, bool weighted_loss, bool documents);
 
 struct CudaStepOptions {
   bool deterministic = true;

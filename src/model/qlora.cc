@@ -23,7 +23,8 @@ std::string QuantizedBase::describe() const {
          std::to_string(bytes()) + " bytes; " + format_bytes(f32_bytes()) + " as fp32)";
 }
 
-QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage) {
+QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage,
+                                 bool round_trip_in_place) {
   QuantizedBase q;
   q.storage = storage;
   if (storage == LoraBase::weights) return q;
@@ -35,7 +36,7 @@ QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, 
     const std::string name = s.name.substr(0, s.name.size() - kA.size()) + ".weight";
     NamedTensor& w = weights.at(name);
     q.tensors.push_back(ops::nf4_quantize(w.data, storage == LoraBase::nf4_double, name.c_str()));
-    q.tensors.back().dequantize(w.data);
+    if (round_trip_in_place) q.tensors.back().dequantize(w.data);
     q.names.push_back(name);
   }
   return q;

@@ -32,10 +32,14 @@ struct QuantizedBase {
 };
 
 // Stores the base weights of the projections `lora` targets as `storage`
-// says (none for LoraBase::weights) and writes their dequantized values
-// back into `weights`, which the step then reads: what the adapters train
-// over is exactly the NF4 round trip. Error naming the tensor for a weight
-// that holds a NaN or an infinity.
-QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage);
+// says (none for LoraBase::weights) and, with `round_trip_in_place`, writes
+// their dequantized values back into `weights`, which the CPU's step then
+// reads: what the adapters train over is exactly the NF4 round trip.
+// Without, `weights` keep the values quantized, which a checkpoint then
+// holds: quantizing a double-quantized round trip again does not give it
+// back (its scales' offset moves), so a resumed run must start from them.
+// Error naming the tensor for a weight that holds a NaN or an infinity.
+QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage,
+                                 bool round_trip_in_place = true);
 
 }  // namespace spillway::model

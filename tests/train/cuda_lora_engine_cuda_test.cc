@@ -193,7 +193,7 @@ TEST(CudaLoraEngine, QloraIsLoraOverTheRoundTripBitForBit) {
 TEST(CudaLoraEngine, CarryingOnFromTheHostStateIsBitIdentical) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto config = small();
-  for (model::LoraBase base : {model::LoraBase::weights, model::LoraBase::nf4}) {
+  for (model::LoraBase base : {model::LoraBase::weights, model::LoraBase::nf4, model::LoraBase::nf4_double}) {
     SCOPED_TRACE(std::string(model::lora_base_name(base)));
     const auto w0 = model::LlamaWeights::random(config, 3, 0.05);
     const LoraState l0 = LoraState::fresh(config, all_projections(), 5);
@@ -222,7 +222,7 @@ TEST(CudaLoraEngine, CarryingOnFromTheHostStateIsBitIdentical) {
     std::vector<double> halves;
     for (int half = 0; half < 2; ++half) {
       // The second engine starts from what the first left on the host, the
-      // base included (with QLoRA, the round trip it quantizes again).
+      // base included (with QLoRA, the values it quantizes again).
       auto e = make_engine(w_halves, opt_halves, options(&l_halves, base, DeviceChoice::cuda));
       for (int step = 2 * half; step < 2 * half + 2; ++step) {
         const Batch b = step_batch(step);

@@ -47,13 +47,12 @@ class CudaLoraEngine final : public Engine {
               cuda_device_count(), " are)");
     SPW_CUDA(cudaSetDevice(gpu));
     device_ = make_cuda_device(gpu, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
-    cudaDeviceProp prop{};
-    SPW_CUDA(cudaGetDeviceProperties(&prop, gpu));
-    gpu_ = prop.name;
+    gpu_ = cuda_device_name(gpu);
     const model::LoraConfig& lora = o.lora->adapters.lora();
-    // QLoRA: the host's targeted weights become their NF4 round trip (what
-    // checkpoints write); the device keeps their codes and scales.
-    quantized_ = model::quantize_lora_base(weights_, lora, o.lora_base);
+    // QLoRA: the device keeps the targeted weights' codes and scales; the
+    // host keeps the values they were made from, which checkpoints write
+    // (model/qlora.h: a resumed run quantizes those again, alike).
+    quantized_ = model::quantize_lora_base(weights_, lora, o.lora_base, false);
     make_io();
     // The steps' runners take their workspaces as they are made: the plan
     // is shown what they took, with what the pool holds already.
@@ -186,8 +185,8 @@ class CudaLoraEngine final : public Engine {
     state_->download(*options_.lora);
     host_current_ = true;
   }
-  // The base as it trains (with QLoRA, the NF4 round trip); LoRA keeps no
-  // moments of it.
+  // The base as it came (with QLoRA, the values its NF4 codes were made
+  // from); LoRA keeps no moments of it.
   void read_state(StatePart part, size_t i, std::span<float> out) override {
     SPW_CHECK(part == StatePart::master, "GPU LoRA engine",
               "the frozen weights have no moments; a LoRA checkpoint writes the adapters'");

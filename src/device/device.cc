@@ -51,4 +51,12 @@ void Device::synchronize() {
   if (first_error) std::rethrow_exception(first_error);
 }
 
+void Device::synchronize_at_end(std::string_view owner) noexcept {
+  try {
+    synchronize();
+  } catch (const std::exception& e) {
+    log_warn(std::string(owner) + ": an error left unreported at its end: " + e.what());
+  }
+}
+
 }  // namespace spillway

@@ -46,6 +46,9 @@ class Device {
 
   // Waits for every stream; rethrows the first error any of them reports.
   void synchronize();
+  // The same from a destructor, which must not throw: the error is logged,
+  // naming `owner`.
+  void synchronize_at_end(std::string_view owner) noexcept;
 
  protected:
   Device(std::string name, std::unique_ptr<MemorySpace> device_memory,

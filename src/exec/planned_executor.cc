@@ -58,11 +58,7 @@ PlannedExecutor::PlannedExecutor(const graph::Graph& graph, plan::Placement plac
 }
 
 PlannedExecutor::~PlannedExecutor() {
-  try {
-    device_.synchronize();
-  } catch (const std::exception& e) {
-    log_warn(std::string("planned executor: an error left unreported at its end: ") + e.what());
-  }
+  device_.synchronize_at_end("planned executor");
   release_all();
 }
 

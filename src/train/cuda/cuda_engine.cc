@@ -70,22 +70,10 @@ class CudaEngine final : public Engine {
     gpu_ = cuda_device_name(gpu);
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(o.batch * o.seq);
-    io_.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
-    io_.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-    // Tokens, targets, loss weights, positions, document starts, the loss.
-    pinned_io_ = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float));
-    io_.pinned_ids = pinned_io_->as<int32_t>();
-    io_.pinned_loss_weights = reinterpret_cast<float*>(io_.pinned_ids + 2 * tokens);
-    io_.pinned_documents = io_.pinned_ids + 3 * tokens;
-    io_.pinned_loss = reinterpret_cast<float*>(io_.pinned_ids + 5 * tokens);
-    if (o.weighted_loss) {
-      io_.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
-      loss_weights_.resize(tokens);
-    }
-    if (o.documents) {
-      io_.device_positions = static_cast<int32_t*>(mem.allocate(tokens * 4, "positions"));
-      io_.device_doc_starts = static_cast<int32_t*>(mem.allocate(tokens * 4, "document starts"));
-    }
+    StepIoBuffers io = make_step_io(mem, tokens, o.weighted_loss, o.documents);
+    io_ = io.io;
+    pinned_io_ = std::move(io.pinned);
+    if (o.weighted_loss) loss_weights_.resize(tokens);
 
     if (o.data_parallel || o.tensor_parallel || o.context_parallel || o.pipeline_parallel) {
       scalars_ = mem.allocate(kScalarBytes, "sums over ranks");
@@ -129,11 +117,7 @@ class CudaEngine final : public Engine {
   }
 
   ~CudaEngine() override {
-    try {
-      device_->synchronize();
-    } catch (const std::exception& e) {
-      log_warn(std::string("GPU engine: an error left unreported at its end: ") + e.what());
-    }
+    device_->synchronize_at_end("GPU engine");
     train_.reset();
     eval_.reset();
     rings_.reset();

@@ -93,11 +93,7 @@ class CudaLoraEngine final : public Engine {
   }
 
   ~CudaLoraEngine() override {
-    try {
-      device_->synchronize();
-    } catch (const std::exception& e) {
-      log_warn(std::string("GPU LoRA engine: an error left unreported at its end: ") + e.what());
-    }
+    device_->synchronize_at_end("GPU LoRA engine");
     train_.reset();
     eval_.reset();
     state_.reset();

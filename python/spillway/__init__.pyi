@@ -68,6 +68,7 @@ class KernelsSection:
     cuda_graph: bool
     projections: Literal["auto", "fused", "separate"]
     matmul_candidates: int
+    loss_chunk_rows: int
 
 class ParallelSection:
     dp: int

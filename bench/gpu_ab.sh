@@ -14,8 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 [ "${BUILD:-1}" = 0 ] || scripts/gpu_build.sh spillway > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 IFS=, read -ra modes <<< "${MODES:?MODES: bench flags per mode, separated by commas}"
 : > "$OUT/ab.jsonl"  # the summary takes every mode-th line from here

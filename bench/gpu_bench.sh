@@ -10,8 +10,7 @@ config=${1:-llama3.2-1b}
 seq=${2:-4096}
 batch=${3:-4}
 out=${OUT:-/tmp}/bench.jsonl
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 # Deterministic (the default), with cuDNN's atomic attention backward (as
 # PyTorch's flash backward), and with bf16 AdamW moments as well (PyTorch's
 # bf16 model keeps bf16 moments, weights and gradients; spillway still keeps

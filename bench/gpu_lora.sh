@@ -18,8 +18,7 @@ seq=${1:-4096}
 config=${2:-llama3-8b}
 out=${OUT:-/tmp}/lora.jsonl
 steps=${STEPS:-6}
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 python=/opt/torch/.venv/bin/python
 [ -x "$python" ] || python=python3
 lora="--lora-rank 16 --lora-alpha 32 --lora-targets all"

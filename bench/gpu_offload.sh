@@ -9,8 +9,7 @@ mem=${1:-80GiB}
 accum=${2:-32}
 shift 2 || true
 OUT=${OUT:-/tmp/out}
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 B=build/gpu/src/spillway
 batch=${BATCH:-1}
 tag=8b-${mem}-b${batch}-x${accum}

@@ -5,8 +5,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 scripts/gpu_build.sh spillway $(cd tests/ops && ls *_cuda_test.cc | grep -v -e attention -e matmul | sed 's/^/test_ops_/; s/\.cc$//') > "$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
 build/gpu/src/spillway bench --config llama3.2-1b --seq 4096 --batch 4 --steps 3 --warmup 2 --profile 2>&1 | tee "$OUT/profile.log" | grep -v "  step"
 build/gpu/src/spillway plan --config llama3.2-1b --seq 4096 --batch 4 | tail -3

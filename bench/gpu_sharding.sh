@@ -43,8 +43,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
 NPROC=${NPROC:-2}
-N=/opt/torch/.venv/lib/python3.12/site-packages/nvidia
-export LD_LIBRARY_PATH=$N/cudnn/lib:$N/nccl/lib:$N/cu13/lib:/tmp/spillway-deps/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+. bench/gpu_env.sh
 # NVLink multicast stays off: it can take a shared host's GPUs out of service.
 export NCCL_NVLS_ENABLE=0
 start=$(date +%s)

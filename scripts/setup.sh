@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config
+  ccache                        # builds with the same flags share objects (pip install . after the release build)
   libopenblas-openmp-dev nlohmann-json3-dev libcli11-dev
   libtomlplusplus-dev           # run configuration files (used header-only)
   libgtest-dev libgmock-dev libbenchmark-dev

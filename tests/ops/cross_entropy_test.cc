@@ -117,7 +117,8 @@ TEST(CrossEntropy, NoCountedRowsGivesZero) {
 
 TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   uint64_t seed = 100;
-  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {3, 33}, {8, 2}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {3, 33}, {8, 2}}) {
+    const int64_t rows = shape.first, vocab = shape.second;  // lambdas capture variables, not bindings
     auto logits = random_vector(rows * vocab, seed++, -3, 3);
     auto targets = random_targets(rows, vocab, seed++);
     const double dloss = 1.7;
@@ -332,7 +333,8 @@ TEST(CrossEntropyWeighted, FloatMatchesReference) {
 // The masked loss's gradient against float64 finite differences.
 TEST(CrossEntropyWeighted, BackwardMatchesFiniteDifferences) {
   uint64_t seed = 1000;
-  for (auto [rows, vocab] : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {9, 33}, {8, 2}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{5, 7}, {1, 1}, {9, 33}, {8, 2}}) {
+    const int64_t rows = shape.first, vocab = shape.second;  // lambdas capture variables, not bindings
     auto logits = random_vector(rows * vocab, seed++, -3, 3);
     auto targets = random_targets(rows, vocab, seed++);
     const auto weights = mask_weights(targets, seed++);

@@ -95,7 +95,8 @@ TEST(RMSNorm, FloatMatchesReference) {
 
 TEST(RMSNorm, BackwardMatchesFiniteDifferences) {
   uint64_t seed = 100;
-  for (auto [rows, dim] : {std::pair<int64_t, int64_t>{3, 5}, {7, 17}, {1, 1}, {2, 64}}) {
+  for (const auto& shape : {std::pair<int64_t, int64_t>{3, 5}, {7, 17}, {1, 1}, {2, 64}}) {
+    const int64_t rows = shape.first, dim = shape.second;  // lambdas capture variables, not bindings
     auto x = random_vector(rows * dim, seed++);
     auto w = random_vector(dim, seed++, 0.5, 1.5);
     auto upstream = random_vector(rows * dim, seed++);

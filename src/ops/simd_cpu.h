@@ -63,7 +63,10 @@ F exp_float(F x) {
   poly = poly * r + 0.5f;
   poly = poly * r + 1.0f;
   poly = poly * r + 1.0f;
-  const F two_n = std::bit_cast<F>((truncate_to_int(n) + 127) << 23);
+  // A NaN argument's n is NaN, whose conversion to int is undefined: 2^0
+  // stands in (poly is NaN, and so is the result).
+  const F defined_n = n == n ? n : F{};
+  const F two_n = std::bit_cast<F>((truncate_to_int(defined_n) + 127) << 23);
   return x < lowest ? F{} : poly * two_n;
 }
 

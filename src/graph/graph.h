@@ -93,6 +93,10 @@ struct NodeAttrs {
   int64_t chunk_rows = 0;
   int64_t heads = 0, kv_heads = 0;        // rope (heads), attention (both)
   int64_t pos0 = 0;                       // rope: position of the first token
+  // dropout (ops/dropout.h): the probability of dropping an element, and
+  // the node's salt, which tells its draws from other nodes'.
+  double dropout = 0;
+  uint32_t salt = 0;
   // rope: only the first rotated_heads of `heads` are rotated, the rest
   // copied (0: all). A fused q|k|v projection's output ropes q and k, carries v.
   int64_t rotated_heads = 0;
@@ -122,7 +126,7 @@ struct NodeAttrs {
   // parallelism): the node's table holds rows [first_row, first_row + its
   // rows) of a table of table_rows rows; ids must lie in [0, table_rows),
   // and ids outside the node's rows give zeros (nothing, backward).
-  // table_rows 0: the table is whole.
+  // table_rows 0: the table is whole. take_rows: the first row taken.
   int64_t first_row = 0, table_rows = 0;
 };
 

@@ -22,6 +22,11 @@ SPW_OP(cross_entropy_backward)
 // lm_head, the loss and their backward over chunks of rows (ops/linear_cross_entropy.h)
 SPW_OP(linear_cross_entropy)
 SPW_OP(cast)
+// LoRA's dropout on an adapter's input; its own gradient (ops/dropout_op.h)
+SPW_OP(dropout)
+// Rows of a sequence taken out and joined (ops/rows_op.h): context parallelism's chunks
+SPW_OP(take_rows)
+SPW_OP(concat_rows)
 // Collectives among the ranks of a group (ops/collective_op.h), placed by the
 // tensor-parallel pass (graph/tensor_parallel.h).
 SPW_OP(all_reduce)

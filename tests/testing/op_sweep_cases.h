@@ -17,6 +17,8 @@
 #include "ops/attention_op.h"
 #include "ops/cast_op.h"
 #include "ops/cross_entropy_op.h"
+#include "ops/dropout_op.h"
+#include "ops/rows_op.h"
 #include "ops/embedding_op.h"
 #include "ops/fill_op.h"
 #include "ops/matmul_op.h"
@@ -253,6 +255,21 @@ inline std::vector<SweepCase> sweep_cases() {
                  const Value gate_up = in.activation("gate_up", Shape{2, 3, 12}, -3, 3);
                  return {ops::swiglu_packed_backward(in.b, dout, gate_up, "backward")};
                }});
+  // 8 x 37 elements: the GPU's 16-byte vectors and a scalar tail.
+  c.push_back({.label = "dropout", .kind = OpKind::dropout, .build = [](SweepInputs& in) -> Outputs {
+                 const Value x = in.activation("x", Shape{2, 4, 37});
+                 return {ops::dropout(in.b, x, in.ids("key", Shape{2}, 1 << 30), 0.3, 5)};
+               }, .gradient = true});
+  c.push_back({.label = "take_rows", .kind = OpKind::take_rows, .build = [](SweepInputs& in) -> Outputs {
+                 return {ops::take_rows(in.b, in.activation("x", Shape{2, 6, 5}), 2, 3)};
+               }, .gradient = true});
+  c.push_back({.label = "take_rows_first", .kind = OpKind::take_rows, .build = [](SweepInputs& in) -> Outputs {
+                 return {ops::take_rows(in.b, in.activation("x", Shape{1, 4, 2, 3}), 0, 2)};
+               }, .gradient = true});
+  c.push_back({.label = "concat_rows", .kind = OpKind::concat_rows, .build = [](SweepInputs& in) -> Outputs {
+                 const Value a = in.activation("a", Shape{2, 2, 5}), b = in.activation("b", Shape{2, 1, 5});
+                 return {ops::concat_rows(in.b, {a, b, in.activation("c", Shape{2, 3, 5})})};
+               }, .gradient = true});
   c.push_back({.label = "add", .kind = OpKind::add, .build = [](SweepInputs& in) -> Outputs {
                  const Value a = in.activation("a", Shape{2, 3, 5});
                  return {ops::add(in.b, a, in.activation("b", Shape{2, 3, 5}))};

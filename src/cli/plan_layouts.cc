@@ -90,9 +90,10 @@ void print_split_lines(const train::RunPlan& p) {
   if (p.cp > 1) {
     const double rate = req.rates.graph_collective_bytes > 0 ? req.rates.graph_collective_bytes
                                                              : req.rates.collective_bytes;
-    std::printf("context parallel over %d GPUs: each takes %lld tokens of every sequence (the last chunk planned: its "
-                "queries see every key), each layer's keys and values all-gathered (the graph's collectives priced at "
-                "%.0f GB/s); the weights' gradients summed over %d GPUs\n",
+    std::printf("context parallel over %d GPUs: each takes %lld tokens of every sequence (two chunks, an early and a "
+                "late one, so that their causal attention costs each GPU the same), each layer's keys and values "
+                "all-gathered (the graph's collectives priced at %.0f GB/s); the weights' gradients summed over %d "
+                "GPUs\n",
                 p.cp, static_cast<long long>(req.seq), rate / 1e9, req.data_parallel);
   }
   if (!p.pipeline) return;

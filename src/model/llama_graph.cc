@@ -1,5 +1,6 @@
 #include "model/llama_graph.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -9,13 +10,76 @@
 #include "ops/attention_op.h"
 #include "ops/collective_op.h"
 #include "ops/cross_entropy_op.h"
+#include "ops/dropout_op.h"
 #include "ops/embedding_op.h"
+#include "ops/rows_op.h"
 #include "ops/matmul_op.h"
 #include "ops/rmsnorm_op.h"
 #include "ops/rope_op.h"
 #include "ops/swiglu_op.h"
 
 namespace spillway::model {
+
+namespace {
+
+// A layer's attention over a rank's two chunks (LlamaContext): each chunk's
+// queries and keys rotated at its positions; every rank's keys and values
+// gathered and put in position order; each chunk's queries attending to
+// the keys up to their own positions.
+graph::Value context_attention(graph::Builder& b, graph::Value q, graph::Value k, graph::Value v,
+                               const LlamaConfig& c, const LlamaContext& cp, int64_t chunk,
+                               const std::shared_ptr<const std::vector<float>>& inv_freq) {
+  const int64_t heads = c.num_attention_heads, kv_heads = c.num_key_value_heads, hd = c.head_dim();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  const std::string which[2] = {".first", ".second"};
+  auto rotated = [&](graph::Value y, int64_t h, int part, const std::string& name) {
+    graph::Value rows = ops::take_rows(b, y, part * chunk, chunk, name + which[part] + "_chunk");
+    return ops::rope(b, rows, h, inv_freq, cp.chunk_start(part, chunk), name + which[part]);
+  };
+  // Gathered in rank order, each rank's two chunks: chunk j of the sequence
+  // is rank j's first below `ranks`, else rank 2 ranks - 1 - j's second.
+  auto in_position_order = [&](graph::Value mine, const std::string& name) {
+    const Shape whole{1, 2 * chunk * cp.ranks, b.info(mine).shape[2]};
+    graph::Value all = ops::all_gather(b, mine, cp.group, cp.ranks, false, whole, name + "_all_gather");
+    std::vector<graph::Value> chunks;
+    for (int64_t j = 0; j < 2 * cp.ranks; ++j) {
+      const int64_t rank = j < cp.ranks ? j : 2 * cp.ranks - 1 - j, part = j < cp.ranks ? 0 : 1;
+      chunks.push_back(ops::take_rows(b, all, (2 * rank + part) * chunk, chunk, name + "_chunk" + std::to_string(j)));
+    }
+    return ops::concat_rows(b, chunks, name + "_in_order");
+  };
+  graph::Value keys = in_position_order(
+      ops::concat_rows(b, {rotated(k, kv_heads, 0, "self_attn.k_rope"), rotated(k, kv_heads, 1, "self_attn.k_rope")},
+                       "self_attn.k_rope"),
+      "self_attn.k");
+  graph::Value values = in_position_order(v, "self_attn.v");
+  graph::Value out[2];
+  for (int part = 0; part < 2; ++part) {
+    out[part] = ops::attention(b, rotated(q, heads, part, "self_attn.q_rope"), keys, values, heads, kv_heads, scale,
+                               "self_attn.attention" + which[part], {}, cp.chunk_start(part, chunk));
+  }
+  return ops::concat_rows(b, {out[0], out[1]}, "self_attn.attention");
+}
+
+}  // namespace
+
+void check_context_sequence(int64_t seq, int ranks) {
+  SPW_CHECK(seq % (2 * static_cast<int64_t>(ranks)) == 0, "--cp", "a sequence of ", seq, " tokens does not cut into ",
+            2 * ranks, " chunks (two for each of ", ranks, " ranks)");
+}
+
+std::span<const int32_t> take_context_chunks(const LlamaContext& c, std::span<const int32_t> sequence,
+                                             std::vector<int32_t>& out) {
+  if (c.ranks == 1) return sequence;
+  check_context_sequence(static_cast<int64_t>(sequence.size()), c.ranks);
+  const size_t chunk = sequence.size() / static_cast<size_t>(2 * c.ranks);
+  out.resize(2 * chunk);
+  for (int which = 0; which < 2; ++which) {
+    const auto from = sequence.subspan(static_cast<size_t>(c.chunk_start(which, static_cast<int64_t>(chunk))), chunk);
+    std::copy(from.begin(), from.end(), out.begin() + static_cast<std::ptrdiff_t>(which * chunk));
+  }
+  return out;
+}
 
 LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, int64_t seq,
                        const LlamaGraphOptions& options) {
@@ -34,7 +98,9 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   SPW_CHECK(!split_sequence || (batch == 1 && !options.fused_projections && !options.documents && options.lora == nullptr),
             "context parallelism", "takes one sequence a micro-batch (batch 1), separate projections and no ",
             "packed documents or LoRA so far");
-  const int64_t first_position = split_sequence ? cp.rank * seq : 0;
+  SPW_CHECK(!split_sequence || seq % 2 == 0, "context parallelism", "a rank's ", seq,
+            " tokens do not cut into its two chunks");
+  const int64_t chunk = seq / 2;
   // Checkpoint tensors named before this stage's: the embedding and nine
   // per layer (stacked projections stack the same tensors).
   int tensors = stage.has_embedding() ? 0 : static_cast<int>(1 + kLlamaLayerTensors * stage.first_layer);
@@ -67,6 +133,9 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   auto inv_freq = std::make_shared<const std::vector<float>>(ops::rope_inv_freq(hd, c.rope_theta, c.rope_scaling));
 
   if (lora) m.lora_scaling = b.input("lora_scaling", Shape{lora->rank, lora->rank}, b.dtype());
+  const bool dropout = lora && options.adapter_dropout && lora->dropout > 0;
+  if (dropout) m.dropout_key = b.input("dropout_key", Shape{2}, DType::i32);
+  int64_t layer_index = 0;  // the layer `project` is called for
   // x W^T for the projection `module` ("self_attn.q_proj"), plus its adapter's
   // (alpha / r) (x A^T) B^T where LoRA targets it.
   auto project = [&](graph::Value x, graph::Value w, const std::string& module) {
@@ -78,7 +147,16 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
     graph::Value up = b.parameter(module + ".lora_B.weight", Shape{ws[0], lora->rank});
     m.adapters.push_back(a);
     m.adapters.push_back(up);
-    graph::Value down = ops::linear(b, x, a, module + ".lora_A");
+    graph::Value adapter_in = x;
+    if (dropout) {
+      // Each adapter its own draws, named by its layer and projection so
+      // that every layout of the model draws alike.
+      const auto at = std::find(kLoraProjections.begin(), kLoraProjections.end(), projection);
+      const auto salt = static_cast<uint32_t>(layer_index * static_cast<int64_t>(kLoraProjections.size()) +
+                                              (at - kLoraProjections.begin()));
+      adapter_in = ops::dropout(b, x, m.dropout_key, lora->dropout, salt, module + ".lora_dropout");
+    }
+    graph::Value down = ops::linear(b, adapter_in, a, module + ".lora_A");
     graph::Value scaled = ops::linear(b, down, m.lora_scaling, module + ".lora_scaling");
     return ops::add(b, y, ops::linear(b, scaled, up, module + ".lora_B"), module + ".lora_add");
   };
@@ -99,6 +177,7 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
 
   for (int64_t i = stage.first_layer; i < last_layer; ++i) {
     auto layer = b.scope("model.layers." + std::to_string(i));
+    layer_index = i;
     const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
     graph::Value ln1 = param("input_layernorm.weight", Shape{d});
     graph::Value a;
@@ -113,17 +192,16 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
       graph::Value wk = param("self_attn.k_proj.weight", Shape{kv_heads * hd, d});
       graph::Value wv = param("self_attn.v_proj.weight", Shape{kv_heads * hd, d});
       graph::Value x = ops::rmsnorm(b, h, ln1, c.rms_norm_eps, "input_layernorm");
-      graph::Value q = ops::rope(b, project(x, wq, "self_attn.q_proj"), heads, inv_freq, first_position,
-                                 "self_attn.q_rope", 0, m.positions);
-      graph::Value k = ops::rope(b, project(x, wk, "self_attn.k_proj"), kv_heads, inv_freq, first_position,
-                                 "self_attn.k_rope", 0, m.positions);
+      graph::Value q = project(x, wq, "self_attn.q_proj");
+      graph::Value k = project(x, wk, "self_attn.k_proj");
       graph::Value v = project(x, wv, "self_attn.v_proj");
       if (split_sequence) {
-        const Shape whole{1, seq * cp.ranks, kv_heads * hd};
-        k = ops::all_gather(b, k, cp.group, cp.ranks, false, whole, "self_attn.k_all_gather");
-        v = ops::all_gather(b, v, cp.group, cp.ranks, false, whole, "self_attn.v_all_gather");
+        a = context_attention(b, q, k, v, c, cp, chunk, inv_freq);
+      } else {
+        q = ops::rope(b, q, heads, inv_freq, 0, "self_attn.q_rope", 0, m.positions);
+        k = ops::rope(b, k, kv_heads, inv_freq, 0, "self_attn.k_rope", 0, m.positions);
+        a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts);
       }
-      a = ops::attention(b, q, k, v, heads, kv_heads, scale, "self_attn.attention", m.doc_starts, first_position);
     }
     graph::Value wo = param("self_attn.o_proj.weight", Shape{d, heads * hd});
     h = ops::add(b, h, project(a, wo, "self_attn.o_proj"), "attn_residual");

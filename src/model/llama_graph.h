@@ -2,6 +2,7 @@
 // in Hugging Face checkpoints ("model.layers.0.self_attn.q_proj.weight").
 #pragma once
 
+#include <span>
 #include <vector>
 
 #include "graph/builder.h"
@@ -25,15 +26,35 @@ struct LlamaStage {
   bool has_embedding() const { return first_layer == 0; }
 };
 
-// Context parallelism: the graph is this rank's chunk of each sequence, its
-// `seq` tokens positions [rank * seq, (rank + 1) * seq) of a sequence of
-// ranks * seq. RoPE rotates them there, and every layer's attention reads
-// every rank's keys and values, all-gathered over the group (dimension
-// `group` of the rank grid: dist::Dim::cp). One sequence a micro-batch.
+// Context parallelism: a sequence of ranks * seq tokens is cut into 2 ranks
+// chunks of seq / 2, and the graph is this rank's two: chunk `rank` and
+// chunk 2 ranks - 1 - rank, one after the other (take_context_chunks). With
+// causal attention a chunk's work grows with its place, so each rank's
+// pair costs the same (an early chunk and a late one). RoPE rotates each
+// chunk at its positions, and every layer's attention reads every rank's
+// keys and values, all-gathered over the group (dimension `group` of the
+// rank grid: dist::Dim::cp) and put in position order. One sequence a
+// micro-batch.
 struct LlamaContext {
   int rank = 0, ranks = 1;
   int group = 2;
+
+  // Where this rank's chunk `which` (0 or 1) starts in the sequence, for
+  // chunks of `chunk` tokens.
+  int64_t chunk_start(int which, int64_t chunk) const {
+    return (which == 0 ? rank : 2 * ranks - 1 - rank) * chunk;
+  }
 };
+
+// Error naming --cp when a sequence of `seq` tokens does not cut into two
+// chunks for each of `ranks` ranks.
+void check_context_sequence(int64_t seq, int ranks);
+
+// This rank's tokens of one sequence (ranks * its own count): its two
+// chunks, in `out`; the sequence as it is without context parallelism.
+// Error when the sequence does not cut into 2 ranks chunks.
+std::span<const int32_t> take_context_chunks(const LlamaContext& c, std::span<const int32_t> sequence,
+                                             std::vector<int32_t>& out);
 
 struct LlamaGraphOptions {
   // Each layer's q, k and v projections as one matmul, and gate and up as
@@ -55,6 +76,10 @@ struct LlamaGraphOptions {
   // then graph inputs, frozen: autodiff differentiates the adapters alone
   // (LlamaGraph::trainable). Separate projections only. Null: none.
   const LoraConfig* lora = nullptr;
+  // LoRA's dropout (LoraConfig::dropout > 0) on each adapter's input, drawn
+  // from the input `dropout_key`: training steps only, as PEFT drops in
+  // train mode; evaluation and generation run without it.
+  bool adapter_dropout = false;
   // Only these layers (model/llama_stages.h: pipeline parallelism); the whole
   // model by default. A tied table's last stage holds a copy of it.
   LlamaStage stage{};
@@ -80,6 +105,7 @@ struct LlamaGraph {
   // graph has no scale op, and r x r is nothing beside the r x d products).
   std::vector<graph::Value> adapters;
   graph::Value lora_scaling;
+  graph::Value dropout_key;  // i32 [2] (ops/dropout.h), with adapter dropout; else invalid
   // What training differentiates: the adapters with LoRA, else the parameters.
   const std::vector<graph::Value>& trainable() const { return adapters.empty() ? parameters : adapters; }
   // parameter_parts[i]: the checkpoint tensors (their indices in checkpoint

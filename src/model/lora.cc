@@ -46,8 +46,8 @@ std::vector<std::string> parse_lora_targets(std::string_view list, std::string_v
 void check_lora_config(const LoraConfig& lora, std::string_view what) {
   SPW_CHECK(lora.rank > 0 && lora.rank <= 65536, what, "rank ", lora.rank, " must be 1 to 65536");
   SPW_CHECK(std::isfinite(lora.alpha) && lora.alpha > 0, what, "alpha ", lora.alpha, " must be a positive number");
-  SPW_CHECK(lora.dropout == 0, what, "dropout ", lora.dropout,
-            " is not supported yet: LoRA trains without dropout (0) for now");
+  SPW_CHECK(std::isfinite(lora.dropout) && lora.dropout >= 0 && lora.dropout < 1, what, "dropout ", lora.dropout,
+            " must be at least 0 and below 1");
   SPW_CHECK(!lora.targets.empty(), what, "targets no projection");
   for (const std::string& t : lora.targets) {
     SPW_CHECK(std::find(kLoraProjections.begin(), kLoraProjections.end(), t) != kLoraProjections.end(), what,

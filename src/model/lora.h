@@ -36,7 +36,8 @@ inline std::string_view lora_base_name(LoraBase base) { return kLoraBaseNames[st
 struct LoraConfig {
   int64_t rank = 0;  // r; 0: no adapters
   double alpha = 16;
-  // Dropout on the adapters' input; only 0 is implemented so far.
+  // Dropout on each adapter's input while training (PEFT's lora_dropout):
+  // x A^T becomes dropout(x) A^T, each adapter drawing its own elements.
   double dropout = 0;
   // Of kLoraProjections, in that order.
   std::vector<std::string> targets;

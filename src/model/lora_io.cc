@@ -95,6 +95,11 @@ LoraWeights load_peft_adapter(const std::string& dir, const LlamaConfig& config)
   LoraConfig lora;
   lora.rank = j["r"].get<int64_t>();
   lora.alpha = j["lora_alpha"].get<double>();
+  if (j.contains("lora_dropout") && !j["lora_dropout"].is_null()) {
+    SPW_CHECK(j["lora_dropout"].is_number(), path, "lora_dropout is ", j["lora_dropout"].dump(),
+              "; expected a probability");
+    lora.dropout = j["lora_dropout"].get<double>();
+  }
   SPW_CHECK(j.contains("target_modules") && j["target_modules"].is_array(), path, "target_modules is ",
             j.contains("target_modules") ? j["target_modules"].dump() : "missing",
             "; expected a list of module names (q_proj, ...), not a pattern");

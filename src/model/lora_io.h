@@ -28,8 +28,9 @@ void save_peft_adapter(const std::string& dir, const LoraWeights& adapters, cons
 // Whether `dir` holds a PEFT adapter (its adapter_config.json).
 bool holds_peft_adapter(const std::string& dir);
 
-// The adapter in `dir` for a model of `config`. Inference ignores dropout,
-// so the LoraConfig returned has none.
+// The adapter in `dir` for a model of `config`, its LoraConfig as the file
+// says (lora_dropout too: a resumed run trains on with it; inference drops
+// nothing).
 LoraWeights load_peft_adapter(const std::string& dir, const LlamaConfig& config);
 
 }  // namespace spillway::model

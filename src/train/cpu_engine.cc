@@ -139,10 +139,10 @@ class CpuEngine final : public Engine {
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
       const PackedDocuments docs = documents.subspan(micro * n, n);
       auto x = inputs.subspan(micro * n, n);
-      if (options_.context_parallel) {  // this rank's chunk of the sequence
-        const size_t chunk = n / static_cast<size_t>(options_.context_parallel->size());
-        x = x.subspan(chunk * static_cast<size_t>(options_.context_parallel->rank()), chunk);
-        y = y.subspan(chunk * static_cast<size_t>(options_.context_parallel->rank()), chunk);
+      x = model::take_context_chunks(context(), x, context_inputs_);  // this rank's chunks of the sequence
+      y = model::take_context_chunks(context(), y, context_targets_);
+      if (options_.lora) {
+        step_->set_dropout_key(micro_batch_dropout_key(options_, optimizer_.steps_taken, micro_batches, micro));
       }
       const double loss =
           options_.lora ? step_->run(weights_, x, y, loss_weights_, docs.positions, docs.doc_starts)
@@ -211,9 +211,8 @@ class CpuEngine final : public Engine {
               "the weights are sharded; begin_evaluation gathers them first");
     if (pipe_) return pipe_->eval_loss(inputs, targets);
     if (Communicator* cp = options_.context_parallel) {
-      const size_t chunk = inputs.size() / static_cast<size_t>(cp->size());
-      const size_t first = chunk * static_cast<size_t>(cp->rank());
-      double loss = eval_->run(step_weights(), inputs.subspan(first, chunk), targets.subspan(first, chunk));
+      double loss = eval_->run(step_weights(), model::take_context_chunks(context(), inputs, context_inputs_),
+                               model::take_context_chunks(context(), targets, context_targets_));
       Stream& comm = device_->stream(StreamKind::comm);
       cp->all_reduce_sum(&loss, 1, DType::f64, comm);
       cp->wait(comm);
@@ -345,8 +344,7 @@ class CpuEngine final : public Engine {
         split_.tp = {.rank = tp->rank(), .ranks = tp->size(), .sequence_parallel = options_.sequence_parallel};
       }
       if (Communicator* cp = options_.context_parallel) {
-        SPW_CHECK(seq % cp->size() == 0, "--cp", "a sequence of ", seq, " tokens does not split evenly over ",
-                  cp->size(), " ranks");
+        model::check_context_sequence(seq, cp->size());
         groups_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = cp;
         split_.context = {.rank = cp->rank(), .ranks = cp->size()};
         seq /= cp->size();
@@ -363,6 +361,9 @@ class CpuEngine final : public Engine {
                                        weighted, documents, lora);
   }
 
+  // With --cp, this rank's place in the sequence (one rank's whole without).
+  const model::LlamaContext& context() const { return split_.context; }
+
   // Members are built in declaration order: the device before the steps.
   std::unique_ptr<Device> device_;
   ops::CollectiveGroups groups_;  // with --tp: the steps' collectives
@@ -375,6 +376,7 @@ class CpuEngine final : public Engine {
   model::LoraWeights adapter_grads_;  // with LoRA: the sum of the adapters' gradients
   model::QuantizedBase quantized_;    // with QLoRA: the targeted projections' weights, NF4
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
+  std::vector<int32_t> context_inputs_, context_targets_;  // with --cp: this rank's chunks of a micro-batch
   std::unique_ptr<CpuShardedAdamW> sharded_;  // --shard optimizer, gradients or weights
   std::unique_ptr<TensorParallelState> tp_;   // --tp: this rank's pieces of the state
   std::unique_ptr<CpuPipeline> pipe_;         // --pp: this rank's stage and its state

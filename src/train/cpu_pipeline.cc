@@ -67,10 +67,9 @@ CpuPipeline::CpuPipeline(const model::LlamaWeights& weights, const AdamW& optimi
     tp = {.rank = ranks.tensor->rank(), .ranks = ranks.tensor->size(), .sequence_parallel = ranks.sequence_parallel};
     groups_.by_group[static_cast<size_t>(tp.group)] = ranks.tensor;
   }
-  model::LlamaContext context;
+  model::LlamaContext& context = context_;
   if (ranks.context) {
-    SPW_CHECK(seq % ranks.context->size() == 0, "--cp", "a sequence of ", seq, " tokens does not split evenly over ",
-              ranks.context->size(), " ranks");
+    model::check_context_sequence(seq, ranks.context->size());
     context = {.rank = ranks.context->rank(), .ranks = ranks.context->size()};
     groups_.by_group[static_cast<size_t>(context.group)] = ranks.context;
     seq_ = seq / ranks.context->size();
@@ -171,10 +170,13 @@ double CpuPipeline::run(Program& p, std::span<const int32_t> tokens, std::span<c
 double CpuPipeline::run_timeline(const PipelineTimeline& timeline, std::span<const int32_t> inputs,
                                  std::span<const int32_t> targets, bool training) {
   const auto n = static_cast<size_t>(batch_ * seq_);
-  const size_t whole = ranks_.context ? n * static_cast<size_t>(ranks_.context->size()) : n;
-  const size_t offset = ranks_.context ? n * static_cast<size_t>(ranks_.context->rank()) : 0;
-  auto tokens = [&](int64_t mb) { return inputs.subspan(static_cast<size_t>(mb) * whole + offset, n); };
-  auto labels = [&](int64_t mb) { return targets.subspan(static_cast<size_t>(mb) * whole + offset, n); };
+  const size_t whole = n * static_cast<size_t>(context_.ranks);
+  auto tokens = [&](int64_t mb) {
+    return model::take_context_chunks(context_, inputs.subspan(static_cast<size_t>(mb) * whole, whole), inputs_);
+  };
+  auto labels = [&](int64_t mb) {
+    return model::take_context_chunks(context_, targets.subspan(static_cast<size_t>(mb) * whole, whole), targets_);
+  };
   return walk_->walk(timeline, training,
                      [&](const PipelinePass& pass, int, const void* input, const void* handed_back) {
                        Chunk& chunk = chunks_[static_cast<size_t>(pass.chunk)];

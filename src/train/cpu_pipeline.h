@@ -105,6 +105,8 @@ class CpuPipeline {
   std::vector<int> own_index_;             // by checkpoint tensor: its place in this rank's arrays, or -1
   std::vector<model::NamedTensor> weights_, grads_, m_, v_;  // this rank's tensors
   std::vector<float> hidden_out_, hidden_grad_;
+  model::LlamaContext context_;                     // with --cp: this rank's place in the sequence
+  std::vector<int32_t> inputs_, targets_;           // with --cp: a micro-batch's chunks of this rank
   std::unique_ptr<PipelineWalk> walk_;
   bool tied_ = false;           // the first and last stages each hold the tied table
   int64_t table_elements_ = 0;

@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "device/cpu/cpu_device.h"
+#include "ops/dropout.h"
 #include "ops/matmul_op.h"
 #include "train/loss_weights.h"
 #include "train/pipeline_schedule.h"
@@ -102,6 +103,11 @@ bool picks_gpu(DeviceChoice device) {
   SPW_CHECK(device != DeviceChoice::cuda, "--device", "this spillway was built without CUDA (SPILLWAY_CUDA=OFF)");
   return false;
 #endif
+}
+
+uint64_t micro_batch_dropout_key(const EngineOptions& o, int64_t steps_taken, int64_t micro_batches, int64_t micro) {
+  const int64_t rank = o.data_parallel ? o.data_parallel->rank() : 0;
+  return ops::dropout_micro_batch_key(o.seed, steps_taken, rank * micro_batches + micro);
 }
 
 double step_token_weight(Engine& engine, std::span<const int32_t> targets, int64_t micro_batches, int ranks) {

@@ -99,7 +99,15 @@ struct EngineOptions {
   // the dequantized NF4 ones once, at the start; the GPU keeps the NF4
   // codes and dequantizes each weight just before a matmul reads it.
   model::LoraBase lora_base = model::LoraBase::weights;
+  // The run's seed, which LoRA's dropout draws from (ops/dropout.h): each
+  // micro-batch's key from it, the optimizer steps taken and the
+  // micro-batch's place in the step over the data-parallel ranks.
+  uint64_t seed = 0;
 };
+
+// The dropout key of this rank's micro-batch `micro` (of `micro_batches`)
+// of the optimizer step after `steps_taken` updates.
+uint64_t micro_batch_dropout_key(const EngineOptions& o, int64_t steps_taken, int64_t micro_batches, int64_t micro);
 
 // Packed rows' per-token positions and document starts
 // (model::LlamaGraphOptions::documents), laid out as the step's inputs;

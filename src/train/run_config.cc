@@ -82,8 +82,8 @@ void check(const RunConfig& config, Command command, const Blame& blame) {
   if (l.rank > 0) {
     SPW_CHECK(std::isfinite(l.alpha) && l.alpha > 0, blamed(blame, "lora.alpha", "--lora-alpha"), l.alpha,
               " must be a positive number");
-    SPW_CHECK(l.dropout == 0, blamed(blame, "lora.dropout", "--lora-dropout"), l.dropout,
-              " is not supported yet: LoRA trains without dropout (0) for now");
+    SPW_CHECK(std::isfinite(l.dropout) && l.dropout >= 0 && l.dropout < 1,
+              blamed(blame, "lora.dropout", "--lora-dropout"), l.dropout, " must be at least 0 and below 1");
     model::parse_lora_targets(l.targets, blamed(blame, "lora.targets", "--lora-targets"));
   }
 }

@@ -147,7 +147,7 @@ struct OptimizerConfig {
 struct LoraRunConfig {
   int64_t rank = 0;
   double alpha = 16;
-  double dropout = 0;  // only 0 so far
+  double dropout = 0;  // on the adapters' input while training (model::LoraConfig::dropout)
   std::string targets = "q,k,v,o,gate,up,down";  // some of these, or "all"
   // How the targeted projections' frozen weights are kept (model/qlora.h):
   // as loaded, NF4 (QLoRA) or NF4 with double-quantized scales.

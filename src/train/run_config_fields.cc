@@ -103,7 +103,7 @@ const Field kFields[] = {
      .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::rank>, .min = 0, .max = 65536, .checkpointed = true},
     {.key = "lora.alpha", .flag = "--lora-alpha", .help = "LoRA's alpha: the adapters' product is scaled by alpha / rank",
      .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::alpha>, .checkpointed = true},
-    {.key = "lora.dropout", .flag = "--lora-dropout", .help = "dropout on the adapters' input (only 0 so far)",
+    {.key = "lora.dropout", .flag = "--lora-dropout", .help = "dropout on the adapters' input while training, as PEFT's lora_dropout (0: none)",
      .commands = F | B | P, .ref = at<&R::lora, &LoraRunConfig::dropout>, .checkpointed = true},
     {.key = "lora.targets", .flag = "--lora-targets",
      .help = "the projections that get adapters: some of q,k,v,o,gate,up,down, or all", .commands = F | B | P,

@@ -4,6 +4,7 @@
 
 #include "base/bytes.h"
 #include "base/status.h"
+#include "model/llama_graph.h"
 #include "device/memory_space.h"
 #include "model/llama_config_json.h"
 #include "plan/cost_model.h"
@@ -71,7 +72,7 @@ void check_layout(const model::LlamaConfig& c, const RunConfig& run, int gpus, b
   const ScheduleConfig& s = run.schedule;
   if (cp > 1) {
     SPW_CHECK(!batch_auto && s.batch == 1, "--cp", "context parallelism takes one sequence a micro-batch: --batch 1");
-    SPW_CHECK(s.seq % cp == 0, "--cp", "a sequence of ", s.seq, " tokens does not split evenly over ", cp, " ranks");
+    model::check_context_sequence(s.seq, cp);
   }
   // Sequence parallelism splits a micro-batch's tokens (the rank's chunk)
   // over the tensor-parallel group.
@@ -104,8 +105,8 @@ StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std:
   // sharded over them.
   req.data_parallel = dp * cp;
   req.tensor_parallel = {.rank = 0, .ranks = tp, .sequence_parallel = run.parallel.sequence_parallel};
-  // The last context rank's queries see every key: its attention is the
-  // group's slowest.
+  // Every context rank's two chunks cost the same (model::LlamaContext);
+  // the last's graph is the one each rank runs the plan of.
   req.context = {.rank = cp - 1, .ranks = cp};
   req.seq = s.seq / cp;
   req.batch = s.batch;
@@ -234,9 +235,10 @@ RunPlan plan_run(const RunConfig& run, const RunPlanOptions& a) {
     const model::LlamaConfig c = model::resolve_config(run.model.config);
     const ScheduleConfig& s = run.schedule;
     const int64_t heads = c.num_attention_heads / std::max<int64_t>(1, run.parallel.tp);
-    const uint64_t attention = deterministic_attention_workspace(
-        a.batch_auto ? 1 : s.batch, heads, s.seq / std::max<int64_t>(1, run.parallel.cp), s.seq,
-        c.hidden_size / c.num_attention_heads);
+    // A context rank's queries come in two chunks (model::LlamaContext).
+    const int64_t cp = std::max<int64_t>(1, run.parallel.cp), queries = cp > 1 ? s.seq / (2 * cp) : s.seq;
+    const uint64_t attention = deterministic_attention_workspace(a.batch_auto ? 1 : s.batch, heads, queries, s.seq,
+                                                                 c.hidden_size / c.num_attention_heads);
     if (!run.kernels.deterministic || attention < run.memory.device_mem / 4) throw;
     throw Error(e.thing(), e.problem() + "; cuDNN's deterministic attention backward alone takes " +
                                format_bytes(attention) + " of workspace here: --nondeterministic runs its atomic one");

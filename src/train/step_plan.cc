@@ -115,7 +115,8 @@ std::unique_ptr<LlamaStep> build_llama_step(const model::LlamaConfig& config, in
   graph::Builder b(g, dtype);
   s->model = model::build_llama(b, config, batch, seq,
                                 {.fused_projections = fused_projections, .weighted_loss = weighted_loss,
-                                 .documents = documents, .lora = lora, .stage = stage, .context = context});
+                                 .documents = documents, .lora = lora, .adapter_dropout = recipe.backward,
+                                 .stage = stage, .context = context});
   // A stage short of the loss hands its hidden state on and starts its
   // backward from the gradient handed back.
   const bool hands_on = !s->model.loss.valid();

@@ -18,6 +18,7 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
                               {.weighted_loss = weighted_loss,
                                .documents = documents,
                                .lora = lora,
+                               .adapter_dropout = with_backward,
                                .context = split ? split->context : model::LlamaContext{}});
   if (!with_backward) forward.mark_output(model_.logits);
   forward.mark_output(model_.loss);
@@ -49,7 +50,7 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
                      const StepSplit* split)
     : TrainStep(config, batch, seq, with_backward, weighted_loss, documents, lora, split) {
   program_ = std::make_unique<exec::Executor>(graph_, space, runner_);
-  if (!lora_scaling_.empty()) program_->bind(model_.lora_scaling, std::span<float>(lora_scaling_));
+  bind_own_inputs();
 }
 
 TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t seq, Device& device,
@@ -62,7 +63,16 @@ TrainStep::TrainStep(const model::LlamaConfig& config, int64_t batch, int64_t se
   streamed_ = std::make_unique<exec::StreamedNodeRunner>(runner_, as_cpu_stream(device.stream(StreamKind::compute)));
   program_ = std::make_unique<exec::PlannedExecutor>(graph_, std::move(placement), device, device.host_memory(),
                                                      *streamed_);
+  bind_own_inputs();
+}
+
+void TrainStep::bind_own_inputs() {
   if (!lora_scaling_.empty()) program_->bind(model_.lora_scaling, std::span<float>(lora_scaling_));
+  if (model_.dropout_key.valid()) program_->bind(model_.dropout_key, std::span<int32_t>(dropout_key_));
+}
+
+void TrainStep::set_dropout_key(uint64_t key) {
+  dropout_key_ = {static_cast<int32_t>(static_cast<uint32_t>(key)), static_cast<int32_t>(static_cast<uint32_t>(key >> 32))};
 }
 
 void TrainStep::bind_adapters(model::LoraWeights& adapters, model::LoraWeights* grads) {

@@ -3,6 +3,7 @@
 // for a batch shape and replayed on every batch.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <span>
@@ -59,6 +60,10 @@ class TrainStep {
   // later run reads and adds to these. Both must outlive the step.
   void bind_adapters(model::LoraWeights& adapters, model::LoraWeights* grads);
 
+  // The key LoRA's dropout draws the next runs' elements with (ops/dropout.h);
+  // a step without adapter dropout ignores it.
+  void set_dropout_key(uint64_t key);
+
   int64_t batch() const { return batch_; }
   int64_t seq() const { return seq_; }
 
@@ -109,7 +114,11 @@ class TrainStep {
   std::unique_ptr<exec::StreamedNodeRunner> streamed_;
   std::unique_ptr<exec::StepProgram> program_;
   std::optional<model::LlamaWeights> own_grads_;  // for run() without a gradient buffer
+  // Binds the inputs the step itself holds: LoRA's scaling and dropout key.
+  void bind_own_inputs();
+
   std::vector<float> lora_scaling_;  // with LoRA: (alpha / r) I, [r, r]
+  std::array<int32_t, 2> dropout_key_{};
   bool adapters_bound_ = false;
 };
 

@@ -153,11 +153,14 @@ void check_packed_state(const SamplerState& saved, const std::vector<Instruction
 // A resumed LoRA run's adapters must be the ones its options describe.
 void check_same_lora(const model::LoraConfig& saved, const model::LoraConfig& run, const std::string& path) {
   auto described = [](const model::LoraConfig& l) {
-    std::string text = "rank " + std::to_string(l.rank) + ", alpha " + std::to_string(l.alpha) + " on";
+    std::string text = "rank " + std::to_string(l.rank) + ", alpha " + std::to_string(l.alpha) + ", dropout " +
+                       std::to_string(l.dropout) + " on";
     for (const std::string& t : l.targets) text += " " + t;
     return text;
   };
-  SPW_CHECK(saved.rank == run.rank && saved.alpha == run.alpha && saved.targets == run.targets, path, "holds an ",
+  SPW_CHECK(saved.rank == run.rank && saved.alpha == run.alpha && saved.dropout == run.dropout &&
+                saved.targets == run.targets,
+            path, "holds an ",
             "adapter of ", described(saved), " but the run's options say ", described(run),
             "; the checkpoint belongs to another run");
 }
@@ -441,7 +444,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .weighted_loss = chats.has_value(),
                                      .documents = sampler.packed(),
                                      .lora = lora ? &*lora : nullptr,
-                                     .lora_base = o.lora.base};
+                                     .lora_base = o.lora.base,
+                                     .seed = s.seed};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
   const int64_t end_step = s.stop_after >= 0 ? std::min(s.steps, s.stop_after) : s.steps;

@@ -1,8 +1,8 @@
 // Context-parallel training on the CPU backend, ranks as processes, through
 // the command line users get (`--cp C` with `--nproc-per-node`): ranks that
-// each take a chunk of every sequence, attention reading every rank's keys
-// and values, train what one rank trains, beside data and tensor
-// parallelism; the
+// each take two chunks of every sequence (an early and a late one),
+// attention reading every rank's keys and values, train what one rank
+// trains, beside data and tensor parallelism; the
 // weights are replicated, so a run resumes on any number of ranks; a split
 // the run does not allow is one clear error.
 #include <gtest/gtest.h>
@@ -45,7 +45,8 @@ TEST_F(ContextParallel, ASplitTheRunDoesNotAllowIsOneClearError) {
   schedule_ = "--batch 1 --seq 30 --grad-accum 8";
   const CommandResult uneven = run("uneven", "--nproc-per-node 4 --cp 4");
   EXPECT_NE(uneven.exit_code, 0);
-  EXPECT_NE(uneven.out.find("a sequence of 30 tokens does not split evenly over 4 ranks"), std::string::npos)
+  EXPECT_NE(uneven.out.find("--cp: a sequence of 30 tokens does not cut into 8 chunks (two for each of 4 ranks)"),
+            std::string::npos)
       << uneven.out;
 }
 

@@ -104,6 +104,40 @@ TEST_F(LoraE2E, AResumedLoraRunContinuesBitIdentically) {
             read_file(resumed.checkpoint + "/optimizer.safetensors"));
 }
 
+// Dropout on the adapters' input (PEFT's lora_dropout): the run trains
+// otherwise than without it, its draws depend only on the run's seed and
+// place, so a resumed run continues bit-identically, and the adapter's
+// config says what it trained with. Two micro-batches a step: each draws its own.
+TEST_F(LoraE2E, ADropoutRunDiffersFromNoneAndResumesBitIdentically) {
+  auto with_dropout = [](const std::string& run) {
+    train::RunConfig o = finetune(run, 4);
+    o.lora.dropout = 0.1;
+    o.schedule.grad_accum = 2;
+    return o;
+  };
+  const train::TrainResult straight = train::train_model(with_dropout("drop_straight"));
+  train::RunConfig first = with_dropout("drop_halves");
+  first.schedule.stop_after = 2;
+  train::train_model(first);
+  train::RunConfig rest = with_dropout("drop_halves");
+  rest.run.resume = true;
+  const train::TrainResult resumed = train::train_model(rest);
+  const std::vector<double> losses = step_losses(*dir_ / "drop_straight");
+  EXPECT_EQ(losses, step_losses(*dir_ / "drop_halves"));
+  EXPECT_EQ(read_file(straight.checkpoint + "/adapter_model.safetensors"),
+            read_file(resumed.checkpoint + "/adapter_model.safetensors"));
+  train::RunConfig none = with_dropout("drop_none");
+  none.lora.dropout = 0;
+  train::train_model(none);
+  const std::vector<double> plain = step_losses(*dir_ / "drop_none");
+  ASSERT_EQ(plain.size(), losses.size());
+  // The first step's adapters are PEFT's start (B = 0): dropout cannot show yet.
+  EXPECT_EQ(plain[0], losses[0]);
+  EXPECT_NE(plain.back(), losses.back());
+  EXPECT_NE(read_file(straight.checkpoint + "/adapter_config.json").find("\"lora_dropout\": 0.1"), std::string::npos)
+      << read_file(straight.checkpoint + "/adapter_config.json");
+}
+
 // QLoRA: the targeted projections' weights stored NF4. Its steps are those
 // of LoRA over a base whose targeted weights are their NF4 round trip, bit
 // for bit, and the run writes that base beside a PEFT adapter.
@@ -178,11 +212,9 @@ TEST_F(LoraE2E, QloraRunsSayWhatTheBaseTakes) {
 TEST_F(LoraE2E, BadLoraSettingsAreOneLine) {
   const std::string common = "finetune -m " + *dir_ / "base" + " --data " + *dir_ / "corpus.txt" +
                              " --separator % --device cpu --steps 1 -o " + *dir_ / "bad" + " --lora-rank 4 ";
-  CommandResult r = run_spillway(common + "--lora-dropout 0.1");
+  CommandResult r = run_spillway(common + "--lora-dropout 1");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.out.find("spillway: --lora-dropout: 0.1 is not supported yet: LoRA trains without dropout (0) for now"),
-            std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("spillway: --lora-dropout: 1 must be at least 0 and below 1"), std::string::npos) << r.out;
   r = run_spillway(common + "--lora-targets q,lm_head");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("spillway: --lora-targets: 'lm_head' is not a projection LoRA can adapt"), std::string::npos)

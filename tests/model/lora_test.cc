@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <span>
 #include <vector>
@@ -35,9 +36,12 @@ LoraConfig all_projections(int64_t rank, double alpha) {
 template <typename T>
 class LoraStep {
  public:
-  LoraStep(const LlamaConfig& config, const LoraConfig& lora, int64_t batch, int64_t seq, bool backward)
+  // `dropout`: the training graph's dropout on the adapters' input
+  // (lora.dropout > 0), drawn with `key`.
+  LoraStep(const LlamaConfig& config, const LoraConfig& lora, int64_t batch, int64_t seq, bool backward,
+           bool dropout = false)
       : b_(g_, dtype_of<T>()) {
-    m_ = build_llama(b_, config, batch, seq, {.lora = &lora});
+    m_ = build_llama(b_, config, batch, seq, {.lora = &lora, .adapter_dropout = dropout});
     g_.mark_output(m_.loss);
     g_.mark_output(m_.logits);
     if (backward) grads_ = graph::append_backward(b_, m_.loss, m_.adapters);
@@ -60,6 +64,7 @@ class LoraStep {
     e.bind(m_.tokens, std::span<int32_t>(tokens_));
     e.bind(m_.targets, std::span<int32_t>(targets_));
     e.bind(m_.lora_scaling, std::span<T>(scaling_));
+    if (m_.dropout_key.valid()) e.bind(m_.dropout_key, std::span<int32_t>(key));
     for (size_t i = 0; i < base.size(); ++i) e.bind(m_.parameters[i], std::span<T>(base[i]));
     for (size_t i = 0; i < adapters.size(); ++i) e.bind(m_.adapters[i], std::span<T>(adapters[i]));
     e.run();
@@ -80,6 +85,7 @@ class LoraStep {
   const std::vector<T>& logits() const { return logits_; }
 
   std::vector<std::vector<T>> base, adapters, gradients;
+  std::array<int32_t, 2> key = {12345, 678};
 
  private:
   graph::Graph g_;
@@ -105,15 +111,19 @@ TEST(LoraTargets, ParseShortAndFullNamesInLayerOrder) {
   EXPECT_THROW(parse_lora_targets(" , ", "--lora-targets"), Error);
 }
 
-TEST(LoraConfig, RefusesWhatIsNotImplementedOrOutOfRange) {
+TEST(LoraConfig, RefusesWhatIsOutOfRange) {
   LoraConfig lora = all_projections(4, 8);
   EXPECT_NO_THROW(check_lora_config(lora, "lora"));
   lora.dropout = 0.05;
-  try {
-    check_lora_config(lora, "lora");
-    FAIL();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("dropout 0.05 is not supported yet"), std::string::npos) << e.what();
+  EXPECT_NO_THROW(check_lora_config(lora, "lora"));
+  for (double bad : {1.0, -0.1, std::nan("")}) {
+    lora.dropout = bad;
+    try {
+      check_lora_config(lora, "lora");
+      FAIL() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(" must be at least 0 and below 1"), std::string::npos) << e.what();
+    }
   }
   lora = all_projections(0, 8);
   EXPECT_THROW(check_lora_config(lora, "lora"), Error);
@@ -197,6 +207,50 @@ TEST(LoraGraph, AdapterGradientsMatchFiniteDifferences) {
     EXPECT_LT(testing::rel_error(analytic[i], numeric), 1e-6)
         << step.graph().value(step.model().adapters[i]).name;
   }
+}
+
+// With dropout on the adapters' input, each adapter's gradient still
+// matches central differences: the draws are fixed by the key.
+TEST(LoraGraph, DropoutGradientsMatchFiniteDifferences) {
+  LoraConfig lora = {.rank = 2, .alpha = 3, .dropout = 0.3, .targets = parse_lora_targets("all", "test")};
+  LoraStep<double> step(small(), lora, 2, 4, true, true);
+  const size_t drops = static_cast<size_t>(std::count_if(step.graph().nodes().begin(), step.graph().nodes().end(),
+                                                         [](const graph::Node& n) {
+                                                           return n.kind == graph::OpKind::dropout && !n.backward;
+                                                         }));
+  EXPECT_EQ(drops, step.adapters.size() / 2) << "one dropout per adapter";
+  step.run();
+  const std::vector<std::vector<double>> analytic = step.gradients;
+  for (size_t i = 0; i < step.adapters.size(); ++i) {
+    const std::vector<double> numeric = testing::numeric_gradient(step.adapters[i], [&] { return step.run(); });
+    EXPECT_LT(testing::rel_error(analytic[i], numeric), 1e-6)
+        << step.graph().value(step.model().adapters[i]).name;
+  }
+}
+
+// Dropout reaches the adapters' path alone: with every B zero the model is
+// the base whatever is dropped; with B trained, the key decides the logits.
+TEST(LoraGraph, DropoutDropsTheAdaptersInputOnly) {
+  LoraConfig lora = {.rank = 2, .alpha = 3, .dropout = 0.5, .targets = parse_lora_targets("all", "test")};
+  LoraStep<double> plain(small(), lora, 2, 4, false), dropped(small(), lora, 2, 4, false, true);
+  ASSERT_FALSE(plain.model().dropout_key.valid()) << "evaluation drops nothing";
+  plain.run();
+  dropped.run();
+  EXPECT_NE(plain.logits(), dropped.logits());
+  const std::vector<double> first = dropped.logits();
+  dropped.key[0] += 1;
+  dropped.run();
+  EXPECT_NE(dropped.logits(), first);
+  dropped.key[0] -= 1;
+  dropped.run();
+  EXPECT_EQ(dropped.logits(), first) << "the same key draws the same";
+  for (size_t i = 1; i < dropped.adapters.size(); i += 2) {
+    std::fill(plain.adapters[i].begin(), plain.adapters[i].end(), 0.0);
+    std::fill(dropped.adapters[i].begin(), dropped.adapters[i].end(), 0.0);
+  }
+  plain.run();
+  dropped.run();
+  EXPECT_EQ(plain.logits(), dropped.logits());
 }
 
 // The base weights are frozen: graph inputs, and no backward node makes a

@@ -23,14 +23,17 @@ std::unique_ptr<LlamaStep> step_of(int64_t seq, const model::LlamaContext& conte
 
 TEST(DeviceReserve, TheOrderedAttentionBackwardTakesAScoreMatrixAHead) {
   // The sizes cuDNN asked for on Hopper (32 heads of 128): 4 GiB and 128 MiB
-  // at seq 8192; the last of four context ranks at 131,072 tokens, 258 GiB.
+  // at seq 8192; a rank's 32,768 queries over 131,072 keys (were they one
+  // chunk), 258 GiB.
   EXPECT_EQ(deterministic_attention_workspace(1, 32, 8192, 8192, 128), (4ull << 30) + (128ull << 20));
   EXPECT_EQ(deterministic_attention_workspace(1, 32, 32768, 131072, 128), 258ull << 30);
   const auto one = step_of(8192);
   EXPECT_EQ(estimated_kernel_workspaces(one->step.graph, true), (4ull << 30) + (384ull << 20));
   EXPECT_EQ(estimated_kernel_workspaces(one->step.graph, false), kKernelWorkspaceBytes);
-  const auto last_chunk = step_of(32768, {.rank = 3, .ranks = 4});
-  EXPECT_EQ(estimated_kernel_workspaces(last_chunk->step.graph, true), (258ull << 30) + (256ull << 20));
+  // Four context ranks at 131,072 tokens: each of a rank's two chunks
+  // (16,384 queries over every key) takes 130 GiB.
+  const auto chunks = step_of(32768, {.rank = 3, .ranks = 4});
+  EXPECT_EQ(estimated_kernel_workspaces(chunks->step.graph, true), (130ull << 30) + (256ull << 20));
   // Short sequences take the floor.
   EXPECT_EQ(estimated_kernel_workspaces(step_of(512)->step.graph, true), kKernelWorkspaceBytes);
 }
@@ -56,10 +59,10 @@ RunConfig long_context_run(bool deterministic) {
 TEST(DeviceReserve, APlanWhoseOrderedAttentionCannotFitSaysSo) {
   try {
     plan_run(long_context_run(true), {.gpus = 4});
-    FAIL() << "planned a 258 GiB workspace into 128 GiB";
+    FAIL() << "planned a 130 GiB workspace into 128 GiB";
   } catch (const Error& e) {
     EXPECT_EQ(e.thing(), "--device-mem");
-    EXPECT_NE(e.problem().find("deterministic attention backward alone takes 258.00 GiB"), std::string::npos)
+    EXPECT_NE(e.problem().find("deterministic attention backward alone takes 130.00 GiB"), std::string::npos)
         << e.what();
     EXPECT_NE(e.problem().find("--nondeterministic"), std::string::npos) << e.what();
   }

@@ -92,8 +92,8 @@ TEST_F(RunConfigTest, AWrittenConfigurationReadsBackTheSame) {
     RunSources sources;
     for (const Field& f : run_config_fields()) {
       if (!uses(f, command) || section_of(f.key) == "parallel") continue;
-      // Their one valid value is the default (dropout 0 so far), or another
-      // value must name projections: other_value's text would not.
+      // A probability below 1, and projections by name: other_value's
+      // text would be neither.
       if (f.key == "lora.dropout" || f.key == "lora.targets") continue;
       sources.flags.push_back({std::string(f.key), other_value(f, config)});
     }

@@ -148,7 +148,8 @@ TEST(LayoutPlan, ALayoutThatCannotSplitIsRefusedNamingTheFlag) {
   EXPECT_EQ(refusal(r, 2).rfind("--cp: context parallelism takes one sequence a micro-batch", 0), 0u);
   r = run_of(4, 500);
   r.parallel.cp = 8;
-  EXPECT_EQ(refusal(r, 8).rfind("--cp: a sequence of 500 tokens does not split evenly over 8 ranks", 0), 0u);
+  EXPECT_EQ(refusal(r, 8).rfind("--cp: a sequence of 500 tokens does not cut into 16 chunks (two for each of 8 ranks)", 0),
+            0u);
   r = run_of(4);
   r.parallel.pp = 2;
   r.parallel.tp = 2;

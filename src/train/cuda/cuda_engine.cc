@@ -230,7 +230,7 @@ class CudaEngine final : public Engine {
       sum_over(pp_->group(), std::span<double>(&loss, 1));
       return loss;
     }
-    loss = eval_->run(own_chunk(inputs), own_chunk(targets), true);
+    loss = eval_->run(own_chunks(inputs, context_inputs_), own_chunks(targets, context_targets_), true);
     if (Communicator* cp = options_.context_parallel) {  // the mean of the chunks' means
       sum_over(*cp, std::span<double>(&loss, 1));
       loss /= cp->size();
@@ -324,8 +324,7 @@ class CudaEngine final : public Engine {
     SPW_CHECK(!options_.weighted_loss && !options_.documents, "--cp",
               "instruction data and packed rows are not supported with context parallelism yet");
     SPW_CHECK(options_.replicas, "--cp", "the ranks holding the same state were not given to the engine");
-    SPW_CHECK(options_.seq % options_.context_parallel->size() == 0, "--cp", "a sequence of ", options_.seq,
-              " tokens does not split evenly over ", options_.context_parallel->size(), " ranks");
+    model::check_context_sequence(options_.seq, options_.context_parallel->size());
     collectives_.by_group[static_cast<size_t>(model::LlamaContext{}.group)] = options_.context_parallel;
     collectives_.stream = &device_->stream(StreamKind::compute);
   }
@@ -350,7 +349,8 @@ class CudaEngine final : public Engine {
                            const PackedDocuments& documents, size_t n, int64_t micro_batches, double token_weight) {
     double loss = 0;
     for (int64_t micro = 0; micro < micro_batches; ++micro) {
-      const auto x = own_chunk(inputs.subspan(micro * n, n)), y = own_chunk(targets.subspan(micro * n, n));
+      const auto x = own_chunks(inputs.subspan(micro * n, n), context_inputs_);
+      const auto y = own_chunks(targets.subspan(micro * n, n), context_targets_);
       check_step_ids(x, y, weights_.config().vocab_size, x.size());
       const PackedDocuments docs = documents.subspan(micro * n, n);
       // The kernels rely on contiguous documents and cannot throw.
@@ -405,10 +405,9 @@ class CudaEngine final : public Engine {
     return cp ? model::LlamaContext{.rank = cp->rank(), .ranks = cp->size()} : model::LlamaContext{};
   }
   // This rank's chunk of a micro-batch's sequence (batch 1 with --cp).
-  std::span<const int32_t> own_chunk(std::span<const int32_t> ids) const {
-    const model::LlamaContext c = context();
-    const size_t chunk = ids.size() / static_cast<size_t>(c.ranks);
-    return ids.subspan(chunk * static_cast<size_t>(c.rank), chunk);
+  // This rank's chunks of a micro-batch's sequence, in `buffer`.
+  std::span<const int32_t> own_chunks(std::span<const int32_t> ids, std::vector<int32_t>& buffer) const {
+    return model::take_context_chunks(context(), ids, buffer);
   }
   // The ranks the state is summed and sharded over.
   Communicator* replicas() const { return options_.context_parallel ? options_.replicas : options_.data_parallel; }
@@ -449,10 +448,10 @@ class CudaEngine final : public Engine {
     planned_ = plan_data_parallel_step(plan_request(), StateSharding::none);
   }
 
-  // Every context rank runs the plan of the last (whose queries see every
-  // key: the slowest), so that all make the same choices and their
-  // collectives meet; its own graph differs from that one only in its
-  // offsets, so the plan's places hold for it.
+  // Every context rank runs the plan of the last, so that all make the
+  // same choices and their collectives meet; its own graph differs from
+  // that one only in its chunks' positions, so the plan's places hold for
+  // it (and its work is the same: each rank an early and a late chunk).
   void take_own_chunk_step() {
     if (!options_.context_parallel) return;
     const LlamaStep& planned = *planned_.step;
@@ -666,6 +665,7 @@ class CudaEngine final : public Engine {
   static constexpr uint64_t kScalarBytes = 256;
   bool sharded_ = false;
   std::vector<float> loss_weights_;  // a micro-batch's, with the weighted loss
+  std::vector<int32_t> context_inputs_, context_targets_;  // with --cp: this rank's chunks of a micro-batch
   double predicted_step_ = 0;
   void* scalars_ = nullptr;  // room for sum_over_ranks's values on the device
   bool host_current_ = false;  // the caller's arrays hold the engine's state (sync_to_host)

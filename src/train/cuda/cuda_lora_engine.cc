@@ -130,6 +130,7 @@ class CudaLoraEngine final : public Engine {
       // The kernels rely on contiguous documents and cannot throw.
       if (!docs.empty()) ops::check_doc_starts(docs.doc_starts.data(), options_.batch, options_.seq, "doc_starts");
       if (options_.weighted_loss) fill_loss_weights(y, token_weight, loss_weights_);
+      train_->set_dropout_key(micro_batch_dropout_key(options_, optimizer_.steps_taken, micro_batches, micro));
       stats.loss += train_->run(x, y, micro == 0, micro + 1 == micro_batches, loss_weights_, docs.positions,
                                 docs.doc_starts);
     }
@@ -214,7 +215,8 @@ class CudaLoraEngine final : public Engine {
   void make_io() {
     MemorySpace& mem = device_->device_memory();
     const auto tokens = static_cast<uint64_t>(options_.batch * options_.seq);
-    StepIoBuffers b = make_step_io(mem, tokens, options_.weighted_loss, options_.documents);
+    StepIoBuffers b = make_step_io(mem, tokens, options_.weighted_loss, options_.documents,
+                                   options_.lora->adapters.lora().dropout > 0);
     io_ = b.io;
     pinned_io_ = std::move(b.pinned);
     if (options_.weighted_loss) loss_weights_.resize(tokens);
@@ -233,6 +235,7 @@ class CudaLoraEngine final : public Engine {
     train_io.loss_weights = train.model.loss_weights;
     train_io.positions = train.model.positions;
     train_io.doc_starts = train.model.doc_starts;
+    train_io.dropout_key = train.model.dropout_key;
     StepIo eval_io = io_;  // the plain mean, over rows of one example each
     eval_io.tokens = eval.model.tokens;
     eval_io.targets = eval.model.targets;

@@ -21,17 +21,21 @@ void check_step_ids(std::span<const int32_t> inputs, std::span<const int32_t> ta
   }
 }
 
-StepIoBuffers make_step_io(MemorySpace& mem, uint64_t tokens, bool weighted_loss, bool documents) {
+StepIoBuffers make_step_io(MemorySpace& mem, uint64_t tokens, bool weighted_loss, bool documents,
+                           bool dropout_key) {
   StepIoBuffers b;
   StepIo& io = b.io;
   io.device_tokens = static_cast<int32_t*>(mem.allocate(tokens * 4, "tokens"));
   io.device_targets = static_cast<int32_t*>(mem.allocate(tokens * 4, "targets"));
-  // Tokens, targets, loss weights, positions, document starts, the loss.
-  b.pinned = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float));
+  // Tokens, targets, loss weights, positions, document starts, the loss,
+  // the dropout key.
+  b.pinned = std::make_unique<PinnedBuffer>(5 * tokens * 4 + sizeof(float) + 2 * sizeof(int32_t));
   io.pinned_ids = b.pinned->as<int32_t>();
   io.pinned_loss_weights = reinterpret_cast<float*>(io.pinned_ids + 2 * tokens);
   io.pinned_documents = io.pinned_ids + 3 * tokens;
   io.pinned_loss = reinterpret_cast<float*>(io.pinned_ids + 5 * tokens);
+  io.pinned_dropout_key = io.pinned_ids + 5 * tokens + 1;
+  if (dropout_key) io.device_dropout_key = static_cast<int32_t*>(mem.allocate(2 * sizeof(int32_t), "dropout key"));
   if (weighted_loss) io.device_loss_weights = static_cast<float*>(mem.allocate(tokens * 4, "loss weights"));
   if (documents) {
     io.device_positions = static_cast<int32_t*>(mem.allocate(tokens * 4, "positions"));
@@ -73,6 +77,10 @@ void CudaStep::make_executor(std::optional<plan::Placement> placement, MemorySpa
     program_->bind(io_.positions, io_.device_positions);
     program_->bind(io_.doc_starts, io_.device_doc_starts);
   }
+  if (io_.dropout_key.valid()) {
+    SPW_CHECK(io_.device_dropout_key != nullptr, "GPU step", "the step drops adapter inputs but its io has no key");
+    program_->bind(io_.dropout_key, io_.device_dropout_key);
+  }
 }
 
 CudaStep::~CudaStep() {
@@ -110,6 +118,11 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
     std::copy(doc_starts.begin(), doc_starts.end(), io_.pinned_documents + documents);
     device_.copy_async(io_.device_positions, io_.pinned_documents, positions.size_bytes(), compute);
     device_.copy_async(io_.device_doc_starts, io_.pinned_documents + documents, doc_starts.size_bytes(), compute);
+  }
+  if (io_.dropout_key.valid()) {
+    io_.pinned_dropout_key[0] = static_cast<int32_t>(static_cast<uint32_t>(dropout_key_));
+    io_.pinned_dropout_key[1] = static_cast<int32_t>(static_cast<uint32_t>(dropout_key_ >> 32));
+    device_.copy_async(io_.device_dropout_key, io_.pinned_dropout_key, 2 * sizeof(int32_t), compute);
   }
   const bool hooked = plain_ && (hooks_.before_node || hooks_.after_node || hooks_.at_start || hooks_.at_end) &&
                       (last || hooks_.every_micro_batch);

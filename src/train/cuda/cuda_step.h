@@ -32,26 +32,30 @@ struct StepIo {
   graph::Value tokens, targets, loss;
   graph::Value loss_weights;  // a weighted loss's per-token weights (f32), else invalid
   graph::Value positions, doc_starts;  // packed rows' (i32), else invalid
+  graph::Value dropout_key;  // LoRA's dropout key (i32 [2], ops/dropout.h), else invalid
   int32_t* device_tokens = nullptr;
   int32_t* device_targets = nullptr;
   float* device_loss_weights = nullptr;
   int32_t* device_positions = nullptr;
   int32_t* device_doc_starts = nullptr;
+  int32_t* device_dropout_key = nullptr;
   int32_t* pinned_ids = nullptr;  // room for a micro-batch's tokens, then its targets
   float* pinned_loss_weights = nullptr;  // room for a micro-batch's weights
   int32_t* pinned_documents = nullptr;  // room for a micro-batch's positions, then its document starts
   float* pinned_loss = nullptr;
+  int32_t* pinned_dropout_key = nullptr;
 };
 
 // A StepIo's buffers for micro-batches of `tokens` tokens: device room for
-// the ids (and the loss weights, positions and document starts where the
-// step takes them), and one pinned buffer they all go through, which the
-// caller keeps as long as the io.
+// the ids (and the loss weights, positions, document starts and dropout key
+// where the step takes them), and one pinned buffer they all go through,
+// which the caller keeps as long as the io.
 struct StepIoBuffers {
   StepIo io;  // its graph values unset: each step sets its own
   std::unique_ptr<PinnedBuffer> pinned;
 };
-StepIoBuffers make_step_io(MemorySpace& device_memory, uint64_t tokens, bool weighted_loss, bool documents);
+StepIoBuffers make_step_io(MemorySpace& device_memory, uint64_t tokens, bool weighted_loss, bool documents,
+                           bool dropout_key = false);
 
 struct CudaStepOptions {
   bool deterministic = true;
@@ -120,6 +124,9 @@ class CudaStep {
   // Whether the step is replayed from a captured CUDA graph (no capture has
   // failed).
   bool replays() const { return options_.cuda_graph && !planned_; }
+  // The key LoRA's dropout draws the next runs' elements with; a step
+  // without adapter dropout ignores it.
+  void set_dropout_key(uint64_t key) { dropout_key_ = key; }
 
   // Per-node timing; it synchronizes after every node, so steps run slower.
   void set_profiling(bool on);
@@ -153,6 +160,7 @@ class CudaStep {
   cudaGraphExec_t replay_[2][2] = {{nullptr, nullptr}, {nullptr, nullptr}};
   MicroBatchHooks hooks_;
   bool sums_written_each_ = false;
+  uint64_t dropout_key_ = 0;
   std::function<void(Stream&)> wait_;
 };
 

@@ -38,6 +38,11 @@ SPW_HOST_DEVICE inline uint64_t dropout_key(const int32_t* words) {
   return static_cast<uint64_t>(static_cast<uint32_t>(words[0])) |
          (static_cast<uint64_t>(static_cast<uint32_t>(words[1])) << 32);
 }
+// The key's two words, as the step's input holds them.
+inline void dropout_key_words(uint64_t key, int32_t* words) {
+  words[0] = static_cast<int32_t>(static_cast<uint32_t>(key));
+  words[1] = static_cast<int32_t>(static_cast<uint32_t>(key >> 32));
+}
 
 // A micro-batch's key: from the run's seed, the optimizer steps taken
 // before it and the micro-batch's place in the optimizer step (counted over

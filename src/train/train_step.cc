@@ -6,6 +6,7 @@
 #include "device/cpu/cpu_stream.h"
 #include "graph/tensor_parallel.h"
 #include "model/llama_sharding.h"
+#include "ops/dropout.h"
 
 namespace spillway::train {
 
@@ -71,9 +72,7 @@ void TrainStep::bind_own_inputs() {
   if (model_.dropout_key.valid()) program_->bind(model_.dropout_key, std::span<int32_t>(dropout_key_));
 }
 
-void TrainStep::set_dropout_key(uint64_t key) {
-  dropout_key_ = {static_cast<int32_t>(static_cast<uint32_t>(key)), static_cast<int32_t>(static_cast<uint32_t>(key >> 32))};
-}
+void TrainStep::set_dropout_key(uint64_t key) { ops::dropout_key_words(key, dropout_key_.data()); }
 
 void TrainStep::bind_adapters(model::LoraWeights& adapters, model::LoraWeights* grads) {
   SPW_CHECK(!model_.adapters.empty(), "train step", "adapters given to a step without LoRA");

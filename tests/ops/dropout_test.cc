@@ -84,6 +84,10 @@ TEST(Dropout, KeyWordsAreLowThenHigh) {
   const uint64_t key = 0x89ABCDEF01234567ull;
   const int32_t words[2] = {static_cast<int32_t>(0x01234567u), static_cast<int32_t>(0x89ABCDEFu)};
   EXPECT_EQ(dropout_key(words), key);
+  int32_t back[2];
+  dropout_key_words(key, back);
+  EXPECT_EQ(back[0], words[0]);
+  EXPECT_EQ(back[1], words[1]);
 }
 
 }  // namespace

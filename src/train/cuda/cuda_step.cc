@@ -6,6 +6,7 @@
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "ops/dropout.h"
 
 namespace spillway::train {
 
@@ -120,8 +121,7 @@ double CudaStep::run(std::span<const int32_t> tokens, std::span<const int32_t> t
     device_.copy_async(io_.device_doc_starts, io_.pinned_documents + documents, doc_starts.size_bytes(), compute);
   }
   if (io_.dropout_key.valid()) {
-    io_.pinned_dropout_key[0] = static_cast<int32_t>(static_cast<uint32_t>(dropout_key_));
-    io_.pinned_dropout_key[1] = static_cast<int32_t>(static_cast<uint32_t>(dropout_key_ >> 32));
+    ops::dropout_key_words(dropout_key_, io_.pinned_dropout_key);
     device_.copy_async(io_.device_dropout_key, io_.pinned_dropout_key, 2 * sizeof(int32_t), compute);
   }
   const bool hooked = plain_ && (hooks_.before_node || hooks_.after_node || hooks_.at_start || hooks_.at_end) &&

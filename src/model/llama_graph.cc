@@ -98,8 +98,7 @@ LlamaGraph build_llama(graph::Builder& b, const LlamaConfig& c, int64_t batch, i
   SPW_CHECK(!split_sequence || (batch == 1 && !options.fused_projections && !options.documents && options.lora == nullptr),
             "context parallelism", "takes one sequence a micro-batch (batch 1), separate projections and no ",
             "packed documents or LoRA so far");
-  SPW_CHECK(!split_sequence || seq % 2 == 0, "context parallelism", "a rank's ", seq,
-            " tokens do not cut into its two chunks");
+  if (split_sequence) check_context_sequence(seq * cp.ranks, cp.ranks);
   const int64_t chunk = seq / 2;
   // Checkpoint tensors named before this stage's: the embedding and nine
   // per layer (stacked projections stack the same tensors).

@@ -229,6 +229,15 @@ std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fu
   return r.cache->get(key, build);
 }
 
+std::shared_ptr<const LlamaStep> llama_step_for_context_rank(const StepPlanRequest& r, const LlamaStep& planned,
+                                                             const model::LlamaContext& context) {
+  StepPlanRequest own = r;
+  own.context = context;
+  own.loss_chunk_rows = planned.loss_chunk_rows;
+  return llama_step_of(own, planned.fused_projections,
+                       {.backward = true, .recompute = planned.recompute, .recomputed_kinds = planned.recomputed_kinds});
+}
+
 PlannedStep plan_llama_step(const StepPlanRequest& r) {
   plan::TrainingPlanRequest req;
   req.device_budget = r.device_budget;

@@ -150,6 +150,11 @@ std::string head_summary(const LlamaStep& step);
 // chunked as r says: from r.cache where it has it.
 std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fused_projections,
                                                const graph::StepRecipe& recipe);
+// `planned` (a training step of `r`) remade for another rank of r's context
+// group: the same projections and recipe (recomputation, head chunks), the
+// rank's own chunks. The GPU engine plans every context rank as the last.
+std::shared_ptr<const LlamaStep> llama_step_for_context_rank(const StepPlanRequest& r, const LlamaStep& planned,
+                                                             const model::LlamaContext& context);
 
 struct PlannedStep {
   std::shared_ptr<const LlamaStep> step;  // a stable address: what device_reserved was shown

@@ -198,15 +198,21 @@ TEST(TensorParallelPlan, ARankPlansItsHalfOfTheStepAndItsCollectives) {
 
 // The GPU engine plans every context rank as the last and runs that plan
 // over its own chunks' graph: the two graphs differ in their chunks'
-// offsets alone (the same nodes, values and shapes; the recomputation the
-// plan chose remade alike), so the plan's places hold for both.
+// offsets alone (the same nodes, values and shapes; the recomputation and
+// the head's chunks the plan chose made alike), so the plan's places hold
+// for both.
 TEST(ContextParallelPlan, AChunksGraphDiffersFromTheLastChunksInItsOffsetsAlone) {
-  const model::LlamaConfig c = model::resolve_config("llama3.2-1b");
-  const graph::StepRecipe recipe{.backward = true, .recompute = graph::RecomputePolicy::selective};
-  const auto first = build_llama_step(c, 1, 1024, false, recipe, DType::bf16, false, false, {}, {},
-                                      {.rank = 1, .ranks = 4});
-  const auto last = build_llama_step(c, 1, 1024, false, recipe, DType::bf16, false, false, {}, {},
-                                     {.rank = 3, .ranks = 4});
+  StepPlanRequest r;
+  r.config = model::resolve_config("llama3.2-1b");
+  r.batch = 1;
+  r.seq = 1024;
+  r.context = {.rank = 3, .ranks = 4};
+  r.loss_chunk_rows = 256;
+  const auto last = llama_step_of(r, false, {.backward = true, .recompute = graph::RecomputePolicy::selective});
+  r.loss_chunk_rows.reset();  // what the rank's own request leaves to the plan
+  const auto first = llama_step_for_context_rank(r, *last, {.rank = 1, .ranks = 4});
+  EXPECT_EQ(first->loss_chunk_rows, 256);
+  EXPECT_EQ(first->recompute, graph::RecomputePolicy::selective);
   const graph::Graph &a = first->step.graph, &b = last->step.graph;
   ASSERT_EQ(a.nodes().size(), b.nodes().size());
   ASSERT_EQ(a.values().size(), b.values().size());

@@ -453,12 +453,7 @@ class CudaEngine final : public Engine {
   // that one only in its chunks' positions, so the plan's places hold for
   // it (and its work is the same: each rank an early and a late chunk).
   void take_own_chunk_step() {
-    if (!options_.context_parallel) return;
-    const LlamaStep& planned = *planned_.step;
-    planned_.step = build_llama_step(
-        weights_.config(), options_.batch, options_.seq / context().ranks, planned.fused_projections,
-        {.backward = true, .recompute = planned.recompute, .recomputed_kinds = planned.recomputed_kinds}, DType::bf16,
-        false, false, tensor_parallelism(), {}, context());
+    if (options_.context_parallel) planned_.step = llama_step_for_context_rank(plan_request(), *planned_.step, context());
   }
 
   // How the state splits over the ranks: the planner's sharding, the

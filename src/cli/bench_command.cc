@@ -139,7 +139,15 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   if (a.profile) {
     engine->set_profiling(true);
     engine->train_step(tokens, targets, micro_batches, 1e-4);
-    if (!lead) return 0;
+    if (!lead) {
+      // Every rank's own times: where ranks wait for each other, a
+      // collective's time on one rank is another's slower work. One write
+      // each, so that the ranks' reports do not interleave.
+      const std::string report = "rank " + std::to_string(ranks.data_parallel.world_rank) +
+                                 ", time by op (one profiled step):\n" + engine->profile_report();
+      std::fwrite(report.data(), 1, report.size(), stderr);
+      return 0;
+    }
     std::printf("time by op (one profiled step):\n%s", engine->profile_report().c_str());
     const std::string svg = engine->measured_timeline_svg();
     if (!a.timeline.empty() && !svg.empty()) {
@@ -237,7 +245,9 @@ Runner add_bench(CLI::App& app) {
   cmd->add_option("--warmup", a->warmup, "untimed steps first")->capture_default_str();
   cmd->add_option("--seed", a->seed, "seed of the random weights and tokens")->capture_default_str();
   cmd->add_option("--json", a->json_path, "append the result as one JSON line to this file");
-  cmd->add_flag("--profile", a->profile, "after the timed steps, time each op kind over two more steps");
+  cmd->add_flag("--profile", a->profile,
+                "after the timed steps, time each op kind over two more steps (on several ranks, each rank's times "
+                "too, on stderr)");
   cmd->add_option("--timeline", a->timeline, "with --profile: write the measured per-stream timeline here (SVG)");
   cmd->add_flag("--collectives", a->collectives,
                 "instead of training steps, time the collectives between the ranks: the link rate for plan --link-rate");

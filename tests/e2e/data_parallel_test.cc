@@ -216,6 +216,17 @@ TEST_F(DataParallel, BenchCollectivesMeasuresTheLinkRate) {
       << alone.out;
 }
 
+// A profiled bench on several ranks shows every rank's own times: a
+// collective one rank waits in is another rank's slower work.
+TEST_F(DataParallel, BenchProfileShowsEveryRanksTimes) {
+  const CommandResult r = run_spillway(
+      "bench --config tiny --seq 32 --batch 2 --grad-accum 2 --steps 1 --warmup 0 --nproc-per-node 2 --profile");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("\ntime by op (one profiled step):\n  attention "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank 1, time by op (one profiled step):\n  attention "), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 0, time by op"), std::string::npos) << r.out;
+}
+
 TEST_F(DataParallel, MicroBatchesMustSplitEvenly) {
   const CommandResult r = run_spillway(train_args("uneven", 4) + " --nproc-per-node 3");
   EXPECT_NE(r.exit_code, 0);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "device/cuda/cuda_check.h"
 
 namespace spillway::ops {
 
@@ -53,21 +54,40 @@ void check_shape(const AttentionShape& s) {
 
 bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
 
+// The keys cuDNN is shown: from a query offset (context parallelism), only
+// those some query sees, [0, q_start + seq). Shown all of them, its
+// backward pass with the causal band moved right visits the key tiles no
+// query sees: LLaMA-3-8B at 131,072 tokens over 4 ranks, the rank whose
+// first chunk starts at 0 ran its attention backward in 6.0 s a step and
+// the others in 10.7 s, which every rank then waited for. The keys' rows
+// stay s.keys() apart in memory.
+int64_t shown_keys(const AttentionShape& s) { return s.offset() ? s.q_start + s.seq : s.keys(); }
+
 // cuDNN sees [batch, heads, seq, head_dim] with the strides of our
 // [batch, seq, heads * head_dim] layout, whose rows are `row` elements apart
 // (wider than heads * head_dim when q, k and v are packed in one tensor).
 // Keys and values (and their gradients) have s.keys() rows: more than the
-// queries' from a query offset (context parallelism).
+// queries' from a query offset (context parallelism), of which cuDNN sees
+// shown_keys(s).
 fe::graph::Tensor_attributes& lay_out_activation(fe::graph::Tensor_attributes& t, const char* name,
                                                  Uid uid, const AttentionShape& s, int64_t heads) {
   const bool packed = s.packed_qkv && uid != kOut && uid != kDout;
   const int64_t row = packed ? s.packed_width() : heads * s.head_dim;
   const bool keys = uid == kK || uid == kV || uid == kDk || uid == kDv;
-  const int64_t seq = keys ? s.keys() : s.seq;
   return t.set_name(name)
       .set_uid(uid)
-      .set_dim({s.batch, heads, seq, s.head_dim})
-      .set_stride({seq * row, s.head_dim, row, 1});
+      .set_dim({s.batch, heads, keys ? shown_keys(s) : s.seq, s.head_dim})
+      .set_stride({(keys ? s.keys() : s.seq) * row, s.head_dim, row, 1});
+}
+
+// The gradient rows of the keys cuDNN was not shown (shown_keys): no query
+// sees them, so they are zero.
+void zero_unseen_key_rows(bf16* d, const AttentionShape& s, cudaStream_t stream) {
+  const int64_t unseen = s.keys() - shown_keys(s);
+  if (unseen == 0) return;
+  const size_t row = static_cast<size_t>(s.kv_width()) * sizeof(bf16);
+  SPW_CUDA(cudaMemset2DAsync(d + shown_keys(s) * s.kv_width(), static_cast<size_t>(s.keys()) * row, 0,
+                             static_cast<size_t>(unseen) * row, static_cast<size_t>(s.batch), stream));
 }
 
 // The softmax stats, packed [batch, q_heads, seq, 1]: our lse layout.
@@ -366,6 +386,8 @@ void CudnnAttention::backward(const bf16* dout, const bf16* q, const bf16* k, co
   std::unordered_map<int64_t, void*> pack{
       {kQ, device(q)},       {kK, device(k)}, {kV, device(v)},   {kOut, device(out)},
       {kDout, device(dout)}, {kLse, device(lse)}, {kDq, dq}, {kDk, dk}, {kDv, dv}};
+  zero_unseen_key_rows(dk, shape, stream);
+  zero_unseen_key_rows(dv, shape, stream);
   if (p.index == kHeuristicPlan) {
     if (auto refusal = failure(p.graph->execute(handle_, pack, workspace), "execute (backward)")) {
       throw Error("cuDNN attention backward", *refusal);

@@ -86,6 +86,9 @@ class CudaEngine final : public Engine {
     if (tp_ || pp_) optimizer_.m = optimizer_.v = model::LlamaWeights();
     plan_sharding();
     take_own_chunk_step();
+    // Before the runners and the state take the device: the pipeline's
+    // prediction measures its workspaces as the plan did.
+    predicted_step_ = pp_ ? pipeline_prediction() : planned_.plan.step_seconds;
     const plan::TrainingPlan& p = planned_.plan;
     const LlamaStep& step = *planned_.step;
     if (!p.all_on_device()) {
@@ -113,7 +116,6 @@ class CudaEngine final : public Engine {
     if (!uncounted.empty()) uncounted_norm_ = std::make_unique<CudaGradNorm>(*state_, uncounted, *device_);
     adamw_ = std::make_unique<CudaAdamW>(*state_, *device_);
     make_executors();
-    predicted_step_ = pp_ ? pipeline_prediction() : p.step_seconds;
   }
 
   ~CudaEngine() override {

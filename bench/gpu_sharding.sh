@@ -35,7 +35,9 @@
 #          pp2 x dp2 and as the planner chooses (no degree given), each with
 #          its predicted step (issue 22's table)
 #   long:  LLaMA-3-8B at seq 131,072 over cp NPROC (atomic attention: the
-#          ordered backward's workspace is queries x keys)
+#          ordered backward's workspace is queries x keys), recomputation
+#          chosen by the planner and layers recomputed
+#   longprofile: the same, layers recomputed, with every rank's op times
 #   torchtp: PyTorch's tensor parallelism on the 8B shape over NPROC GPUs
 #   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
@@ -238,9 +240,18 @@ phase_layouts() {
   bench layouts-8b-planner $NPROC auto $a
 }
 
+long_args="--config llama3-8b --seq 131072 --batch 1 --grad-accum 1 --cp $NPROC --nondeterministic"
 phase_long() {
-  bench long-8b-cp$NPROC $NPROC auto --config llama3-8b --seq 131072 --batch 1 --grad-accum 1 --steps 1 --warmup 1 \
-    --cp $NPROC --nondeterministic
+  bench long-8b-cp$NPROC $NPROC auto $long_args --steps 2 --warmup 1
+  bench long-8b-cp$NPROC-layers $NPROC auto $long_args --steps 2 --warmup 1 --recompute layers
+}
+
+# Every rank's op times at 131,072 tokens (layers recomputed: the quick
+# start-up): a collective that one rank waits in is another's slower work.
+phase_longprofile() {
+  $B bench $long_args --recompute layers --steps 1 --warmup 1 --profile --nproc-per-node $NPROC \
+    > "$OUT/long-profile.log" 2>&1 || { tail -5 "$OUT/long-profile.log"; return 0; }
+  grep -E "time by op|^  (attention|attention_backward|reduce_scatter|all_gather) |median|planned" "$OUT/long-profile.log"
 }
 
 phase_torchtp() {

@@ -1,6 +1,4 @@
 // `spillway serve`: the OpenAI-compatible HTTP server over the batch engine.
-#include <signal.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -11,6 +9,7 @@
 #include "base/status.h"
 #include "cli/commands.h"
 #include "cli/model_flags.h"
+#include "cli/stop_signals.h"
 #include "infer/batch_decoder.h"
 #include "infer/batch_engine.h"
 #include "infer/decoder.h"
@@ -50,15 +49,8 @@ std::string default_model_name(const std::string& path) {
 
 int run_serve(const ServeArgs& a) {
   a.run.apply();
-  // SIGINT and SIGTERM are taken by one thread (below), so that every other
-  // thread, started after this, keeps them blocked; a closed client socket
-  // must not kill the server.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  // SIGINT and SIGTERM stop the server from a thread of their own (below).
+  StopSignals stop_signals;
 
   // A LoRA run's checkpoint, or the model with --adapter, serves merged.
   infer::LoadedModel loaded = infer::load_model(a.model, a.adapter);
@@ -98,13 +90,12 @@ int run_serve(const ServeArgs& a) {
               static_cast<long long>(std::min(engine.max_request_tokens(), options.context)));
   std::fflush(stdout);
   std::thread signals([&] {
-    int signal_number = 0;
-    sigwait(&stop_signals, &signal_number);
+    stop_signals.wait();
     server.stop();
   });
   server.serve();
   // serve() also returns when listening fails; wake the signal thread then.
-  pthread_kill(signals.native_handle(), SIGTERM);
+  stop_signals.wake();
   signals.join();
   std::printf("spillway serve: stopped\n");
   return 0;

@@ -205,7 +205,8 @@ struct KernelConfig {
 
 // Degrees of data, tensor, pipeline and context parallelism (DESIGN.md's
 // rank grid, dist/rank_grid.h), and how the ranks start. Data parallelism
-// runs on both engines; tp, pp and cp on the CPU engine, tp on the GPU's.
+// runs on both engines, and so do tp, pp and cp; the GPU's runs pp beside
+// dp alone, and interleaved stages on the CPU's alone.
 struct ParallelConfig {
   int64_t dp = 0;  // 0: every rank the other degrees leave
   int64_t tp = 1, pp = 1, cp = 1;

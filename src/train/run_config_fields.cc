@@ -218,7 +218,7 @@ const Field kFields[] = {
      .max = limits::kMaxModelSplit},
     {.key = "parallel.cp", .flag = "--cp",
      .help = "context-parallel degree: ranks that each take a chunk of every sequence, attention reading every "
-             "rank's keys and values; one sequence a micro-batch (--batch 1); on GPUs beside dp alone, on the CPU "
+             "rank's keys and values; one sequence a micro-batch (--batch 1); on GPUs beside dp and tp, on the CPU "
              "engine beside any other degree",
      .commands = kAll,
      .ref = at<&R::parallel, &ParallelConfig::cp>, .min = 1, .max = limits::kMaxModelSplit},

@@ -2,7 +2,8 @@
 // started by `--nproc-per-node 2 --cp 2`: two GPUs each taking half of
 // every sequence (cuDNN's attention from a query offset over the keys
 // gathered from both) train what one GPU trains, the state whole or
-// sharded over the two, and a run saved split resumes on one GPU.
+// sharded over the two, and a run saved split resumes on one GPU; on 4
+// GPUs, each chunk's layers split over a tensor-parallel pair too.
 #include "e2e/gpu_split_runs.h"
 
 namespace spillway::e2e {
@@ -24,6 +25,13 @@ TEST_F(ContextParallelGpus, TwoGpusSplittingEachSequenceTrainWhatOneTrains) {
   train("cp2-sharded", "--nproc-per-node 2 --cp 2 --shard optimizer", "heads64.json");
   expect_same_training("cp2", "one");
   expect_same_training("cp2-sharded", "one");
+}
+
+TEST_F(ContextParallelGpus, FourGpusSplittingSequencesAndLayersTrainWhatOneTrains) {
+  if (cuda_device_count() < 4) GTEST_SKIP() << "needs four GPUs";
+  train("one", "", "heads64.json");
+  train("cp2-tp2", "--nproc-per-node 4 --cp 2 --tp 2", "heads64.json");
+  expect_same_training("cp2-tp2", "one");
 }
 
 TEST_F(ContextParallelGpus, ASplitRunResumesOnOneGpu) {

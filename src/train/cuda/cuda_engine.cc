@@ -322,7 +322,6 @@ class CudaEngine final : public Engine {
   // stream); the weights are replicated, so the state is summed and
   // sharded over dp x cp ranks as data parallelism's is over dp.
   void start_context_parallel() {
-    SPW_CHECK(!options_.tensor_parallel, "--cp", "beside --tp runs on the CPU engine so far; add --device cpu");
     SPW_CHECK(!options_.weighted_loss && !options_.documents, "--cp",
               "instruction data and packed rows are not supported with context parallelism yet");
     SPW_CHECK(options_.replicas, "--cp", "the ranks holding the same state were not given to the engine");

@@ -106,8 +106,9 @@ StepPlanRequest rank_request(const RunConfig& run, const RunPlanOptions& a, std:
   req.data_parallel = dp * cp;
   req.tensor_parallel = {.rank = 0, .ranks = tp, .sequence_parallel = run.parallel.sequence_parallel};
   // Every context rank's two chunks cost the same (model::LlamaContext);
-  // the last's graph is the one each rank runs the plan of.
-  req.context = {.rank = cp - 1, .ranks = cp};
+  // rank 0's graph is the one each rank runs the plan of (its late chunk
+  // sees every key: the largest workspaces).
+  req.context = {.rank = 0, .ranks = cp};
   req.seq = s.seq / cp;
   req.batch = s.batch;
   req.micro_batches = s.grad_accum / dp;

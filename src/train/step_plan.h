@@ -152,7 +152,7 @@ std::shared_ptr<const LlamaStep> llama_step_of(const StepPlanRequest& r, bool fu
                                                const graph::StepRecipe& recipe);
 // `planned` (a training step of `r`) remade for another rank of r's context
 // group: the same projections and recipe (recomputation, head chunks), the
-// rank's own chunks. The GPU engine plans every context rank as the last.
+// rank's own chunks. The GPU engine plans every context rank as rank 0.
 std::shared_ptr<const LlamaStep> llama_step_for_context_rank(const StepPlanRequest& r, const LlamaStep& planned,
                                                              const model::LlamaContext& context);
 

@@ -196,24 +196,24 @@ TEST(TensorParallelPlan, ARankPlansItsHalfOfTheStepAndItsCollectives) {
   EXPECT_GT(b.plan.micro.compute_seconds, a.plan.micro.compute_seconds / 2);
 }
 
-// The GPU engine plans every context rank as the last and runs that plan
+// The GPU engine plans every context rank as rank 0 and runs that plan
 // over its own chunks' graph: the two graphs differ in their chunks'
 // offsets alone (the same nodes, values and shapes; the recomputation and
 // the head's chunks the plan chose made alike), so the plan's places hold
 // for both.
-TEST(ContextParallelPlan, AChunksGraphDiffersFromTheLastChunksInItsOffsetsAlone) {
+TEST(ContextParallelPlan, AChunksGraphDiffersFromRankZerosInItsOffsetsAlone) {
   StepPlanRequest r;
   r.config = model::resolve_config("llama3.2-1b");
   r.batch = 1;
   r.seq = 1024;
-  r.context = {.rank = 3, .ranks = 4};
+  r.context = {.rank = 0, .ranks = 4};
   r.loss_chunk_rows = 256;
-  const auto last = llama_step_of(r, false, {.backward = true, .recompute = graph::RecomputePolicy::selective});
+  const auto planned = llama_step_of(r, false, {.backward = true, .recompute = graph::RecomputePolicy::selective});
   r.loss_chunk_rows.reset();  // what the rank's own request leaves to the plan
-  const auto first = llama_step_for_context_rank(r, *last, {.rank = 1, .ranks = 4});
-  EXPECT_EQ(first->loss_chunk_rows, 256);
-  EXPECT_EQ(first->recompute, graph::RecomputePolicy::selective);
-  const graph::Graph &a = first->step.graph, &b = last->step.graph;
+  const auto own = llama_step_for_context_rank(r, *planned, {.rank = 3, .ranks = 4});
+  EXPECT_EQ(own->loss_chunk_rows, 256);
+  EXPECT_EQ(own->recompute, graph::RecomputePolicy::selective);
+  const graph::Graph &a = own->step.graph, &b = planned->step.graph;
   ASSERT_EQ(a.nodes().size(), b.nodes().size());
   ASSERT_EQ(a.values().size(), b.values().size());
   int offsets = 0;
@@ -223,10 +223,10 @@ TEST(ContextParallelPlan, AChunksGraphDiffersFromTheLastChunksInItsOffsetsAlone)
     EXPECT_EQ(x.inputs.size(), y.inputs.size()) << i;
     for (size_t j = 0; j < x.inputs.size() && j < y.inputs.size(); ++j) EXPECT_EQ(x.inputs[j].id, y.inputs[j].id) << i;
     if (x.attrs.pos0 == 0 && y.attrs.pos0 == 0) continue;
-    // Chunks of 512: rank 1 holds chunks 1 and 6 of 8, rank 3 chunks 3 and 4.
-    const bool first_chunk = x.attrs.pos0 == 512;
-    EXPECT_TRUE(first_chunk || x.attrs.pos0 == 6 * 512) << i << ": " << x.attrs.pos0;
-    EXPECT_EQ(y.attrs.pos0, first_chunk ? 3 * 512 : 4 * 512) << i;
+    // Chunks of 512: rank 3 holds chunks 3 and 4 of 8, rank 0 chunks 0 and 7.
+    const bool first_chunk = x.attrs.pos0 == 3 * 512;
+    EXPECT_TRUE(first_chunk || x.attrs.pos0 == 4 * 512) << i << ": " << x.attrs.pos0;
+    EXPECT_EQ(y.attrs.pos0, first_chunk ? 0 : 7 * 512) << i;
     ++offsets;
   }
   for (size_t v = 0; v < a.values().size(); ++v) EXPECT_EQ(a.values()[v].shape, b.values()[v].shape) << v;

@@ -449,10 +449,12 @@ class CudaEngine final : public Engine {
     planned_ = plan_data_parallel_step(plan_request(), StateSharding::none);
   }
 
-  // Every context rank runs the plan of the last, so that all make the
-  // same choices and their collectives meet; its own graph differs from
-  // that one only in its chunks' positions, so the plan's places hold for
-  // it (and its work is the same: each rank an early and a late chunk).
+  // Every context rank runs the plan of rank 0, so that all make the same
+  // choices and their collectives meet; its own graph differs from that one
+  // only in its chunks' positions, so the plan's places hold for it (and
+  // its work is the same: each rank an early and a late chunk). Rank 0's
+  // late chunk is the sequence's last, whose attention sees every key: the
+  // largest kernel workspaces, which the plan reserves.
   void take_own_chunk_step() {
     if (options_.context_parallel) planned_.step = llama_step_for_context_rank(plan_request(), *planned_.step, context());
   }
@@ -478,7 +480,7 @@ class CudaEngine final : public Engine {
     r.config = weights_.config();
     r.batch = options_.batch;
     r.seq = options_.seq / context().ranks;
-    r.context = {.rank = context().ranks - 1, .ranks = context().ranks};  // take_own_chunk_step
+    r.context = {.rank = 0, .ranks = context().ranks};  // take_own_chunk_step
     r.micro_batches = std::max<int64_t>(1, options_.micro_batches);
     const KernelConfig& k = options_.kernels;
     if (k.projections != ProjectionMode::automatic) r.fused_projections = k.projections == ProjectionMode::fused;

@@ -57,10 +57,9 @@ bool empty(const AttentionShape& s) { return s.batch == 0 || s.seq == 0; }
 // The keys cuDNN is shown: from a query offset (context parallelism), only
 // those some query sees, [0, q_start + seq). Shown all of them, its
 // backward pass with the causal band moved right visits the key tiles no
-// query sees: LLaMA-3-8B at 131,072 tokens over 4 ranks, the rank whose
-// first chunk starts at 0 ran its attention backward in 6.0 s a step and
-// the others in 10.7 s, which every rank then waited for. The keys' rows
-// stay s.keys() apart in memory.
+// query sees, and the context ranks' work no longer balances
+// (docs/parallel.md, context parallelism). The keys' rows stay s.keys()
+// apart in memory.
 int64_t shown_keys(const AttentionShape& s) { return s.offset() ? s.q_start + s.seq : s.keys(); }
 
 // cuDNN sees [batch, heads, seq, head_dim] with the strides of our

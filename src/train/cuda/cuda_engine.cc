@@ -579,9 +579,7 @@ class CudaEngine final : public Engine {
       eval_->make_executor();
     } else {
       const uint64_t pinned = p.placement.host_peak + p.placement.host_peak / 8 + (64ull << 20);
-      // Pinning takes long at this size (LLaMA-3-8B over cp4 at 131,072
-      // tokens, 117 GiB a rank, started 3 minutes later than without
-      // offload): say so before the wait.
+      // Pinning a hundred GiB takes minutes: say so before the wait.
       log_info("pinning " + format_bytes(pinned) + " of host memory for the offloaded values");
       host_pool_ = make_cuda_pool_space(device_name() + ":pinned_host", CudaPoolKind::pinned_host, options_.gpu_ordinal,
                                         pinned);

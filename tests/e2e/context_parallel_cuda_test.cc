@@ -27,11 +27,14 @@ TEST_F(ContextParallelGpus, TwoGpusSplittingEachSequenceTrainWhatOneTrains) {
   expect_same_training("cp2-sharded", "one");
 }
 
-TEST_F(ContextParallelGpus, FourGpusSplittingSequencesAndLayersTrainWhatOneTrains) {
+TEST_F(ContextParallelGpus, FourGpusSplittingSequencesAndLayersTrainWhatTwoSplittingLayersTrain) {
   if (cuda_device_count() < 4) GTEST_SKIP() << "needs four GPUs";
-  train("one", "", "heads64.json");
+  // Against tp2 alone: tensor parallelism's bf16 partial sums move the
+  // losses up to ~1.6% from one GPU's by the tenth step at this rate
+  // (measured; cp2 alone stays within 5e-4), and cp2 x tp2 follows tp2's.
+  train("tp2", "--nproc-per-node 2 --tp 2", "heads64.json");
   train("cp2-tp2", "--nproc-per-node 4 --cp 2 --tp 2", "heads64.json");
-  expect_same_training("cp2-tp2", "one");
+  expect_same_training("cp2-tp2", "tp2");
 }
 
 TEST_F(ContextParallelGpus, ASplitRunResumesOnOneGpu) {

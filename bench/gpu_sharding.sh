@@ -39,6 +39,9 @@
 #          chosen by the planner and layers recomputed
 #   longprofile: the same, layers recomputed, with every rank's op times
 #   torchtp: PyTorch's tensor parallelism on the 8B shape over NPROC GPUs
+#   torchcp: PyTorch's context parallelism (ring attention, FSDP2, fp32
+#          masters) at long's shape, every activation kept and then every
+#          block recomputed (240 s each)
 #   tests: every gpu-labelled test (the build then builds them all)
 # Results: JSON lines in $OUT/results.jsonl, logs beside them.
 set -uo pipefail
@@ -259,6 +262,16 @@ phase_torchtp() {
     --seq 8192 --batch 1 --grad-accum 8 --steps 3 --recompute > "$OUT/torch-tp.log" 2>&1 ||
     { tail -3 "$OUT/torch-tp.log"; return 0; }
   grep "^{" "$OUT/torch-tp.log" | tee -a "$OUT/results.jsonl"
+}
+
+phase_torchcp() {
+  local r
+  for r in "" --recompute; do
+    timeout 240 /opt/torch/.venv/bin/torchrun --standalone --nproc-per-node $NPROC bench/torch_context_parallel.py \
+      --shape llama3-8b --seq 131072 $r > "$OUT/torch-cp$r.log" 2>&1
+    grep "^{" "$OUT/torch-cp$r.log" | tee -a "$OUT/results.jsonl" | grep -q . ||
+      echo "pytorch cp ${r:-(no recompute)}: $(grep -m1 -oE "OutOfMemoryError|out of memory" "$OUT/torch-cp$r.log" || tail -1 "$OUT/torch-cp$r.log")"
+  done
 }
 
 phase_tests() {

@@ -39,7 +39,8 @@ std::vector<Layout> layouts_of(int gpus, const LayoutSearchOptions& o) {
       for (int pp = 1; tp * cp * pp <= gpus; pp *= 2) {
         if (pp > 1 && !o.pipeline) break;
         if (gpus % (tp * cp * pp) != 0) continue;
-        if (o.gpu_engine && (tp > 1) + (pp > 1) + (cp > 1) > 1) continue;
+        // The GPU engine runs pp beside dp alone; tp and cp beside each other and dp.
+        if (o.gpu_engine && pp > 1 && tp * cp > 1) continue;
         out.push_back({gpus / (tp * cp * pp), pp, cp, tp});
         if (pp > 1 && !o.gpu_engine) out.push_back({gpus / (tp * cp * pp), pp, cp, tp, 2});  // interleaved
       }

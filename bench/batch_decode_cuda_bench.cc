@@ -51,6 +51,7 @@ struct Args {
   std::vector<int64_t> streams = {1, 16, 64};
   int64_t context = 512, steps = 32, warmup = 4;
   int64_t engine_prompt_tokens = 128, engine_tokens = 256;
+  bool tensor_cores = false;  // CudaBatchDecoderOptions::tensor_cores
 };
 
 std::vector<int64_t> numbers(const std::string& list) {
@@ -77,6 +78,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--streams") a.streams = numbers(value);
     else if (flag == "--engine-prompt-tokens") a.engine_prompt_tokens = std::stoll(value);
     else if (flag == "--engine-tokens") a.engine_tokens = std::stoll(value);
+    else if (flag == "--tensor-cores") a.tensor_cores = value == "1";
     else SPW_CHECK(false, "batch_decode_cuda_bench", "unknown flag ", flag);
   }
   return a;
@@ -191,7 +193,7 @@ int run(const Args& a) {
 
   {
     started = std::chrono::steady_clock::now();
-    auto d = make_cuda_batch_decoder(w, cache);
+    auto d = make_cuda_batch_decoder(w, cache, {.tensor_cores = a.tensor_cores});
     std::fprintf(stderr, "%s: made in %.1f s\n", d->description().c_str(), seconds_since(started));
     for (int64_t p : a.prompts) {
       const int64_t s = d->open();
@@ -204,8 +206,9 @@ int run(const Args& a) {
       const double ttft = seconds_since(started);
       d->close(t);
       std::printf("{\"name\": \"batch_decoder_prefill\", \"batch\": 1, \"prompt_tokens\": %lld, \"ttft_s\": %.4f, "
-                  "\"prefill_tok_s\": %.1f, \"config\": \"%s\"}\n",
-                  static_cast<long long>(p), ttft, static_cast<double>(p) / ttft, a.config.c_str());
+                  "\"prefill_tok_s\": %.1f, \"config\": \"%s\", \"tensor_cores\": %s}\n",
+                  static_cast<long long>(p), ttft, static_cast<double>(p) / ttft, a.config.c_str(),
+                  a.tensor_cores ? "true" : "false");
       std::fflush(stdout);
     }
     for (int64_t b : a.batches) {
@@ -225,7 +228,8 @@ int run(const Args& a) {
       for (int64_t i = 0; i < a.steps; ++i) decode();
       const double step_s = seconds_since(started) / static_cast<double>(a.steps);
       const double history = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps) / 2;
-      print("batch_decoder", b, step_s, weight_bytes + static_cast<double>(b) * history * kv_token, a, "");
+      print("batch_decoder", b, step_s, weight_bytes + static_cast<double>(b) * history * kv_token, a,
+            a.tensor_cores ? ", \"tensor_cores\": true" : ", \"tensor_cores\": false");
       for (int64_t s : seqs) d->close(s);
     }
     measure_engine(std::move(d), a, c.vocab_size, weight_bytes, streams);

@@ -14,6 +14,9 @@
 # $OUT/results.jsonl, logs beside it.
 #   bench/gpu_decode.sh [decode] [tests]          (default: decode)
 #   CONFIG=llama3.2-1b BATCHES=1,8,32,64 STREAMS=1,16,64 CONTEXT=512 STEPS=32 bench/gpu_decode.sh
+# TENSOR_CORES=1: the batched decoder's matmuls on tensor cores
+# (ops/batch_linear_tc.h); `linear` among the arguments runs
+# batch_linear_cuda_bench (both kernels alone, every shape and row count).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -27,13 +30,19 @@ touch "$OUT/results.jsonl"
 TESTS="batch_linear|paged_cache_cuda|cuda_batch_decoder|step_passes|llama_batch_decoder|cuda_decoder|rope_cuda"
 TESTS="$TESTS|cross_entropy_cuda|rmsnorm_cuda|serve_cuda"
 
+phase_linear() {
+  local bench=build/gpu/bench/batch_linear_cuda_bench
+  [ -x $bench ] || { echo "linear: $bench is not built (scripts/gpu_build.sh batch_linear_cuda_bench)"; return 1; }
+  $bench | tee "$OUT/batch_linear.txt"
+}
+
 phase_decode() {
   local bench=build/gpu/bench/batch_decode_cuda_bench
   [ -x $bench ] || { echo "decode: $bench is not built (scripts/gpu_build.sh batch_decode_cuda_bench)"; return 1; }
   # Stopped before a 10-minute call ends, so what it measured is still shown.
   timeout "${BENCH_TIMEOUT:-540}" $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
     --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
-    > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
+    --tensor-cores "${TENSOR_CORES:-0}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
   local rc=$?
   # What was measured is kept even when a later measurement failed.
   cat "$OUT/decode.log"

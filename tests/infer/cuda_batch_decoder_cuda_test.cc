@@ -61,14 +61,23 @@ std::span<const int32_t> piece(const std::vector<int32_t>& v, size_t from, size_
   return std::span<const int32_t>(v).subspan(from, n);
 }
 
-TEST(CudaBatchDecoder, LogitsMatchTheCpuBatchDecoder) {
+// The three contracts above hold whichever kernels the matmuls run on: the
+// CUDA cores' (the default) and the tensor cores'.
+class CudaBatchDecoderKernels : public ::testing::TestWithParam<bool> {
+ protected:
+  CudaBatchDecoderOptions options(int64_t max_rows = 512, int64_t logits_rows = 64) const {
+    return {.ordinal = 0, .max_rows = max_rows, .logits_rows = logits_rows, .tensor_cores = GetParam()};
+  }
+};
+
+TEST_P(CudaBatchDecoderKernels, LogitsMatchTheCpuBatchDecoder) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   for (bool tied : {false, true}) {
     SCOPED_TRACE(tied ? "head_dim 128, tied" : "head_dim 64, untied");
     const auto c = config(tied);
     const auto weights = bf16_weights(c, tied ? 4 : 7);
     LlamaBatchDecoder cpu(weights, cache_of(c, 64));
-    auto gpu = make_cuda_batch_decoder(weights, cache_of(c, 64));
+    auto gpu = make_cuda_batch_decoder(weights, cache_of(c, 64), options());
     // Three sequences: prompts of 37, 200 (past 128 keys) and 5 tokens in
     // chunks that cross block boundaries, then decoding side by side.
     const std::vector<std::vector<int32_t>> streams = {testing::random_tokens(45, 1, kVocab),
@@ -116,12 +125,12 @@ std::vector<std::vector<float>> alone(BatchDecoder& d, const std::vector<int32_t
   return out;
 }
 
-TEST(CudaBatchDecoder, ASequencesBitsAreTheSameAloneAndInABatchOf8) {
+TEST_P(CudaBatchDecoderKernels, ASequencesBitsAreTheSameAloneAndInABatchOf8) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto c = config(false);
   const auto weights = bf16_weights(c, 11);
   const std::vector<int32_t> prompt = testing::random_tokens(40, 4, kVocab), next = {3, 170, 299};
-  auto d = make_cuda_batch_decoder(weights, cache_of(c, 128));
+  auto d = make_cuda_batch_decoder(weights, cache_of(c, 128), options());
   const auto want = alone(*d, prompt, next);
 
   // Seven others: four still reading prompts of different lengths, three
@@ -157,15 +166,15 @@ TEST(CudaBatchDecoder, ASequencesBitsAreTheSameAloneAndInABatchOf8) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(got[i] == want[i]) << "step " << i;
 }
 
-TEST(CudaBatchDecoder, APromptsBitsAreTheSameWholeOrInChunksOrPasses) {
+TEST_P(CudaBatchDecoderKernels, APromptsBitsAreTheSameWholeOrInChunksOrPasses) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   const auto c = config(true);
   const auto weights = bf16_weights(c, 12);
   const std::vector<int32_t> prompt = testing::random_tokens(70, 5, kVocab), next = {9, 8};
-  auto whole = make_cuda_batch_decoder(weights, cache_of(c, 16));
+  auto whole = make_cuda_batch_decoder(weights, cache_of(c, 16), options());
   const auto want = alone(*whole, prompt, next);
 
-  auto chunked = make_cuda_batch_decoder(weights, cache_of(c, 16));
+  auto chunked = make_cuda_batch_decoder(weights, cache_of(c, 16), options());
   const int64_t s = chunked->open();
   std::vector<float> last;
   size_t fed = 0;
@@ -179,10 +188,13 @@ TEST(CudaBatchDecoder, APromptsBitsAreTheSameWholeOrInChunksOrPasses) {
   }
 
   // Passes of at most 24 rows: the prompt runs in three, the logits 1 row at a time.
-  auto passes = make_cuda_batch_decoder(weights, cache_of(c, 16), CudaBatchDecoderOptions{0, 24, 1});
+  auto passes = make_cuda_batch_decoder(weights, cache_of(c, 16), options(24, 1));
   const auto in_passes = alone(*passes, prompt, next);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(in_passes[i] == want[i]) << "step " << i;
 }
+
+INSTANTIATE_TEST_SUITE_P(Matmuls, CudaBatchDecoderKernels, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TensorCores" : "CudaCores"; });
 
 TEST(CudaBatchDecoder, AFullCacheOrABadTokenFailsAndChangesNoPosition) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/bytes.h"
@@ -20,6 +21,7 @@
 #include "infer/step_passes.h"
 #include "ops/add.h"
 #include "ops/batch_linear.h"
+#include "ops/batch_linear_tc.h"
 #include "ops/embedding.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
@@ -38,7 +40,8 @@ class CudaBatchDecoder final : public BatchDecoder {
         config_(w.config()),
         ordinal_(o.ordinal),
         max_rows_(o.max_rows),
-        logits_rows_(std::min(o.logits_rows, o.max_rows)) {
+        logits_rows_(std::min(o.logits_rows, o.max_rows)),
+        tensor_cores_(o.tensor_cores) {
     const auto& c = config_;
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
     const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
@@ -87,6 +90,14 @@ class CudaBatchDecoder final : public BatchDecoder {
     work.add(logits_, logits_rows_ * c.vocab_size, "logits");
     work.add(inv_freq_, hd / 2, "RoPE frequencies");
     work.add(staging_, staging_floats, "fp32 staging for the upload");
+    if (tensor_cores_) {
+      uint64_t split = 0;
+      const std::pair<int64_t, int64_t> shapes[] = {{d, qkv_row}, {q_row, d}, {d, 2 * ffn}, {ffn, d}, {d, c.vocab_size}};
+      for (const auto& [in, out] : shapes) {
+        split = std::max(split, ops::batch_linear_tc_workspace_bytes(ops::kBatchLinearTcSplitRows, in, out));
+      }
+      if (split > 0) work.add(split_sums_, static_cast<int64_t>(split / sizeof(float)), "matmul slice sums");
+    }
     const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();
     const uint64_t logits_host_bytes = static_cast<uint64_t>(logits_rows_ * c.vocab_size) * sizeof(float);
     const uint64_t meta_host_bytes = static_cast<uint64_t>(meta_count_) * sizeof(int32_t);
@@ -176,6 +187,12 @@ class CudaBatchDecoder final : public BatchDecoder {
     return logits;
   }
 
+  template <typename Out>
+  void linear(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out) {
+    if (tensor_cores_) return ops::batch_linear_tc_cuda(x, row_index, w, y, rows, in, out, split_sums_, stream_);
+    ops::batch_linear_cuda(x, row_index, w, y, rows, in, out, stream_);
+  }
+
   void run_pass(const StepPass& pass, std::vector<float>& logits) {
     const auto& c = config_;
     const auto n = static_cast<int64_t>(pass.tokens.size());
@@ -205,18 +222,18 @@ class CudaBatchDecoder final : public BatchDecoder {
     ops::embedding_forward_cuda(tokens, embed_, x_, n, c.vocab_size, d, stream_);
     for (Layer& L : layers_) {
       ops::rmsnorm_forward_cuda(x_, L.input_norm, xn_, rstd_, n, d, eps, stream_);
-      ops::batch_linear_cuda(xn_, nullptr, L.wqkv, qkv_, n, d, qkv_row, stream_);
+      linear(xn_, nullptr, L.wqkv, qkv_, n, d, qkv_row);
       // q and k rotated in place at each row's own position, v carried.
       ops::rope_forward_cuda(qkv_, qkv_, 1, n, hq + 2 * hkv, hd, inv_freq_, 0, stream_, hq + hkv, rows.position);
       paged_kv_write_cuda(qkv_ + q_row, qkv_ + q_row + kv_row, qkv_row, rows, L.k_pool, L.v_pool, shape, stream_);
       paged_attention_cuda(qkv_, qkv_row, att_, q_row, L.k_pool, L.v_pool, rows, shape, scale, stream_);
-      ops::batch_linear_cuda(att_, nullptr, L.wo, proj_, n, q_row, d, stream_);
+      linear(att_, nullptr, L.wo, proj_, n, q_row, d);
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
 
       ops::rmsnorm_forward_cuda(x_, L.post_norm, xn_, rstd_, n, d, eps, stream_);
-      ops::batch_linear_cuda(xn_, nullptr, L.gate_up, gate_up_, n, d, 2 * ffn, stream_);
+      linear(xn_, nullptr, L.gate_up, gate_up_, n, d, 2 * ffn);
       ops::swiglu_packed_forward_cuda(gate_up_, act_, n, ffn, stream_);
-      ops::batch_linear_cuda(act_, nullptr, L.down, proj_, n, ffn, d, stream_);
+      linear(act_, nullptr, L.down, proj_, n, ffn, d);
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
     }
     ops::rmsnorm_forward_cuda(x_, final_norm_, xn_, rstd_, n, d, eps, stream_);
@@ -225,7 +242,7 @@ class CudaBatchDecoder final : public BatchDecoder {
     const auto wanted = static_cast<int64_t>(pass.last_rows.size());
     for (int64_t r0 = 0; r0 < wanted; r0 += logits_rows_) {
       const int64_t len = std::min(logits_rows_, wanted - r0);
-      ops::batch_linear_cuda(xn_, last_rows + r0, lm_head_, logits_, len, d, c.vocab_size, stream_);
+      linear(xn_, last_rows + r0, lm_head_, logits_, len, d, c.vocab_size);
       SPW_CUDA(cudaMemcpyAsync(logits_host_, logits_, static_cast<size_t>(len) * vocab * sizeof(float),
                                cudaMemcpyDeviceToHost, stream_));
       SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -241,6 +258,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   const int ordinal_;
   const int64_t max_rows_;
   const int64_t logits_rows_;
+  const bool tensor_cores_;
   int64_t meta_count_ = 0;
   std::string description_;
 
@@ -259,6 +277,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   float* logits_host_ = nullptr;
   float* inv_freq_ = nullptr;
   float* staging_ = nullptr;
+  float* split_sums_ = nullptr;  // with tensor cores, the few-row matmuls' slice sums
 };
 
 }  // namespace

@@ -34,6 +34,10 @@ struct CudaBatchDecoderOptions {
   // lm_head rows computed and copied back at a time ([rows, vocab] fp32 on
   // the device and in pinned host memory).
   int64_t logits_rows = 64;
+  // The matmuls on tensor cores (ops/batch_linear_tc.h) instead of CUDA
+  // cores (ops/batch_linear.h): batch-invariant either way, their sums in
+  // different orders. Off until measured against the CUDA-core kernel.
+  bool tensor_cores = false;
 };
 
 std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,

@@ -1,0 +1,188 @@
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "base/status.h"
+#include "device/cuda/cuda_check.h"
+#include "ops/batch_linear_tc.h"
+
+namespace spillway::ops {
+
+namespace {
+
+constexpr int kWarps = 4;         // a block's warps, each its own 8 output columns
+constexpr int kColumns = 8;       // a warp's columns: one mma tile's n
+constexpr int kWholeTiles = 4;    // m16 tiles a warp keeps at once running whole (64 rows)
+constexpr int64_t kBlock = 32;    // inputs a step of the chain takes (two instructions)
+
+// d += a b over one m16n8k16 tile: bf16 inputs, fp32 sums.
+__device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ inline int64_t slice_end(int64_t s0, int64_t in) {
+  return s0 + kBatchLinearTcSlice < in ? s0 + kBatchLinearTcSlice : in;
+}
+
+__device__ inline uint4 load16(const __nv_bfloat16* p, bool ok) {
+  return ok ? __ldg(reinterpret_cast<const uint4*>(p)) : make_uint4(0, 0, 0, 0);
+}
+
+// x's row for y's row r, or null past the rows (read as zeros).
+__device__ inline const __nv_bfloat16* x_row(const __nv_bfloat16* x, const int32_t* row_index, int64_t r,
+                                             int64_t rows, int64_t in) {
+  if (r >= rows) return nullptr;
+  return x + (row_index != nullptr ? static_cast<int64_t>(row_index[r]) : r) * in;
+}
+
+// One slice's sums for a warp's `Tiles` m16 tiles (rows r0 + 16 t + ...) and
+// its 8 columns (n0 + ...), from zero.
+//
+// Lane (g, q) = (lane / 4, lane % 4) loads 8 consecutive inputs at block
+// offset 8q: of W's row n0 + g, and of x's rows g and g + 8 of each tile.
+// The first instruction takes inputs 8q..8q+3 of every lane, the second
+// 8q+4..8q+7, both as the fragments' k = 2q, 2q+1 (first pair) and 2q+8,
+// 2q+9 (second pair): x and W see the same order, so the product is the
+// matmul's, its order fixed by `in` alone.
+template <int Tiles>
+__device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w,
+                                  int64_t rows, int64_t in, int64_t out, int64_t r0, int64_t n0, int64_t k_begin,
+                                  int64_t k_end, float (&sums)[Tiles][4]) {
+  const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
+  const bool column_ok = n0 + g < out;
+  const __nv_bfloat16* w_row = w + (column_ok ? n0 + g : 0) * in;
+  const __nv_bfloat16* lo[Tiles];
+  const __nv_bfloat16* hi[Tiles];
+#pragma unroll
+  for (int t = 0; t < Tiles; ++t) {
+    lo[t] = x_row(x, row_index, r0 + 16 * t + g, rows, in);
+    hi[t] = x_row(x, row_index, r0 + 16 * t + g + 8, rows, in);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[t][i] = 0.0f;
+  }
+#pragma unroll 4
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlock) {
+    const int64_t k = k0 + 8 * q;
+    const bool k_ok = k < k_end;
+    const uint4 b = load16(w_row + k, column_ok && k_ok);
+#pragma unroll
+    for (int t = 0; t < Tiles; ++t) {
+      const uint4 a = load16(lo[t] + k, lo[t] != nullptr && k_ok);
+      const uint4 c = load16(hi[t] + k, hi[t] != nullptr && k_ok);
+      mma_bf16(sums[t], a.x, c.x, a.y, c.y, b.x, b.y);
+      mma_bf16(sums[t], a.z, c.z, a.w, c.w, b.z, b.w);
+    }
+  }
+}
+
+__device__ inline void store(float* y, float v) { *y = v; }
+__device__ inline void store(__nv_bfloat16* y, float v) { *y = __float2bfloat16_rn(v); }
+
+// Element i of a lane's tile: row g (+ 8 for i >= 2), column 2q + i % 2.
+__device__ inline int64_t tile_row(int i) { return static_cast<int64_t>(threadIdx.x % 32 / 4 + (i >= 2 ? 8 : 0)); }
+__device__ inline int64_t tile_column(int i) { return static_cast<int64_t>(threadIdx.x % 4 * 2 + i % 2); }
+
+// Running whole: a warp's 64 rows x 8 columns, every slice in turn, each
+// slice's sums added to the running ones in order.
+template <typename Out>
+__global__ void __launch_bounds__(kWarps * 32)
+    whole_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, Out* y, int64_t rows,
+                 int64_t in, int64_t out) {
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 16 * kWholeTiles;
+  if (n0 >= out) return;  // the whole warp leaves together
+  float total[kWholeTiles][4];
+  for (int64_t s0 = 0; s0 < in; s0 += kBatchLinearTcSlice) {
+    float part[kWholeTiles][4];
+    slice_sums<kWholeTiles>(x, row_index, w, rows, in, out, r0, n0, s0, slice_end(s0, in), part);
+#pragma unroll
+    for (int t = 0; t < kWholeTiles; ++t) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) total[t][i] = s0 == 0 ? part[t][i] : __fadd_rn(total[t][i], part[t][i]);
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kWholeTiles; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = r0 + 16 * t + tile_row(i), n = n0 + tile_column(i);
+      if (r < rows && n < out) store(y + r * out + n, total[t][i]);
+    }
+  }
+}
+
+// Running split: block (x, s) sums slice s for its warps' columns and at
+// most 16 rows into workspace[s][row][column].
+__global__ void __launch_bounds__(kWarps * 32)
+    slice_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, float* workspace,
+                 int64_t rows, int64_t in, int64_t out) {
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
+  const int64_t s = blockIdx.y, s0 = s * kBatchLinearTcSlice;
+  if (n0 >= out) return;
+  float part[1][4];
+  slice_sums<1>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = tile_row(i), n = n0 + tile_column(i);
+    if (r < rows && n < out) workspace[(s * rows + r) * out + n] = part[0][i];
+  }
+}
+
+// The slices' sums added in order, one thread an output element.
+template <typename Out>
+__global__ void add_slices_kernel(const float* workspace, Out* y, int64_t rows, int64_t out, int64_t slices) {
+  const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= rows * out) return;
+  float total = workspace[e];
+  for (int64_t s = 1; s < slices; ++s) total = __fadd_rn(total, workspace[s * rows * out + e]);
+  store(y + e, total);
+}
+
+template <typename Out>
+void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out,
+            float* workspace, cudaStream_t stream) {
+  SPW_CHECK(in > 0 && in % 8 == 0, "batch_linear_tc_cuda", "the input width must be a positive multiple of 8, got ",
+            in);
+  SPW_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
+            "batch_linear_tc_cuda", "x and w must be 16-byte aligned");
+  const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
+  SPW_CHECK(rows >= 0 && out > 0 && column_blocks < (1ll << 31) && rows / (16 * kWholeTiles) < 65535,
+            "batch_linear_tc_cuda", "bad shape: ", rows, " rows, ", out, " outputs");
+  if (rows == 0) return;
+  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
+  const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
+  const int64_t slices = (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice;
+  if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
+    slice_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices)), kWarps * 32, 0,
+                   stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    SPW_CUDA(cudaGetLastError());
+    const int64_t elements = rows * out;
+    add_slices_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(workspace, y, rows, out,
+                                                                                       slices);
+  } else {
+    const auto row_blocks = static_cast<unsigned>((rows + 16 * kWholeTiles - 1) / (16 * kWholeTiles));
+    whole_kernel<<<dim3(static_cast<unsigned>(column_blocks), row_blocks), kWarps * 32, 0, stream>>>(xb, row_index,
+                                                                                                   wb, y, rows, in,
+                                                                                                   out);
+  }
+  SPW_CUDA(cudaGetLastError());
+}
+
+}  // namespace
+
+void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, bf16* y, int64_t rows, int64_t in,
+                          int64_t out, float* workspace, cudaStream_t stream) {
+  launch(x, row_index, w, reinterpret_cast<__nv_bfloat16*>(y), rows, in, out, workspace, stream);
+}
+
+void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* y, int64_t rows, int64_t in,
+                          int64_t out, float* workspace, cudaStream_t stream) {
+  launch(x, row_index, w, y, rows, in, out, workspace, stream);
+}
+
+}  // namespace spillway::ops

@@ -14,7 +14,9 @@
 # $OUT/results.jsonl, logs beside it.
 #   bench/gpu_decode.sh [decode] [tests]          (default: decode)
 #   CONFIG=llama3.2-1b BATCHES=1,8,32,64 STREAMS=1,16,64 CONTEXT=512 STEPS=32 bench/gpu_decode.sh
-# TENSOR_CORES=1: the batched decoder's matmuls on tensor cores
+# `torch` among the arguments runs PyTorch's baseline on the same shape
+# (bench/torch_decode.py: transformers generate, eager and static-cache
+# compiled). TENSOR_CORES=1: the batched decoder's matmuls on tensor cores
 # (ops/batch_linear_tc.h); `linear` among the arguments runs
 # batch_linear_cuda_bench (both kernels alone, every shape and row count).
 set -uo pipefail
@@ -29,6 +31,11 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | head -1
 touch "$OUT/results.jsonl"
 TESTS="batch_linear|paged_cache_cuda|cuda_batch_decoder|step_passes|llama_batch_decoder|cuda_decoder|rope_cuda"
 TESTS="$TESTS|cross_entropy_cuda|rmsnorm_cuda|serve_cuda"
+
+phase_torch() {
+  timeout "${TORCH_TIMEOUT:-400}" /opt/torch/.venv/bin/python bench/torch_decode.py --shape "${CONFIG:-llama3-8b}" \
+    2> "$OUT/torch_decode.log" | tee -a "$OUT/results.jsonl"
+}
 
 phase_linear() {
   local bench=build/gpu/bench/batch_linear_cuda_bench

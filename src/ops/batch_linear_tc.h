@@ -29,7 +29,10 @@
 
 namespace spillway::ops {
 
-inline constexpr int64_t kBatchLinearTcSlice = 2048;
+// Narrow enough that a decode step's split runs as many warps as the
+// CUDA-core kernel (each reading 8 KB of a weight), wide enough that the
+// slices' adds cost nothing.
+inline constexpr int64_t kBatchLinearTcSlice = 512;
 // Calls of at most this many rows run split where given the workspace.
 inline constexpr int64_t kBatchLinearTcSplitRows = 16;
 

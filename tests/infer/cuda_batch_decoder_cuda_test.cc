@@ -34,9 +34,10 @@ constexpr double kRowTolerance = 5e-2;
 constexpr int64_t kVocab = 300;
 
 model::LlamaConfig config(bool tied) {
-  // head_dim 64 with two query heads per kv head; head_dim 128, tied.
+  // head_dim 64 with two query heads per kv head, an MLP of 1024 (the
+  // tensor cores' down projection sums two slices); head_dim 128, tied.
   auto c = tied ? testing::llama_config(kVocab, 256, 384, 2, 2, 1, true)
-                : testing::llama_config(kVocab, 256, 512, 2, 4, 2);
+                : testing::llama_config(kVocab, 256, 1024, 2, 4, 2);
   c.max_position_embeddings = 1024;
   c.rope_scaling.llama3 = true;
   c.rope_scaling.original_max_position_embeddings = 64;

@@ -74,7 +74,7 @@ TEST(BatchLinearTcCuda, EqualsTheFloat64ProductToFp32Summation) {
 TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   // Three slices, the last short; 150 rows: whole, over three warps' rows.
-  const int64_t in = 5120, out = 77, rows = 150;
+  const int64_t in = 2 * kBatchLinearTcSlice + 136, out = 77, rows = 150;
   const auto x = testing::random_bf16(rows * in, 3), w = testing::random_bf16(out * in, 4);
   DeviceArray<bf16> dx(x), dw(w);
   DeviceArray<float> all(static_cast<size_t>(rows * out));

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/dtype.h"
@@ -62,12 +63,17 @@ std::span<const int32_t> piece(const std::vector<int32_t>& v, size_t from, size_
   return std::span<const int32_t>(v).subspan(from, n);
 }
 
-// The three contracts above hold whichever kernels the matmuls run on: the
-// CUDA cores' (the default) and the tensor cores'.
-class CudaBatchDecoderKernels : public ::testing::TestWithParam<bool> {
+// The three contracts above hold whichever kernels the matmuls run on (the
+// CUDA cores', the default, and the tensor cores') and with decode steps
+// replayed as CUDA graphs.
+class CudaBatchDecoderKernels : public ::testing::TestWithParam<std::tuple<bool, bool>> {
  protected:
   CudaBatchDecoderOptions options(int64_t max_rows = 512, int64_t logits_rows = 64) const {
-    return {.ordinal = 0, .max_rows = max_rows, .logits_rows = logits_rows, .tensor_cores = GetParam()};
+    return {.ordinal = 0,
+            .max_rows = max_rows,
+            .logits_rows = logits_rows,
+            .tensor_cores = std::get<0>(GetParam()),
+            .cuda_graphs = std::get<1>(GetParam())};
   }
 };
 
@@ -194,8 +200,11 @@ TEST_P(CudaBatchDecoderKernels, APromptsBitsAreTheSameWholeOrInChunksOrPasses) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(in_passes[i] == want[i]) << "step " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Matmuls, CudaBatchDecoderKernels, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "TensorCores" : "CudaCores"; });
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaBatchDecoderKernels, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& p) {
+                           return std::string(std::get<0>(p.param) ? "TensorCores" : "CudaCores") +
+                                  (std::get<1>(p.param) ? "Graphs" : "Eager");
+                         });
 
 TEST(CudaBatchDecoder, AFullCacheOrABadTokenFailsAndChangesNoPosition) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";

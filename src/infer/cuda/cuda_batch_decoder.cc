@@ -5,11 +5,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "base/bytes.h"
+#include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
@@ -41,7 +43,8 @@ class CudaBatchDecoder final : public BatchDecoder {
         ordinal_(o.ordinal),
         max_rows_(o.max_rows),
         logits_rows_(std::min(o.logits_rows, o.max_rows)),
-        tensor_cores_(o.tensor_cores) {
+        tensor_cores_(o.tensor_cores),
+        cuda_graphs_(o.cuda_graphs) {
     const auto& c = config_;
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
     const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
@@ -129,6 +132,9 @@ class CudaBatchDecoder final : public BatchDecoder {
 
   ~CudaBatchDecoder() override {
     if (stream_ != nullptr) SPW_CUDA_WARN(cudaStreamSynchronize(stream_));
+    for (auto& [rows, replay] : replays_) {
+      if (replay.graph != nullptr) SPW_CUDA_WARN(cudaGraphExecDestroy(replay.graph));
+    }
   }
 
   int64_t vocab() const override { return config_.vocab_size; }
@@ -194,13 +200,8 @@ class CudaBatchDecoder final : public BatchDecoder {
   }
 
   void run_pass(const StepPass& pass, std::vector<float>& logits) {
-    const auto& c = config_;
     const auto n = static_cast<int64_t>(pass.tokens.size());
-    const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
-    const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
-    const auto eps = static_cast<float>(c.rms_norm_eps);
-    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-
+    const auto wanted = static_cast<int64_t>(pass.last_rows.size());
     // meta_: tokens, positions, table starts, last rows (max_rows_ each),
     // then the tables. The previous pass ended with the stream idle, so the
     // pinned buffer is free to refill.
@@ -212,10 +213,46 @@ class CudaBatchDecoder final : public BatchDecoder {
     put(pass.table_start, 2 * max_rows_);
     put(pass.last_rows, 3 * max_rows_);
     put(pass.tables, 4 * max_rows_);
-    const size_t meta_bytes = (static_cast<size_t>(4 * max_rows_) + pass.tables.size()) * sizeof(int32_t);
+    const auto vocab = static_cast<size_t>(config_.vocab_size);
+    auto take_logits = [&](int64_t r0, int64_t len) {
+      for (int64_t i = 0; i < len; ++i) {
+        const size_t chunk = pass.last_chunk[static_cast<size_t>(r0 + i)];
+        std::memcpy(logits.data() + chunk * vocab, logits_host_ + i * config_.vocab_size, vocab * sizeof(float));
+      }
+    };
+    // A decode pass (every row's logits wanted, one lm_head call) replays
+    // its row count's graph, captured the second time that count comes.
+    if (cuda_graphs_ && wanted == n && n <= logits_rows_) {
+      Replay& replay = replays_[n];
+      if (replay.graph == nullptr && replay.eager_runs >= 1) capture(replay, n);
+      if (replay.graph != nullptr) {
+        SPW_CUDA(cudaGraphLaunch(replay.graph, stream_));
+        SPW_CUDA(cudaStreamSynchronize(stream_));
+        take_logits(0, n);
+        return;
+      }
+      ++replay.eager_runs;
+    }
+    enqueue_layers(n, (static_cast<size_t>(4 * max_rows_) + pass.tables.size()) * sizeof(int32_t));
+    for (int64_t r0 = 0; r0 < wanted; r0 += logits_rows_) {
+      const int64_t len = std::min(logits_rows_, wanted - r0);
+      enqueue_logits(r0, len);
+      SPW_CUDA(cudaStreamSynchronize(stream_));
+      take_logits(r0, len);
+    }
+    SPW_CUDA(cudaStreamSynchronize(stream_));
+  }
+
+  // The step rows' upload (`meta_bytes` of meta_host_) and the layers over
+  // n rows, through the final norm.
+  void enqueue_layers(int64_t n, size_t meta_bytes) {
+    const auto& c = config_;
+    const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
+    const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
     SPW_CUDA(cudaMemcpyAsync(meta_, meta_host_, meta_bytes, cudaMemcpyHostToDevice, stream_));
     const int32_t* tokens = meta_;
-    const int32_t* last_rows = meta_ + 3 * max_rows_;
     const PagedRowsCuda rows{n, meta_ + max_rows_, meta_ + 2 * max_rows_, meta_ + 4 * max_rows_};
     const PagedAttentionShape shape{hq, hkv, hd, blocks().block_tokens()};
 
@@ -237,21 +274,46 @@ class CudaBatchDecoder final : public BatchDecoder {
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
     }
     ops::rmsnorm_forward_cuda(x_, final_norm_, xn_, rstd_, n, d, eps, stream_);
-    // The lm_head reads only the rows whose logits are asked for.
-    const auto vocab = static_cast<size_t>(c.vocab_size);
-    const auto wanted = static_cast<int64_t>(pass.last_rows.size());
-    for (int64_t r0 = 0; r0 < wanted; r0 += logits_rows_) {
-      const int64_t len = std::min(logits_rows_, wanted - r0);
-      linear(xn_, last_rows + r0, lm_head_, logits_, len, d, c.vocab_size);
-      SPW_CUDA(cudaMemcpyAsync(logits_host_, logits_, static_cast<size_t>(len) * vocab * sizeof(float),
-                               cudaMemcpyDeviceToHost, stream_));
-      SPW_CUDA(cudaStreamSynchronize(stream_));
-      for (int64_t i = 0; i < len; ++i) {
-        const size_t chunk = pass.last_chunk[static_cast<size_t>(r0 + i)];
-        std::memcpy(logits.data() + chunk * vocab, logits_host_ + i * c.vocab_size, vocab * sizeof(float));
+  }
+
+  // The logits of wanted rows [r0, r0 + len) (the lm_head reads only
+  // those), into logits_host_.
+  void enqueue_logits(int64_t r0, int64_t len) {
+    const int32_t* last_rows = meta_ + 3 * max_rows_;
+    linear(xn_, last_rows + r0, lm_head_, logits_, len, config_.hidden_size, config_.vocab_size);
+    SPW_CUDA(cudaMemcpyAsync(logits_host_, logits_, static_cast<size_t>(len * config_.vocab_size) * sizeof(float),
+                             cudaMemcpyDeviceToHost, stream_));
+  }
+
+  // A decode pass of n rows as a graph: the whole meta buffer uploaded (its
+  // tables' length varies from step to step), the layers, the logits. A
+  // capture that fails leaves the decoder eager, with a warning.
+  struct Replay {
+    cudaGraphExec_t graph = nullptr;
+    int eager_runs = 0;
+  };
+  void capture(Replay& replay, int64_t n) {
+    cudaGraph_t graph = nullptr;
+    try {
+      SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      enqueue_layers(n, static_cast<size_t>(meta_count_) * sizeof(int32_t));
+      enqueue_logits(0, n);
+      SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
+      SPW_CUDA(cudaGraphInstantiate(&replay.graph, graph, 0));
+      SPW_CUDA(cudaGraphDestroy(graph));
+    } catch (const Error& e) {
+      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+        cudaGraph_t partial = nullptr;
+        (void)cudaStreamEndCapture(stream_, &partial);
+        graph = graph ? graph : partial;
       }
+      if (graph) (void)cudaGraphDestroy(graph);
+      replay.graph = nullptr;
+      (void)cudaGetLastError();
+      log_warn(std::string("CUDA graph capture of a decode step failed, decoding stays eager: ") + e.what());
+      cuda_graphs_ = false;
     }
-    SPW_CUDA(cudaStreamSynchronize(stream_));
   }
 
   const model::LlamaConfig config_;
@@ -259,6 +321,8 @@ class CudaBatchDecoder final : public BatchDecoder {
   const int64_t max_rows_;
   const int64_t logits_rows_;
   const bool tensor_cores_;
+  bool cuda_graphs_;
+  std::map<int64_t, Replay> replays_;  // by a decode pass's row count
   int64_t meta_count_ = 0;
   std::string description_;
 

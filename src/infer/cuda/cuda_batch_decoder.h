@@ -38,6 +38,10 @@ struct CudaBatchDecoderOptions {
   // cores (ops/batch_linear.h): batch-invariant either way, their sums in
   // different orders. Off until measured against the CUDA-core kernel.
   bool tensor_cores = false;
+  // Decode passes (one token for each of at most logits_rows sequences)
+  // replayed as CUDA graphs, one per row count, instead of some 400 kernel
+  // launches a pass; the same kernels, so the same bits. Off until measured.
+  bool cuda_graphs = false;
 };
 
 std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,

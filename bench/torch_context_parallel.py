@@ -17,7 +17,7 @@ from torch.distributed.tensor.experimental import context_parallel
 from torch.nn.attention import SDPBackend, sdpa_kernel
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch_llama
-from torch_llama import Llama, PEAK, SHAPES, seconds_a_step
+from torch_llama import Llama, PEAK, SHAPES, materialize, seconds_a_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="llama3-8b", choices=SHAPES)
@@ -55,14 +55,7 @@ P = sum(p.numel() for n, p in m.named_parameters() if "emb" not in n and p.dim()
 kw = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
 for b in m.blocks: fully_shard(b, **kw)
 model = fully_shard(m, **kw)
-# Each rank materialises its shards only; the rope tables are remade.
-m.to_empty(device="cuda")
-with torch.no_grad():
-    for n, p in m.named_parameters():
-        p.fill_(1.0) if p.dim() == 1 else torch.nn.init.normal_(p, std=0.02)
-    hd = d // nh; inv = 1.0 / (500000 ** (torch.arange(0, hd, 2, device="cuda").float() / hd))
-    fr = torch.outer(torch.arange(a.seq, device="cuda").float(), inv)
-    m.cos.copy_(fr.cos()[None, :, None, :]); m.sin.copy_(fr.sin()[None, :, None, :])
+materialize(m, d, nh, a.seq)  # each rank its shards only
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 g = torch.Generator(device="cuda").manual_seed(0)  # the group reads the same sequence
 idx = torch.randint(0, V, (1, a.seq), device="cuda", generator=g)

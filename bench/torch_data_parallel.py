@@ -10,7 +10,7 @@
 import argparse, json, os, sys
 import torch, torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_llama import Llama, PEAK, SHAPES, seconds_a_step
+from torch_llama import Llama, PEAK, SHAPES, materialize, seconds_a_step
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--shape", default="llama3.2-1b", choices=SHAPES)
@@ -51,14 +51,7 @@ else:
     for b in m.blocks: fully_shard(b, **kw)
     model = fully_shard(m, **kw)
     if big:
-        # Each rank materialises its shards only; the rope tables are remade.
-        m.to_empty(device="cuda")
-        with torch.no_grad():
-            for n, p in m.named_parameters():
-                p.fill_(1.0) if p.dim() == 1 else torch.nn.init.normal_(p, std=0.02)
-            hd = d // nh; inv = 1.0 / (500000 ** (torch.arange(0, hd, 2, device="cuda").float() / hd))
-            f = torch.outer(torch.arange(a.seq, device="cuda").float(), inv)
-            m.cos.copy_(f.cos()[None, :, None, :]); m.sin.copy_(f.sin()[None, :, None, :])
+        materialize(m, d, nh, a.seq)  # each rank its shards only
     def set_sync(on): model.set_requires_gradient_sync(on)
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
 f = torch.compile(model) if a.compile else model

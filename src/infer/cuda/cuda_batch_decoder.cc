@@ -16,6 +16,7 @@
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
 #include "device/cuda/device_guard.h"
+#include "device/cuda/graph_capture.h"
 #include "infer/cuda/bf16_upload.h"
 #include "infer/cuda/device_requests.h"
 #include "infer/cuda/paged_cache_cuda.h"
@@ -293,25 +294,13 @@ class CudaBatchDecoder final : public BatchDecoder {
     int eager_runs = 0;
   };
   void capture(Replay& replay, int64_t n) {
-    cudaGraph_t graph = nullptr;
-    try {
-      SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    std::string why;
+    const auto enqueue = [&] {
       enqueue_layers(n, static_cast<size_t>(meta_count_) * sizeof(int32_t));
       enqueue_logits(0, n);
-      SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
-      SPW_CUDA(cudaGraphInstantiate(&replay.graph, graph, 0));
-      SPW_CUDA(cudaGraphDestroy(graph));
-    } catch (const Error& e) {
-      cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-        cudaGraph_t partial = nullptr;
-        (void)cudaStreamEndCapture(stream_, &partial);
-        graph = graph ? graph : partial;
-      }
-      if (graph) (void)cudaGraphDestroy(graph);
-      replay.graph = nullptr;
-      (void)cudaGetLastError();
-      log_warn(std::string("CUDA graph capture of a decode step failed, decoding stays eager: ") + e.what());
+    };
+    if (!capture_graph(stream_, enqueue, &replay.graph, &why)) {
+      log_warn("CUDA graph capture of a decode step failed, decoding stays eager: " + why);
       cuda_graphs_ = false;
     }
   }

@@ -1,11 +1,13 @@
 #include "train/cuda/cuda_step.h"
 
 #include <algorithm>
+#include <string>
 
 #include "base/log.h"
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_stream.h"
+#include "device/cuda/graph_capture.h"
 #include "ops/dropout.h"
 
 namespace spillway::train {
@@ -180,24 +182,9 @@ void CudaStep::run_program(bool first, bool hooked) {
 // A step that cannot be captured (a library call that refuses capture) runs
 // eagerly and stays eager, with a warning.
 void CudaStep::capture(cudaGraphExec_t& replay, bool first, bool hooked) {
-  cudaGraph_t graph = nullptr;
-  try {
-    SPW_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    run_program(first, hooked);
-    SPW_CUDA(cudaStreamEndCapture(stream_, &graph));
-    SPW_CUDA(cudaGraphInstantiate(&replay, graph, 0));
-    SPW_CUDA(cudaGraphDestroy(graph));
-  } catch (const Error& e) {
-    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing(stream_, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
-      cudaGraph_t partial = nullptr;
-      (void)cudaStreamEndCapture(stream_, &partial);
-      graph = graph ? graph : partial;
-    }
-    if (graph) (void)cudaGraphDestroy(graph);
-    replay = nullptr;
-    (void)cudaGetLastError();
-    log_warn(std::string("CUDA graph capture failed, the step stays eager: ") + e.what());
+  std::string why;
+  if (!capture_graph(stream_, [&] { run_program(first, hooked); }, &replay, &why)) {
+    log_warn("CUDA graph capture failed, the step stays eager: " + why);
     options_.cuda_graph = false;
     run_program(first, hooked);
     return;

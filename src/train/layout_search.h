@@ -48,8 +48,8 @@ struct LayoutSearchOptions {
   size_t keep = 5;          // the fastest planned layouts to be sure of
   bool pipeline = true;     // layouts with pp > 1 (engines that run them)
   bool context = true;      // layouts with cp > 1
-  // Only what the GPU engine runs: tp, pp or cp, at most one of them beside
-  // dp, no interleaved stages, and a tp or pp rank's plan all on its device.
+  // Only what the GPU engine runs: tp, cp or both beside dp, or pp beside dp
+  // alone; no interleaved stages; a tp or pp rank's plan all on its device.
   bool gpu_engine = false;
   unsigned threads = 0;     // layouts planned at once; 0: one a hardware thread
 };

@@ -84,10 +84,15 @@ TEST(LayoutChoice, TrainTakesTheFastestLayoutTheGpuEngineRuns) {
   EXPECT_EQ(l.virtual_stages, 1);
   EXPECT_EQ(l.dp * l.tp * l.pp * l.cp, 8);
   const LayoutSearch s = search_layouts(r, {.gpus = 8}, {.gpu_engine = true});
-  for (const LayoutOutcome& o : s.fastest) {
-    EXPECT_TRUE(o.layout.pp == 1 || o.layout.tp * o.layout.cp == 1) << o.layout.text();
-    EXPECT_EQ(o.layout.virtual_stages, 1) << o.layout.text();
+  bool tp_beside_cp = false;
+  for (const auto* list : {&s.fastest, &s.refused, &s.slower}) {
+    for (const LayoutOutcome& o : *list) {
+      EXPECT_TRUE(o.layout.pp == 1 || o.layout.tp * o.layout.cp == 1) << o.layout.text();
+      EXPECT_EQ(o.layout.virtual_stages, 1) << o.layout.text();
+      tp_beside_cp = tp_beside_cp || (o.layout.tp > 1 && o.layout.cp > 1);
+    }
   }
+  EXPECT_TRUE(tp_beside_cp) << "the GPU engine runs cp beside tp: the search weighs such layouts";
   EXPECT_EQ(choice->layout, s.fastest.front().layout);
   EXPECT_DOUBLE_EQ(choice->step_seconds, s.fastest.front().step_seconds);
   EXPECT_NE(choice->line.find("the planner chose " + s.fastest.front().layout.text()), std::string::npos)

@@ -27,7 +27,8 @@ struct PlanArgs {
 };
 
 // Every --shard level side by side, as the planner would lay it out: what
-// each GPU holds and the predicted step, or why it does not fit.
+// each GPU holds and the predicted step, or why it does not fit (with
+// --largest, of the largest model each level fits).
 void print_sharding_levels(const train::RunConfig& run, const train::RunPlanOptions& a,
                            const plan::TrainingStateSpec& chosen) {
   using train::StateSharding;
@@ -43,6 +44,14 @@ void print_sharding_levels(const train::RunConfig& run, const train::RunPlanOpti
       char step[64];
       std::snprintf(step, sizeof step, "step %.3f s (MFU %.3f)", q.step_seconds, q.mfu);
       line = format_bytes(q.resident_bytes + q.placement.device_peak) + " a GPU; " + q.layout() + "; " + step;
+      // --largest: each level's own largest model, so its size leads the line.
+      if (a.largest) {
+        char size[64];
+        const auto layers = static_cast<long long>(o.request.config.num_hidden_layers);
+        std::snprintf(size, sizeof size, "%lld layer%s (%.2f B): ", layers, layers == 1 ? "" : "s",
+                      static_cast<double>(q.parameters) / 1e9);
+        line = size + line;
+      }
     } catch (const Error& e) {
       line = std::string("does not fit: ") + e.what();
     }

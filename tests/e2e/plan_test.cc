@@ -151,6 +151,26 @@ TEST(PlanE2E, LargestIsTheMostLayersThatFit) {
   }
 }
 
+// Over GPUs, --largest's side-by-side sharding levels each plan the largest
+// model they fit: each line says how large, the chosen one the headline's.
+TEST(PlanE2E, LargestOverGpusSaysTheModelEachShardingLevelFits) {
+  const CommandResult r = run_spillway(
+      "plan --config llama3.2-1b --largest --gpus 2 --seq 512 --batch 1 --grad-accum 2 --device-mem 8GiB "
+      "--host-mem 40GiB");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("the largest that fits: llama3.2-1b with ([0-9]+) layers")))
+      << r.out;
+  const std::string headline = m[1];
+  const std::regex level("--shard [a-z]+ +([0-9]+) layers? \\([0-9.]+ B\\): [^\n]*");
+  int levels = 0;
+  for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), level); it != std::sregex_iterator(); ++it) {
+    ++levels;
+    if (it->str().find("(chosen)") != std::string::npos) EXPECT_EQ((*it)[1].str(), headline) << it->str();
+  }
+  EXPECT_EQ(levels, 4) << r.out;
+}
+
 // LoRA of LLaMA-3-8B at seq 4096 (rank 16, all seven projections): what
 // its step takes on the device, every activation kept in 80 GiB; in 32 GiB
 // only an NF4 base with whole layers recomputed fits; in 8 GiB nothing does,

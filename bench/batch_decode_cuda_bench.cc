@@ -51,8 +51,8 @@ struct Args {
   std::vector<int64_t> streams = {1, 16, 64};
   int64_t context = 512, steps = 32, warmup = 4;
   int64_t engine_prompt_tokens = 128, engine_tokens = 256;
-  bool tensor_cores = false;  // CudaBatchDecoderOptions::tensor_cores
-  bool cuda_graphs = false;   // CudaBatchDecoderOptions::cuda_graphs
+  bool tensor_cores = true;   // CudaBatchDecoderOptions::tensor_cores
+  bool cuda_graphs = true;    // CudaBatchDecoderOptions::cuda_graphs
 };
 
 std::vector<int64_t> numbers(const std::string& list) {

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     std::printf("batch_linear_cuda_bench: no GPU\n");
     return 0;
   }
-  std::vector<int64_t> rows_list = {1, 8, 16, 32, 128, 512};
+  std::vector<int64_t> rows_list = {1, 8, 16, 32, 64, 128, 512};
   if (argc > 1) {
     rows_list.clear();
     std::stringstream list(argv[1]);

@@ -50,7 +50,7 @@ phase_decode() {
   # Stopped before a 10-minute call ends, so what it measured is still shown.
   timeout "${BENCH_TIMEOUT:-540}" $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
     --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
-    --tensor-cores "${TENSOR_CORES:-0}" --cuda-graphs "${CUDA_GRAPHS:-0}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
+    --tensor-cores "${TENSOR_CORES:-1}" --cuda-graphs "${CUDA_GRAPHS:-1}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
   local rc=$?
   # What was measured is kept even when a later measurement failed.
   cat "$OUT/decode.log"

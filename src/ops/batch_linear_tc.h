@@ -13,10 +13,10 @@
 // instruction computes every element of its tile alike.
 //
 // Two ways to run that order, the same bits either way: few rows (a decode
-// step) split the slices over more of the GPU, each slice's sum written to
-// `workspace` and added in order by a second kernel; more rows (prompts)
-// keep every slice of a tile in one warp, adding as they go. A null
-// workspace always takes the second way.
+// step, at most 64) split the slices over more of the GPU, each slice's
+// sum written to `workspace` and added in order by a second kernel; more
+// rows (prompts) keep every slice of a tile in one warp, adding as they
+// go. A null workspace always takes the second way.
 //
 // Unlike the CUDA-core kernel there is no bit-exact CPU reference (the
 // instruction's own rounding inside a block is the hardware's); the tests
@@ -33,8 +33,9 @@ namespace spillway::ops {
 // CUDA-core kernel (each reading 8 KB of a weight), wide enough that the
 // slices' adds cost nothing.
 inline constexpr int64_t kBatchLinearTcSlice = 512;
-// Calls of at most this many rows run split where given the workspace.
-inline constexpr int64_t kBatchLinearTcSplitRows = 16;
+// Calls of at most this many rows (a decode step's) run split where given
+// the workspace: running whole, so few rows keep too few warps busy.
+inline constexpr int64_t kBatchLinearTcSplitRows = 64;
 
 // Workspace bytes that let `rows` rows run split (0 where they run whole:
 // more rows than kBatchLinearTcSplitRows, or a single slice).

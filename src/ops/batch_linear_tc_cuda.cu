@@ -14,6 +14,8 @@ constexpr int kWarps = 4;         // a block's warps, each its own 8 output colu
 constexpr int kColumns = 8;       // a warp's columns: one mma tile's n
 constexpr int kWholeTiles = 4;    // m16 tiles a warp keeps at once running whole (64 rows)
 constexpr int64_t kBlock = 32;    // inputs a step of the chain takes (two instructions)
+constexpr int kSplitDepth = 8;    // blocks a warp loads ahead running split (4 KB of W)
+constexpr int kWholeDepth = 2;    // and running whole (its 64 rows' x too)
 
 // d += a b over one m16n8k16 tile: bf16 inputs, fp32 sums.
 __device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -49,7 +51,12 @@ __device__ inline const __nv_bfloat16* x_row(const __nv_bfloat16* x, const int32
 // 8q+4..8q+7, both as the fragments' k = 2q, 2q+1 (first pair) and 2q+8,
 // 2q+9 (second pair): x and W see the same order, so the product is the
 // matmul's, its order fixed by `in` alone.
-template <int Tiles>
+//
+// `Depth` blocks are loaded before any of them is multiplied: left to
+// itself the compiler waits for each block's loads before issuing the
+// next block's, one 16-byte load in flight a lane, and a decode step then
+// reads its weights at half the card's bandwidth.
+template <int Tiles, int Depth>
 __device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w,
                                   int64_t rows, int64_t in, int64_t out, int64_t r0, int64_t n0, int64_t k_begin,
                                   int64_t k_end, float (&sums)[Tiles][4]) {
@@ -65,17 +72,27 @@ __device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_ind
 #pragma unroll
     for (int i = 0; i < 4; ++i) sums[t][i] = 0.0f;
   }
-#pragma unroll 4
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kBlock) {
-    const int64_t k = k0 + 8 * q;
-    const bool k_ok = k < k_end;
-    const uint4 b = load16(w_row + k, column_ok && k_ok);
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += Depth * kBlock) {
+    uint4 b[Depth], a[Depth][Tiles], c[Depth][Tiles];
 #pragma unroll
-    for (int t = 0; t < Tiles; ++t) {
-      const uint4 a = load16(lo[t] + k, lo[t] != nullptr && k_ok);
-      const uint4 c = load16(hi[t] + k, hi[t] != nullptr && k_ok);
-      mma_bf16(sums[t], a.x, c.x, a.y, c.y, b.x, b.y);
-      mma_bf16(sums[t], a.z, c.z, a.w, c.w, b.z, b.w);
+    for (int u = 0; u < Depth; ++u) {
+      const int64_t k = k0 + u * kBlock + 8 * q;
+      const bool k_ok = k < k_end;
+      b[u] = load16(w_row + k, column_ok && k_ok);
+#pragma unroll
+      for (int t = 0; t < Tiles; ++t) {
+        a[u][t] = load16(lo[t] + k, lo[t] != nullptr && k_ok);
+        c[u][t] = load16(hi[t] + k, hi[t] != nullptr && k_ok);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Depth; ++u) {
+      if (k0 + u * kBlock >= k_end) break;  // the same for every lane: past the slice
+#pragma unroll
+      for (int t = 0; t < Tiles; ++t) {
+        mma_bf16(sums[t], a[u][t].x, c[u][t].x, a[u][t].y, c[u][t].y, b[u].x, b[u].y);
+        mma_bf16(sums[t], a[u][t].z, c[u][t].z, a[u][t].w, c[u][t].w, b[u].z, b[u].w);
+      }
     }
   }
 }
@@ -99,7 +116,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   float total[kWholeTiles][4];
   for (int64_t s0 = 0; s0 < in; s0 += kBatchLinearTcSlice) {
     float part[kWholeTiles][4];
-    slice_sums<kWholeTiles>(x, row_index, w, rows, in, out, r0, n0, s0, slice_end(s0, in), part);
+    slice_sums<kWholeTiles, kWholeDepth>(x, row_index, w, rows, in, out, r0, n0, s0, slice_end(s0, in), part);
 #pragma unroll
     for (int t = 0; t < kWholeTiles; ++t) {
 #pragma unroll
@@ -117,19 +134,24 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Running split: block (x, s) sums slice s for its warps' columns and at
-// most 16 rows into workspace[s][row][column].
+// most 16 Tiles rows into workspace[s][row][column]. The more tiles, the
+// fewer blocks a warp loads ahead (its registers hold every tile's x).
+template <int Tiles>
 __global__ void __launch_bounds__(kWarps * 32)
     slice_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, float* workspace,
                  int64_t rows, int64_t in, int64_t out) {
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
   const int64_t s = blockIdx.y, s0 = s * kBatchLinearTcSlice;
   if (n0 >= out) return;
-  float part[1][4];
-  slice_sums<1>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
+  float part[Tiles][4];
+  slice_sums<Tiles, kSplitDepth / Tiles>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
 #pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const int64_t r = tile_row(i), n = n0 + tile_column(i);
-    if (r < rows && n < out) workspace[(s * rows + r) * out + n] = part[0][i];
+  for (int t = 0; t < Tiles; ++t) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = 16 * t + tile_row(i), n = n0 + tile_column(i);
+      if (r < rows && n < out) workspace[(s * rows + r) * out + n] = part[t][i];
+    }
   }
 }
 
@@ -158,8 +180,15 @@ void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int6
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
   const int64_t slices = (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice;
   if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
-    slice_kernel<<<dim3(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices)), kWarps * 32, 0,
-                   stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices));
+    if (rows <= 16) {
+      slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    } else if (rows <= 32) {
+      slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    } else {
+      static_assert(kBatchLinearTcSplitRows == 64, "split rows beyond four tiles");
+      slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    }
     SPW_CUDA(cudaGetLastError());
     const int64_t elements = rows * out;
     add_slices_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(workspace, y, rows, out,

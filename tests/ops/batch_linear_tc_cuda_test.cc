@@ -91,8 +91,9 @@ TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
     one.poison();
     batch_linear_tc_cuda(dx.get() + r * in, nullptr, dw.get(), one.get(), 1, in, out, workspace.get(), nullptr);
     EXPECT_EQ(one.download(), want) << "row " << r << " alone, split";
-    // Picked last of 10 rows (split) and of 90 (whole, the second warp's rows).
-    for (const int64_t picked_rows : {int64_t{10}, int64_t{90}}) {
+    // Picked last of 10 and 40 rows (split, one tile and three) and of 90
+    // (whole, the second warp's rows).
+    for (const int64_t picked_rows : {int64_t{10}, int64_t{40}, int64_t{90}}) {
       std::vector<int32_t> index(static_cast<size_t>(picked_rows), 0);
       index.back() = static_cast<int32_t>(r);
       DeviceArray<int32_t> dindex(index);

@@ -150,7 +150,9 @@ void check_case(const Case& c) {
 
 TEST(PagedCacheCuda, WritesAndAttendsAsTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  for (const auto& [hq, hkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {3, 3, 40}}) {
+  // head_dim 36: rows not 16-byte multiples, read a number at a time.
+  for (const auto& [hq, hkv, hd] :
+       {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {3, 3, 40}, {2, 2, 36}}) {
     SCOPED_TRACE(std::to_string(hq) + " heads, " + std::to_string(hkv) + " kv heads, head_dim " + std::to_string(hd));
     check_case(make_case(hq, hkv, hd));
   }

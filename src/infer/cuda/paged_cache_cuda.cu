@@ -38,6 +38,38 @@ __device__ inline float warp_sum(float x) {
   return x;
 }
 
+__device__ inline float warp_max(float x) {
+#pragma unroll
+  for (int width = 16; width > 0; width /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, width));
+  return x;
+}
+
+// q . k over head_dim numbers, in an order fixed by head_dim: four running
+// sums (dimension d into sum d % 4), added pairwise at the end.
+__device__ inline float key_dot(const float* q, const __nv_bfloat16* k, int64_t hd) {
+  float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (hd % 8 == 0) {  // 16-byte rows: every key's row starts 16-byte aligned
+    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
+      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(k + d0));
+      const auto* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = __bfloat1622float2(pair[i]);
+        s[(2 * i) % 4] = __fmaf_rn(q[d0 + 2 * i], f.x, s[(2 * i) % 4]);
+        s[(2 * i + 1) % 4] = __fmaf_rn(q[d0 + 2 * i + 1], f.y, s[(2 * i + 1) % 4]);
+      }
+    }
+  } else {
+    for (int64_t d0 = 0; d0 < hd; d0 += 4) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        if (d0 + i < hd) s[i] = __fmaf_rn(q[d0 + i], __bfloat162float(k[d0 + i]), s[i]);
+      }
+    }
+  }
+  return __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
+}
+
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const __nv_bfloat16* q, int64_t q_stride, __nv_bfloat16* out, int64_t out_stride,
                            const __nv_bfloat16* k_pool, const __nv_bfloat16* v_pool, PagedRowsCuda rows,
@@ -48,37 +80,40 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t keys = static_cast<int64_t>(rows.position[r]) + 1;
   const int32_t* table = rows.tables + rows.table_start[r];
 
-  float qf[kDimsPerLane], acc[kDimsPerLane];
+  __shared__ float q_shared[kPagedAttentionCudaMaxHeadDim];
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) q_shared[d] = __bfloat162float(q[r * q_stride + h * hd + d]);
+  __syncthreads();
+
+  float acc[kDimsPerLane];
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    qf[i] = d < hd ? __bfloat162float(q[r * q_stride + h * hd + d]) : 0.0f;
-    acc[i] = 0.0f;
-  }
+  for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
   float top = -INFINITY, total = 0.0f;
+  // A piece's 32 keys are scored at once, lane j taking key p0 + j (the
+  // keys' loads all in flight together); the values are then summed key by
+  // key in position order, each lane holding its own dimensions.
   for (int64_t p0 = static_cast<int64_t>(warp) * kKeyPiece; p0 < keys; p0 += kWarps * kKeyPiece) {
-    const int64_t end = p0 + kKeyPiece < keys ? p0 + kKeyPiece : keys;
-    for (int64_t t = p0; t < end; ++t) {
-      const int64_t base = slot_of(table, t, s.block_tokens) * kv_row + g * hd;
-      float dot = 0.0f;
+    const int64_t t = p0 + lane;
+    const bool key_ok = t < keys;
+    const int64_t base = key_ok ? slot_of(table, t, s.block_tokens) * kv_row + g * hd : 0;
+    const float score = key_ok ? key_dot(q_shared, k_pool + base, hd) * scale : -INFINITY;
+    const float new_top = fmaxf(top, warp_max(score));  // finite: the piece holds a key
+    const float rescale = expf(top - new_top);           // 0 before the first piece (top = -inf)
+    const float weight = key_ok ? expf(score - new_top) : 0.0f;
+    total = __fadd_rn(total * rescale, warp_sum(weight));
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) acc[i] *= rescale;
+    const int n = static_cast<int>(keys - p0 < kKeyPiece ? keys - p0 : kKeyPiece);
+#pragma unroll 8
+    for (int j = 0; j < n; ++j) {
+      const float w = __shfl_sync(0xffffffffu, weight, j);
+      const int64_t at = __shfl_sync(0xffffffffu, base, j);
 #pragma unroll
       for (int i = 0; i < kDimsPerLane; ++i) {
         const int64_t d = lane + 32 * i;
-        if (d < hd) dot = __fmaf_rn(qf[i], __bfloat162float(k_pool[base + d]), dot);
+        if (d < hd) acc[i] = __fmaf_rn(w, __bfloat162float(v_pool[at + d]), acc[i]);
       }
-      const float score = warp_sum(dot) * scale;
-      const float new_top = fmaxf(top, score);
-      const float rescale = expf(top - new_top);  // 0 before the first key (top = -inf)
-      const float weight = expf(score - new_top);
-      total = total * rescale + weight;
-#pragma unroll
-      for (int i = 0; i < kDimsPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        const float value = d < hd ? __bfloat162float(v_pool[base + d]) : 0.0f;
-        acc[i] = acc[i] * rescale + weight * value;
-      }
-      top = new_top;
     }
+    top = new_top;
   }
 
   __shared__ float tops[kWarps], totals[kWarps];

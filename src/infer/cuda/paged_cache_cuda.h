@@ -41,8 +41,9 @@ void paged_kv_write_cuda(const bf16* k, const bf16* v, int64_t row_stride, const
 //
 // One block per (row, query head); its 8 warps take the keys in pieces of 32,
 // piece p going to warp p % 8, each warp keeping an online softmax over its
-// pieces in position order; the 8 partial results are then merged in warp
-// order. The order depends on the row's position alone, never on the other
+// pieces in position order (a piece's 32 scores at once, one key a lane,
+// its values then added key by key); the 8 partial results are then merged
+// in warp order. The order depends on the row's position alone, never on the other
 // rows: a row's output is the same bits in any batch (batch_decoder.h).
 void paged_attention_cuda(const bf16* q, int64_t q_stride, bf16* out, int64_t out_stride, const bf16* k_pool,
                           const bf16* v_pool, const PagedRowsCuda& rows, const PagedAttentionShape& shape,

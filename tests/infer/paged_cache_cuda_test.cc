@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -40,11 +41,14 @@ struct Case {
   std::vector<Sequence> sequences;
 };
 
-// A prompt's first chunk, a token decoded at 300 and a chunk late in a long
-// sequence (past 256 keys: every warp takes several pieces), on tables that
-// interleave the sequences' blocks.
+// A prompt's first chunk, a token decoded at 300 and a chunk at 595 (past
+// 256 keys: every warp takes several pieces), tokens at 2,100 (their keys
+// in 5 splits) and at 4,500 (in the most splits), on tables that interleave
+// the sequences' blocks.
 Case make_case(int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
-  Case c{{q_heads, kv_heads, head_dim, 16}, 64, {{0, 10, {}}, {300, 1, {}}, {595, 5, {}}}};
+  Case c{{q_heads, kv_heads, head_dim, 16},
+         450,
+         {{0, 10, {}}, {300, 1, {}}, {595, 5, {}}, {2100, 1, {}}, {4500, 2, {}}}};
   std::vector<int32_t> blocks(static_cast<size_t>(c.num_blocks));
   std::iota(blocks.begin(), blocks.end(), 0);
   for (size_t i = 0; i < blocks.size(); ++i) std::swap(blocks[i], blocks[(i * 37 + 11) % blocks.size()]);
@@ -101,13 +105,15 @@ void write_rows(const Case& c, const Step& s, std::vector<bf16>& k_pool, std::ve
 void check_case(const Case& c) {
   Step s = make_step(c);
   DeviceArray<bf16> qkv(s.qkv), k_pool(s.k_pool), v_pool(s.v_pool), out(static_cast<size_t>(s.rows * s.q_row));
+  DeviceArray<float> splits(static_cast<size_t>(paged_attention_workspace_floats(s.rows, c.shape)));
   DeviceArray<int32_t> position(s.position), table_start(s.table_start), tables(s.tables);
   const PagedRowsCuda rows{s.rows, position.get(), table_start.get(), tables.get()};
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.shape.head_dim)));
   paged_kv_write_cuda(qkv.get() + s.q_row, qkv.get() + s.q_row + s.kv_row, s.stride, rows, k_pool.get(),
                       v_pool.get(), c.shape, nullptr);
+  const int64_t most_keys = *std::max_element(s.position.begin(), s.position.end()) + 1;
   paged_attention_cuda(qkv.get(), s.stride, out.get(), s.q_row, k_pool.get(), v_pool.get(), rows, c.shape, scale,
-                       nullptr);
+                       most_keys, splits.get(), nullptr);
   SPW_CUDA(cudaDeviceSynchronize());
 
   write_rows(c, s, s.k_pool, s.v_pool);
@@ -135,13 +141,14 @@ void check_case(const Case& c) {
     EXPECT_LT(testing::rel_error(g, testing::as_double(w)), kTolerance) << "row " << r;
   }
 
-  // Each row alone: the same bits as in the batch.
+  // Each row alone (the splits' kernels run only for the rows that split):
+  // the same bits as in the batch.
   const std::vector<uint16_t> batch = testing::bits_of(out.download());
   for (int64_t r = 0; r < s.rows; ++r) {
     DeviceArray<bf16> alone(static_cast<size_t>(s.q_row));
     const PagedRowsCuda one{1, position.get() + r, table_start.get() + r, tables.get()};
     paged_attention_cuda(qkv.get() + r * s.stride, s.stride, alone.get(), s.q_row, k_pool.get(), v_pool.get(), one,
-                         c.shape, scale, nullptr);
+                         c.shape, scale, s.position[r] + 1, splits.get(), nullptr);
     EXPECT_EQ(testing::bits_of(alone.download()),
               std::vector<uint16_t>(batch.begin() + r * s.q_row, batch.begin() + (r + 1) * s.q_row))
         << "row " << r << " alone";
@@ -163,11 +170,15 @@ TEST(PagedCacheCuda, RefusesShapesItCannotRun) {
   DeviceArray<int32_t> zero(std::vector<int32_t>{0});
   const PagedRowsCuda rows{1, zero.get(), zero.get(), zero.get()};
   DeviceArray<bf16> buffer(1024);
+  DeviceArray<float> splits(1024);
   EXPECT_THROW(paged_attention_cuda(buffer.get(), 256, buffer.get(), 256, buffer.get(), buffer.get(), rows,
-                                    PagedAttentionShape{1, 1, 256, 16}, 1.0f, nullptr),
+                                    PagedAttentionShape{1, 1, 256, 16}, 1.0f, 1, splits.get(), nullptr),
                Error);
   EXPECT_THROW(paged_attention_cuda(buffer.get(), 64, buffer.get(), 64, buffer.get(), buffer.get(), rows,
-                                    PagedAttentionShape{3, 2, 32, 16}, 1.0f, nullptr),
+                                    PagedAttentionShape{3, 2, 32, 16}, 1.0f, 1, splits.get(), nullptr),
+               Error);
+  EXPECT_THROW(paged_attention_cuda(buffer.get(), 64, buffer.get(), 64, buffer.get(), buffer.get(), rows,
+                                    PagedAttentionShape{2, 1, 32, 16}, 1.0f, 5000, nullptr, nullptr),
                Error);
 }
 

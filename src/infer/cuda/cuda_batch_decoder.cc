@@ -89,6 +89,10 @@ class CudaBatchDecoder final : public BatchDecoder {
     work.add(rstd_, max_rows_, "rmsnorm rstd");
     work.add(qkv_, max_rows_ * qkv_row, "queries, keys and values");
     work.add(att_, max_rows_ * q_row, "attention output");
+    work.add(attention_splits_,
+             paged_attention_workspace_floats(
+                 max_rows_, {c.num_attention_heads, c.num_key_value_heads, hd, blocks().block_tokens()}),
+             "attention split sums");
     work.add(gate_up_, max_rows_ * 2 * ffn, "MLP gate|up");
     work.add(act_, max_rows_ * ffn, "MLP activation");
     work.add(logits_, logits_rows_ * c.vocab_size, "logits");
@@ -221,11 +225,14 @@ class CudaBatchDecoder final : public BatchDecoder {
         std::memcpy(logits.data() + chunk * vocab, logits_host_ + i * config_.vocab_size, vocab * sizeof(float));
       }
     };
+    const int64_t most_keys =
+        pass.positions.empty() ? 0 : *std::max_element(pass.positions.begin(), pass.positions.end()) + 1;
     // A decode pass (every row's logits wanted, one lm_head call) replays
-    // its row count's graph, captured the second time that count comes.
+    // the graph of its row count and of whether its attention splits a
+    // row's keys, captured the second time that pair comes.
     if (cuda_graphs_ && wanted == n && n <= logits_rows_) {
-      Replay& replay = replays_[n];
-      if (replay.graph == nullptr && replay.eager_runs >= 1) capture(replay, n);
+      Replay& replay = replays_[{n, paged_attention_splits(most_keys) > 1}];
+      if (replay.graph == nullptr && replay.eager_runs >= 1) capture(replay, n, most_keys);
       if (replay.graph != nullptr) {
         SPW_CUDA(cudaGraphLaunch(replay.graph, stream_));
         SPW_CUDA(cudaStreamSynchronize(stream_));
@@ -234,7 +241,7 @@ class CudaBatchDecoder final : public BatchDecoder {
       }
       ++replay.eager_runs;
     }
-    enqueue_layers(n, (static_cast<size_t>(4 * max_rows_) + pass.tables.size()) * sizeof(int32_t));
+    enqueue_layers(n, (static_cast<size_t>(4 * max_rows_) + pass.tables.size()) * sizeof(int32_t), most_keys);
     for (int64_t r0 = 0; r0 < wanted; r0 += logits_rows_) {
       const int64_t len = std::min(logits_rows_, wanted - r0);
       enqueue_logits(r0, len);
@@ -245,8 +252,8 @@ class CudaBatchDecoder final : public BatchDecoder {
   }
 
   // The step rows' upload (`meta_bytes` of meta_host_) and the layers over
-  // n rows, through the final norm.
-  void enqueue_layers(int64_t n, size_t meta_bytes) {
+  // n rows, through the final norm; `most_keys` as paged_attention_cuda's.
+  void enqueue_layers(int64_t n, size_t meta_bytes, int64_t most_keys) {
     const auto& c = config_;
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
     const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
@@ -264,7 +271,8 @@ class CudaBatchDecoder final : public BatchDecoder {
       // q and k rotated in place at each row's own position, v carried.
       ops::rope_forward_cuda(qkv_, qkv_, 1, n, hq + 2 * hkv, hd, inv_freq_, 0, stream_, hq + hkv, rows.position);
       paged_kv_write_cuda(qkv_ + q_row, qkv_ + q_row + kv_row, qkv_row, rows, L.k_pool, L.v_pool, shape, stream_);
-      paged_attention_cuda(qkv_, qkv_row, att_, q_row, L.k_pool, L.v_pool, rows, shape, scale, stream_);
+      paged_attention_cuda(qkv_, qkv_row, att_, q_row, L.k_pool, L.v_pool, rows, shape, scale, most_keys,
+                           attention_splits_, stream_);
       linear(att_, nullptr, L.wo, proj_, n, q_row, d);
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
 
@@ -293,10 +301,10 @@ class CudaBatchDecoder final : public BatchDecoder {
     cudaGraphExec_t graph = nullptr;
     int eager_runs = 0;
   };
-  void capture(Replay& replay, int64_t n) {
+  void capture(Replay& replay, int64_t n, int64_t most_keys) {
     std::string why;
     const auto enqueue = [&] {
-      enqueue_layers(n, static_cast<size_t>(meta_count_) * sizeof(int32_t));
+      enqueue_layers(n, static_cast<size_t>(meta_count_) * sizeof(int32_t), most_keys);
       enqueue_logits(0, n);
     };
     if (!capture_graph(stream_, enqueue, &replay.graph, &why)) {
@@ -311,7 +319,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   const int64_t logits_rows_;
   const bool tensor_cores_;
   bool cuda_graphs_;
-  std::map<int64_t, Replay> replays_;  // by a decode pass's row count
+  std::map<std::pair<int64_t, bool>, Replay> replays_;  // by a decode pass's row count and splitting
   int64_t meta_count_ = 0;
   std::string description_;
 
@@ -326,6 +334,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   bf16 *x_ = nullptr, *xn_ = nullptr, *proj_ = nullptr, *qkv_ = nullptr, *att_ = nullptr, *gate_up_ = nullptr,
        *act_ = nullptr;
   float* rstd_ = nullptr;
+  float* attention_splits_ = nullptr;
   float* logits_ = nullptr;
   float* logits_host_ = nullptr;
   float* inv_freq_ = nullptr;

@@ -70,14 +70,15 @@ __device__ inline float key_dot(const float* q, const __nv_bfloat16* k, int64_t 
   return __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
 }
 
-__global__ void __launch_bounds__(kWarps * 32)
-    paged_attention_kernel(const __nv_bfloat16* q, int64_t q_stride, __nv_bfloat16* out, int64_t out_stride,
-                           const __nv_bfloat16* k_pool, const __nv_bfloat16* v_pool, PagedRowsCuda rows,
-                           PagedAttentionShape s, float scale) {
-  const int64_t r = blockIdx.x, h = blockIdx.y;
+// The online softmax of query head h of row r over keys [k_begin, k_end),
+// by the block's 8 warps as paged_cache_cuda.h says; `emit(d, best,
+// denominator, numerator)` then takes each dimension's merged sums.
+template <typename Emit>
+__device__ inline void attend(const __nv_bfloat16* q, int64_t q_stride, const __nv_bfloat16* k_pool,
+                              const __nv_bfloat16* v_pool, const PagedRowsCuda& rows, const PagedAttentionShape& s,
+                              float scale, int64_t r, int64_t h, int64_t k_begin, int64_t k_end, Emit emit) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int64_t hd = s.head_dim, kv_row = s.kv_heads * hd, g = h / (s.q_heads / s.kv_heads);
-  const int64_t keys = static_cast<int64_t>(rows.position[r]) + 1;
   const int32_t* table = rows.tables + rows.table_start[r];
 
   __shared__ float q_shared[kPagedAttentionCudaMaxHeadDim];
@@ -91,9 +92,9 @@ __global__ void __launch_bounds__(kWarps * 32)
   // A piece's 32 keys are scored at once, lane j taking key p0 + j (the
   // keys' loads all in flight together); the values are then summed key by
   // key in position order, each lane holding its own dimensions.
-  for (int64_t p0 = static_cast<int64_t>(warp) * kKeyPiece; p0 < keys; p0 += kWarps * kKeyPiece) {
+  for (int64_t p0 = k_begin + static_cast<int64_t>(warp) * kKeyPiece; p0 < k_end; p0 += kWarps * kKeyPiece) {
     const int64_t t = p0 + lane;
-    const bool key_ok = t < keys;
+    const bool key_ok = t < k_end;
     const int64_t base = key_ok ? slot_of(table, t, s.block_tokens) * kv_row + g * hd : 0;
     const float score = key_ok ? key_dot(q_shared, k_pool + base, hd) * scale : -INFINITY;
     const float new_top = fmaxf(top, warp_max(score));  // finite: the piece holds a key
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     total = __fadd_rn(total * rescale, warp_sum(weight));
 #pragma unroll
     for (int i = 0; i < kDimsPerLane; ++i) acc[i] *= rescale;
-    const int n = static_cast<int>(keys - p0 < kKeyPiece ? keys - p0 : kKeyPiece);
+    const int n = static_cast<int>(k_end - p0 < kKeyPiece ? k_end - p0 : kKeyPiece);
 #pragma unroll 8
     for (int j = 0; j < n; ++j) {
       const float w = __shfl_sync(0xffffffffu, weight, j);
@@ -128,8 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (d < hd) sums[warp][d] = acc[i];
   }
   __syncthreads();
-  // Warp 0 holds key 0, so the largest top is finite; a warp that got no
-  // keys (top = -inf) weighs nothing.
+  // Warp 0 holds the range's first key, so the largest top is finite; a
+  // warp that got no keys (top = -inf) weighs nothing.
   float best = -INFINITY;
   for (int w = 0; w < kWarps; ++w) best = fmaxf(best, tops[w]);
   for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
@@ -138,6 +139,68 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float f = tops[w] == -INFINITY ? 0.0f : expf(tops[w] - best);
       denominator += totals[w] * f;
       numerator += sums[w][d] * f;
+    }
+    emit(d, best, denominator, numerator);
+  }
+}
+
+__device__ inline int64_t row_keys(const PagedRowsCuda& rows, int64_t r) {
+  return static_cast<int64_t>(rows.position[r]) + 1;
+}
+
+// Rows of one split: one block per (row, query head), the result written.
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_kernel(const __nv_bfloat16* q, int64_t q_stride, __nv_bfloat16* out, int64_t out_stride,
+                           const __nv_bfloat16* k_pool, const __nv_bfloat16* v_pool, PagedRowsCuda rows,
+                           PagedAttentionShape s, float scale) {
+  const int64_t r = blockIdx.x, h = blockIdx.y, keys = row_keys(rows, r);
+  if (paged_attention_splits(keys) > 1) return;
+  __nv_bfloat16* o = out + r * out_stride + h * s.head_dim;
+  attend(q, q_stride, k_pool, v_pool, rows, s, scale, r, h, 0, keys,
+         [o](int64_t d, float, float denominator, float numerator) {
+           o[d] = __float2bfloat16_rn(numerator / denominator);
+         });
+}
+
+// Rows of several splits: one block per (row, query head, split), its
+// sums written to partials[row][head][split] as (best, denominator,
+// numerator[head_dim]). A split's keys are whole pieces but the last's.
+__global__ void __launch_bounds__(kWarps * 32)
+    paged_attention_split_kernel(const __nv_bfloat16* q, int64_t q_stride, const __nv_bfloat16* k_pool,
+                                 const __nv_bfloat16* v_pool, PagedRowsCuda rows, PagedAttentionShape s, float scale,
+                                 float* partials) {
+  const int64_t r = blockIdx.x, h = blockIdx.y, z = blockIdx.z, keys = row_keys(rows, r);
+  const int64_t splits = paged_attention_splits(keys);
+  if (splits == 1 || z >= splits) return;
+  const int64_t per = ((keys + splits - 1) / splits + kKeyPiece - 1) / kKeyPiece * kKeyPiece;
+  const int64_t k_begin = z * per, k_end = k_begin + per < keys ? k_begin + per : keys;
+  float* partial = partials + ((r * s.q_heads + h) * kPagedAttentionCudaMaxSplits + z) * (s.head_dim + 2);
+  attend(q, q_stride, k_pool, v_pool, rows, s, scale, r, h, k_begin, k_end,
+         [partial](int64_t d, float best, float denominator, float numerator) {
+           if (d == 0) {
+             partial[0] = best;
+             partial[1] = denominator;
+           }
+           partial[2 + d] = numerator;
+         });
+}
+
+// A split row's sums merged in split order.
+__global__ void merge_splits_kernel(__nv_bfloat16* out, int64_t out_stride, PagedRowsCuda rows, PagedAttentionShape s,
+                                    const float* partials) {
+  const int64_t r = blockIdx.x, h = blockIdx.y, hd = s.head_dim;
+  const int64_t splits = paged_attention_splits(row_keys(rows, r));
+  if (splits == 1) return;
+  const float* partial = partials + (r * s.q_heads + h) * kPagedAttentionCudaMaxSplits * (hd + 2);
+  float best = -INFINITY;
+  for (int64_t z = 0; z < splits; ++z) best = fmaxf(best, partial[z * (hd + 2)]);
+  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+    float denominator = 0.0f, numerator = 0.0f;
+    for (int64_t z = 0; z < splits; ++z) {
+      const float* p = partial + z * (hd + 2);
+      const float f = p[0] == -INFINITY ? 0.0f : expf(p[0] - best);
+      denominator += p[1] * f;
+      numerator += p[2 + d] * f;
     }
     out[r * out_stride + h * hd + d] = __float2bfloat16_rn(numerator / denominator);
   }
@@ -166,14 +229,24 @@ void paged_kv_write_cuda(const bf16* k, const bf16* v, int64_t row_stride, const
 
 void paged_attention_cuda(const bf16* q, int64_t q_stride, bf16* out, int64_t out_stride, const bf16* k_pool,
                           const bf16* v_pool, const PagedRowsCuda& rows, const PagedAttentionShape& shape,
-                          float scale, cudaStream_t stream) {
+                          float scale, int64_t most_keys, float* workspace, cudaStream_t stream) {
   check_shape(shape);
+  const bool split = paged_attention_splits(most_keys) > 1;
+  SPW_CHECK(!split || workspace != nullptr, "paged attention (GPU)", "rows of ", most_keys,
+            " keys need the workspace of split sums");
   if (rows.rows == 0) return;
+  auto* o = reinterpret_cast<__nv_bfloat16*>(out);
+  const auto* qb = reinterpret_cast<const __nv_bfloat16*>(q);
+  const auto* kb = reinterpret_cast<const __nv_bfloat16*>(k_pool);
+  const auto* vb = reinterpret_cast<const __nv_bfloat16*>(v_pool);
   const dim3 grid(static_cast<unsigned>(rows.rows), static_cast<unsigned>(shape.q_heads));
-  paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(q), q_stride, reinterpret_cast<__nv_bfloat16*>(out), out_stride,
-      reinterpret_cast<const __nv_bfloat16*>(k_pool), reinterpret_cast<const __nv_bfloat16*>(v_pool), rows, shape,
-      scale);
+  paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape, scale);
+  SPW_CUDA(cudaGetLastError());
+  if (!split) return;
+  paged_attention_split_kernel<<<dim3(grid.x, grid.y, static_cast<unsigned>(kPagedAttentionCudaMaxSplits)),
+                                 kWarps * 32, 0, stream>>>(qb, q_stride, kb, vb, rows, shape, scale, workspace);
+  SPW_CUDA(cudaGetLastError());
+  merge_splits_kernel<<<grid, 128, 0, stream>>>(o, out_stride, rows, shape, workspace);
   SPW_CUDA(cudaGetLastError());
 }
 

@@ -198,7 +198,8 @@ int print_lora_plan(const train::RunConfig& run, const PlanArgs& args) {
   // at a time, less).
   const int64_t makers = run.run.threads > 0 ? run.run.threads : omp_get_max_threads();
   const train::LoraHostNeed host = train::lora_host_need(config, lora, run.lora.base, makers, train::kHostRuntimeBytes);
-  std::printf("host: %s, of %s\n", host.describe(run.lora.base).c_str(), format_bytes(run.memory.host_mem).c_str());
+  std::printf("host: %s of %s: %s\n", format_bytes(host.total()).c_str(), format_bytes(run.memory.host_mem).c_str(),
+              host.describe(run.lora.base).c_str());
   train::check_lora_fits(p.need, budget, run.lora.base, p.recomputed);
   train::check_lora_host_fits(host, run.memory.host_mem, run.lora.base, "--host-mem");
   return 0;

@@ -12,7 +12,7 @@
 namespace spillway::train {
 
 std::string LoraHostNeed::describe(model::LoraBase base) const {
-  std::string d = format_bytes(total()) + ": ";
+  std::string d;
   if (base != model::LoraBase::weights) {
     d += std::string(model::lora_base_name(base)) + " base " + format_bytes(nf4) + ", float32 kept " +
          format_bytes(kept) + " (embedding, head, norms, untargeted projections), in flight " +
@@ -57,7 +57,8 @@ LoraHostNeed lora_host_need(const model::LlamaConfig& config, const model::LoraC
 void check_lora_host_fits(const LoraHostNeed& need, uint64_t budget, model::LoraBase base,
                           const std::string& budget_from) {
   if (need.total() <= budget) return;
-  throw Error("--host-mem", "LoRA's host memory needs " + need.describe(base) + "; more than the budget of " +
+  throw Error("--host-mem", "LoRA's host memory needs " + format_bytes(need.total()) + " (" + need.describe(base) +
+                                "), more than the budget of " +
                                 format_bytes(budget) + " (" + budget_from + ")" +
                                 (base == model::LoraBase::weights ? "; --lora-base nf4 keeps the base 4-bit" : ""));
 }

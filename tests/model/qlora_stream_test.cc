@@ -14,6 +14,7 @@
 #include "model/lora.h"
 #include "model/lora_io.h"
 #include "model/qlora.h"
+#include "model/weight_directory.h"
 #include "testing/files.h"
 #include "testing/llama.h"
 

@@ -54,7 +54,7 @@ TEST(LoraHostNeed, A70bQloraBaseFitsAHostItsFloat32ModelDoesNot) {
   EXPECT_GT(q.whole_fp32, 250 * kGiB);
   EXPECT_GT(q.nf4, 30 * kGiB);
   EXPECT_LT(q.nf4, 40 * kGiB);
-  EXPECT_LT(q.kept, 5 * kGiB);  // embedding, head, norms
+  EXPECT_LT(q.kept, 8 * kGiB);  // embedding, head (7.83 GiB), norms
   EXPECT_LT(q.total(), 80 * kGiB);
   EXPECT_NO_THROW(check_lora_host_fits(q, 125 * kGiB, model::LoraBase::nf4, "--host-mem"));
   const std::string line = q.describe(model::LoraBase::nf4);
@@ -68,7 +68,7 @@ TEST(LoraHostNeed, A70bQloraBaseFitsAHostItsFloat32ModelDoesNot) {
   } catch (const Error& e) {
     const std::string what = e.what();
     EXPECT_EQ(what.find("--host-mem: LoRA's host memory needs "), 0u) << what;
-    EXPECT_NE(what.find("more than the budget of 125.00 GiB (--host-mem); --lora-base nf4 keeps the base 4-bit"),
+    EXPECT_NE(what.find("), more than the budget of 125.00 GiB (--host-mem); --lora-base nf4 keeps the base 4-bit"),
               std::string::npos)
         << what;
     EXPECT_EQ(what.find('\n'), std::string::npos) << what;

@@ -88,7 +88,6 @@ TEST_F(StartWeightsTest, AQloraStepOverABaseQuantizedAsDrawnIsTheWholeModelsStep
     EXPECT_TRUE(start.weights.at("model.layers.0.mlp.down_proj.weight").data.empty());
     const Steps streamed = three_steps(std::move(start.weights), &*start.quantized, run);
     const Steps whole = three_steps(model::LlamaWeights::random(small(), 3), nullptr, run);
-    EXPECT_LT(streamed.losses.back(), streamed.losses.front());
     expect_same_steps(streamed, whole);
   }
 }

@@ -25,6 +25,7 @@
 #include "train/engine.h"
 #include "train/lora_plan.h"
 #include "train/lora_state.h"
+#include "train/start_weights.h"
 
 namespace spillway::cli {
 
@@ -64,7 +65,9 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
   auto seconds_since = [](std::chrono::steady_clock::time_point t) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
   };
-  model::LlamaWeights weights = model::LlamaWeights::random(config, a.seed);
+  // QLoRA: the base quantized as it is drawn, never whole in float32.
+  train::StartWeights start = train::random_start_weights(config, c, a.seed, ranks.data_parallel.ranks_on_host);
+  model::LlamaWeights& weights = start.weights;
   const double init_s = seconds_since(started);
   // No moments: the engine starts its own at zero.
   train::AdamW optimizer;
@@ -87,7 +90,8 @@ int run_bench(const train::RunConfig& given, const BenchArgs& a) {
                                 .gpu_ordinal = ranks.data_parallel.gpu_ordinal,
                                 .ranks_on_host = ranks.data_parallel.ranks_on_host,
                                 .lora = lora ? &*lora : nullptr,
-                                .lora_base = c.lora.base};
+                                .lora_base = c.lora.base,
+                                .lora_quantized = start.quantized ? &*start.quantized : nullptr};
   const auto engine_started = std::chrono::steady_clock::now();
   auto engine = train::make_engine(weights, optimizer, eo);
   const double engine_s = seconds_since(engine_started);

@@ -1,3 +1,5 @@
+#include <omp.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -13,6 +15,7 @@
 #include "model/lora.h"
 #include "train/device_reserve.h"
 #include "train/layout_search.h"
+#include "train/lora_host_need.h"
 #include "train/lora_plan.h"
 #include "train/run_plan.h"
 
@@ -190,7 +193,15 @@ int print_lora_plan(const train::RunConfig& run, const PlanArgs& args) {
   std::printf("device: %s of %s: %s; recomputation: %s\n", format_bytes(p.need.total()).c_str(),
               format_bytes(budget).c_str(), p.need.describe(run.lora.base).c_str(),
               p.recomputed ? "layers" : "none");
+  // The base as a run makes it: drawn at random by every thread at once
+  // (bench, or train from a config; reading a folder quantizes one tensor
+  // at a time, less).
+  const int64_t makers = run.run.threads > 0 ? run.run.threads : omp_get_max_threads();
+  const train::LoraHostNeed host = train::lora_host_need(config, lora, run.lora.base, makers, train::kHostRuntimeBytes);
+  std::printf("host: %s of %s: %s\n", format_bytes(host.total()).c_str(), format_bytes(run.memory.host_mem).c_str(),
+              host.describe(run.lora.base).c_str());
   train::check_lora_fits(p.need, budget, run.lora.base, p.recomputed);
+  train::check_lora_host_fits(host, run.memory.host_mem, run.lora.base, "--host-mem");
   return 0;
 }
 

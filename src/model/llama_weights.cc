@@ -91,19 +91,23 @@ void LlamaWeights::release_values() {
   for (NamedTensor& t : tensors_) std::vector<float>().swap(t.data);
 }
 
+void random_parameter(const Shape& shape, size_t index, uint64_t seed, double std, std::span<float> out) {
+  if (shape.rank() == 1) {
+    std::fill(out.begin(), out.end(), 1.0f);  // RMSNorm weights start as the identity
+    return;
+  }
+  std::mt19937_64 rng(seed * 1000003ull + index);
+  std::normal_distribution<double> normal(0.0, std);
+  for (float& x : out) x = static_cast<float>(normal(rng));
+}
+
 LlamaWeights LlamaWeights::random(const LlamaConfig& config, uint64_t seed, double std) {
   LlamaWeights w = zeros(config);
   // Each tensor draws from its own stream, so threads may take them in any order.
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < w.tensors_.size(); ++i) {
     NamedTensor& t = w.tensors_[i];
-    if (t.shape.rank() == 1) {
-      std::fill(t.data.begin(), t.data.end(), 1.0f);  // RMSNorm weights start as the identity
-    } else {
-      std::mt19937_64 rng(seed * 1000003ull + i);
-      std::normal_distribution<double> normal(0.0, std);
-      for (float& x : t.data) x = static_cast<float>(normal(rng));
-    }
+    random_parameter(t.shape, i, seed, std, t.data);
   }
   return w;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +27,12 @@ struct ParameterSpec {
 // Names and shapes of a config's parameters, read off the graph builder so
 // that there is one description of the model, not two.
 std::vector<ParameterSpec> parameter_specs(const LlamaConfig& config);
+
+// Parameter `index` (parameter_specs's order) of LlamaWeights::random,
+// alone: each tensor draws from its own stream of the seed, so one made
+// here equals the whole model's, and a holder that let go of it can make it
+// again.
+void random_parameter(const Shape& shape, size_t index, uint64_t seed, double std, std::span<float> out);
 
 class LlamaWeights {
  public:

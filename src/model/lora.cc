@@ -100,29 +100,45 @@ int64_t LoraWeights::numel() const {
   return n;
 }
 
-LlamaWeights merge_lora(const LlamaWeights& base, const LoraWeights& adapters) {
-  LlamaWeights merged = base;
-  const double scaling = adapters.lora().scaling();
-  const auto& t = adapters.tensors();
-  for (size_t i = 0; i + 1 < t.size(); i += 2) {
-    const NamedTensor& a = t[i];
-    const NamedTensor& up = t[i + 1];
-    const std::string module = a.name.substr(0, a.name.size() - std::string_view(".lora_A.weight").size());
-    NamedTensor& w = merged.at(module + ".weight");
-    const int64_t out = w.shape[0], in = w.shape[1], r = a.shape[0];
-    SPW_CHECK(up.name == module + ".lora_B.weight" && a.shape[1] == in && up.shape[0] == out && up.shape[1] == r,
-              a.name, "does not pair with ", up.name, " over ", w.name);
-    for (int64_t o = 0; o < out; ++o) {
-      for (int64_t j = 0; j < in; ++j) {
-        double sum = 0;
-        for (int64_t k = 0; k < r; ++k) {
-          sum += static_cast<double>(up.data[static_cast<size_t>(o * r + k)]) * a.data[static_cast<size_t>(k * in + j)];
-        }
-        w.data[static_cast<size_t>(o * in + j)] += static_cast<float>(scaling * sum);
+namespace {
+
+// W += scaling * B A, summed in double.
+void fold_adapter(NamedTensor& w, const NamedTensor& a, const NamedTensor& up, double scaling) {
+  const std::string module = a.name.substr(0, a.name.size() - std::string_view(".lora_A.weight").size());
+  const int64_t out = w.shape[0], in = w.shape[1], r = a.shape[0];
+  SPW_CHECK(up.name == module + ".lora_B.weight" && a.shape[1] == in && up.shape[0] == out && up.shape[1] == r,
+            a.name, "does not pair with ", up.name, " over ", w.name);
+  for (int64_t o = 0; o < out; ++o) {
+    for (int64_t j = 0; j < in; ++j) {
+      double sum = 0;
+      for (int64_t k = 0; k < r; ++k) {
+        sum += static_cast<double>(up.data[static_cast<size_t>(o * r + k)]) * a.data[static_cast<size_t>(k * in + j)];
       }
+      w.data[static_cast<size_t>(o * in + j)] += static_cast<float>(scaling * sum);
     }
   }
+}
+
+}  // namespace
+
+LlamaWeights merge_lora(const LlamaWeights& base, const LoraWeights& adapters) {
+  LlamaWeights merged = base;
+  const auto& t = adapters.tensors();
+  for (size_t i = 0; i + 1 < t.size(); i += 2) {
+    const std::string module = t[i].name.substr(0, t[i].name.size() - std::string_view(".lora_A.weight").size());
+    fold_adapter(merged.at(module + ".weight"), t[i], t[i + 1], adapters.lora().scaling());
+  }
   return merged;
+}
+
+void merge_lora_into(NamedTensor& w, const LoraWeights& adapters) {
+  constexpr std::string_view kWeight = ".weight";
+  if (!w.name.ends_with(kWeight)) return;
+  const std::string a_name = w.name.substr(0, w.name.size() - kWeight.size()) + ".lora_A.weight";
+  const auto& t = adapters.tensors();
+  for (size_t i = 0; i + 1 < t.size(); i += 2) {
+    if (t[i].name == a_name) return fold_adapter(w, t[i], t[i + 1], adapters.lora().scaling());
+  }
 }
 
 }  // namespace spillway::model

@@ -86,5 +86,8 @@ class LoraWeights {
 // The base weights with every adapter folded in: W + (alpha / r) B A (what
 // PEFT's merge_and_unload gives), a plain model.
 LlamaWeights merge_lora(const LlamaWeights& base, const LoraWeights& adapters);
+// The same for one base tensor (unchanged where no adapter sits on it): a
+// model merged as it is read, tensor by tensor.
+void merge_lora_into(NamedTensor& w, const LoraWeights& adapters);
 
 }  // namespace spillway::model

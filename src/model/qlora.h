@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,12 +26,22 @@ struct QuantizedBase {
   LoraBase storage = LoraBase::weights;
   std::vector<std::string> names;  // the tensors stored NF4, in checkpoint order
   std::vector<ops::Nf4Tensor> tensors;
+  // Where the base was quantized as it was made or read (model/qlora_stream.h),
+  // the weights let go of these tensors' float32: parameter `i`
+  // (parameter_specs's order) as it was before quantizing, made or read
+  // again. A checkpoint writes the base so, which a resumed run quantizes
+  // alike. Unset where the weights kept their values.
+  std::function<void(size_t i, std::span<float> out)> original;
 
   uint64_t bytes() const;      // stored: the packed codes and the scales
   uint64_t f32_bytes() const;  // the same tensors in float32
   // "NF4 base: 12 projections stored in 1.20 MiB (1258291 bytes; 8.50 MiB as fp32)"
   std::string describe() const;
 };
+
+// The names of the weights `storage` keeps NF4 (none for LoraBase::weights):
+// those of the projections `lora` targets, in checkpoint order.
+std::vector<std::string> quantized_weight_names(const LlamaConfig& config, const LoraConfig& lora, LoraBase storage);
 
 // Stores the base weights of the projections `lora` targets as `storage`
 // says (none for LoraBase::weights) and, with `round_trip_in_place`, writes
@@ -41,5 +53,10 @@ struct QuantizedBase {
 // Error naming the tensor for a weight that holds a NaN or an infinity.
 QuantizedBase quantize_lora_base(LlamaWeights& weights, const LoraConfig& lora, LoraBase storage,
                                  bool round_trip_in_place = true);
+
+// Writes the quantized tensors' dequantized values into `weights` (making
+// room where the weights let go of them): what quantize_lora_base's round
+// trip in place leaves, for a base quantized as it was made.
+void write_round_trip(const QuantizedBase& quantized, LlamaWeights& weights);
 
 }  // namespace spillway::model

@@ -35,7 +35,12 @@ class CpuEngine final : public Engine {
                 "--shard " + std::string(enum_name(o.shard)), "LoRA's state is small; it is not sharded");
       const model::LoraWeights& adapters = o.lora->adapters;
       // QLoRA: the targeted projections' weights become their NF4 round trip.
-      quantized_ = model::quantize_lora_base(weights, adapters.lora(), o.lora_base);
+      if (o.lora_quantized) {
+        quantized_ = take_quantized_base(o, weights.config());
+        model::write_round_trip(quantized_, weights);
+      } else {
+        quantized_ = model::quantize_lora_base(weights, adapters.lora(), o.lora_base);
+      }
       adapter_grads_ = model::LoraWeights::zeros(weights.config(), adapters.lora());
       step_->bind_adapters(o.lora->adapters, &adapter_grads_);
       eval_->bind_adapters(o.lora->adapters, nullptr);

@@ -105,6 +105,16 @@ bool picks_gpu(DeviceChoice device) {
 #endif
 }
 
+model::QuantizedBase take_quantized_base(const EngineOptions& options, const model::LlamaConfig& config) {
+  model::QuantizedBase& q = *options.lora_quantized;
+  SPW_CHECK(options.lora && q.storage == options.lora_base &&
+                q.names == model::quantized_weight_names(config, options.lora->adapters.lora(), options.lora_base) &&
+                q.tensors.size() == q.names.size(),
+            "--lora-base", "the quantized base given is not the ", model::lora_base_name(options.lora_base),
+            " base of the adapters' targets");
+  return std::move(q);
+}
+
 uint64_t micro_batch_dropout_key(const EngineOptions& o, int64_t steps_taken, int64_t micro_batches, int64_t micro) {
   const int64_t rank = o.data_parallel ? o.data_parallel->rank() : 0;
   return ops::dropout_micro_batch_key(o.seed, steps_taken, rank * micro_batches + micro);

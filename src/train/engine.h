@@ -99,11 +99,20 @@ struct EngineOptions {
   // the dequantized NF4 ones once, at the start; the GPU keeps the NF4
   // codes and dequantizes each weight just before a matmul reads it.
   model::LoraBase lora_base = model::LoraBase::weights;
+  // With NF4: the base quantized as the weights were made or read
+  // (model/qlora_stream.h), whose targeted tensors the weights then hold
+  // without values. The engine takes it (moved from), so the NF4 base is
+  // held once. Null: the engine quantizes the weights it is given.
+  model::QuantizedBase* lora_quantized = nullptr;
   // The run's seed, which LoRA's dropout draws from (ops/dropout.h): each
   // micro-batch's key from it, the optimizer steps taken and the
   // micro-batch's place in the step over the data-parallel ranks.
   uint64_t seed = 0;
 };
+
+// The base options.lora_quantized holds, moved out, after checking it is
+// the one options.lora_base and the adapters' targets ask of `config`.
+model::QuantizedBase take_quantized_base(const EngineOptions& options, const model::LlamaConfig& config);
 
 // The dropout key of this rank's micro-batch `micro` (of `micro_batches`)
 // of the optimizer step after `steps_taken` updates.

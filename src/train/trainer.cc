@@ -14,6 +14,8 @@
 #include <tuple>
 
 #include "base/atomic_file.h"
+#include "base/bytes.h"
+#include "base/host_memory.h"
 #include "base/config_file.h"
 #include "base/status.h"
 #include "model/llama_config_json.h"
@@ -34,6 +36,7 @@
 #include "train/progress.h"
 #include "train/engine.h"
 #include "train/run_config_fields.h"
+#include "train/start_weights.h"
 #include "train/trainer_state.h"
 
 namespace spillway::train {
@@ -309,6 +312,11 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
   std::unique_ptr<Tokenizer> start_tokenizer;
   TrainerState state;
   std::optional<LoraState> lora;  // with --lora-rank: the adapters that train, the weights frozen
+  std::optional<model::QuantizedBase> quantized;  // with --lora-base nf4: the base, quantized as it came
+  auto start_from = [&](StartWeights start) {
+    weights = std::move(start.weights);
+    quantized = std::move(start.quantized);
+  };
   // A setting a configuration may hold, but a run without LoRA cannot follow.
   SPW_CHECK(o.lora.base == model::LoraBase::weights || o.lora.rank > 0, "--lora-base", enum_name(o.lora.base),
             " keeps LoRA's frozen base; it needs --lora-rank");
@@ -319,7 +327,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     const std::string path = ckpt + "/trainer_state.json";
     state = read_trainer_state(load_trainer_state(ckpt), path);
     restore_checkpointed(o, state.options, path);
-    weights = model::load_llama(ckpt);
+    start_from(load_start_weights(ckpt, o, false, ranks.ranks_on_host));
     if (o.lora.rank > 0) {
       lora = load_lora_checkpoint(ckpt, weights.config(), optimizer);
       check_same_lora(lora->adapters.lora(), lora_config(o), ckpt + "/adapter_config.json");
@@ -334,9 +342,8 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   } else if (!o.model.init_from.empty()) {
     const std::string ckpt = resolve_checkpoint(o.model.init_from);
-    weights = model::load_llama(ckpt);
     // A LoRA run's checkpoint starts the next run as its tuned model.
-    if (model::holds_peft_adapter(ckpt)) weights = model::merge_lora(weights, model::load_peft_adapter(ckpt, weights.config()));
+    start_from(load_start_weights(ckpt, o, /*merge_adapter=*/true, ranks.ranks_on_host));
     start_tokenizer = load_tokenizer(ckpt);
     model::check_tokenizer_fits(*start_tokenizer, weights.config(), ckpt);
   }
@@ -390,7 +397,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
     }
     // A new model's context is at least what it trains on.
     fresh_config->max_position_embeddings = std::max(fresh_config->max_position_embeddings, s.seq);
-    weights = model::LlamaWeights::random(*fresh_config, s.seed);
+    start_from(random_start_weights(*fresh_config, o, s.seed, ranks.ranks_on_host));
   }
   const model::LlamaConfig& config = weights.config();
   SPW_CHECK(s.seq <= config.max_position_embeddings, "--seq", s.seq, " is past the model's context of ",
@@ -445,6 +452,7 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
                                      .documents = sampler.packed(),
                                      .lora = lora ? &*lora : nullptr,
                                      .lora_base = o.lora.base,
+                                     .lora_quantized = quantized ? &*quantized : nullptr,
                                      .seed = s.seed};
   std::unique_ptr<Engine> engine = make_engine(weights, optimizer, engine_options);
   const LrSchedule schedule{o.optimizer.lr, o.optimizer.min_lr, o.optimizer.warmup, s.steps};
@@ -603,14 +611,25 @@ TrainResult train_model(RunConfig o, const SampleText& sample_text, const DataPa
 
   if (lead) write_text_file_atomically((run / "loss.svg").string(), loss_plot_svg(curves));
   result.peak_device_bytes = engine->peak_device_bytes();
-  if (sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
+  bool samples = sample_text && o.sample.tokens > 0 && steps_done == s.steps;
+  // A base quantized as it came was never whole in float32: the sample
+  // reads it back and merges a copy, which the host may not hold.
+  const uint64_t sample_bytes = 2 * static_cast<uint64_t>(model::parameter_count(config)) * sizeof(float);
+  if (samples && quantized && sample_bytes > available_host_bytes()) {
+    samples = false;
+    if (!o.run.quiet) {
+      std::printf("no sample: the tuned model in float32 takes %s, more than the host has free; `spillway generate "
+                  "-m %s` runs the checkpoint\n", format_bytes(sample_bytes).c_str(), o.run.out.c_str());
+    }
+  }
+  if (samples) {
     // The final weights, read back (every rank: the reads may be
     // collectives), and the engine's state let go before the lead samples.
     engine->finish();
     if (lead || engine->reads_are_collective()) read_masters(*engine, weights, lead);
     engine.reset();
   }
-  if (lead && sample_text && o.sample.tokens > 0 && steps_done == s.steps) {
+  if (lead && samples) {
     result.sample = sample_text(lora ? model::merge_lora(weights, lora->adapters) : weights, *data.tokenizer, o.sample,
                                 s.seed);
     log.write({{"event", "sample"}, {"text", result.sample}});

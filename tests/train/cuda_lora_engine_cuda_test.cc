@@ -13,6 +13,7 @@
 
 #include "device/cuda/cuda_device.h"
 #include "model/qlora.h"
+#include "model/qlora_stream.h"
 #include "train/engine.h"
 #include "train/lora_state.h"
 #include "testing/llama.h"
@@ -235,6 +236,41 @@ TEST(CudaLoraEngine, CarryingOnFromTheHostStateIsBitIdentical) {
     EXPECT_TRUE(same_bits(l_halves.adapters, l_straight.adapters));
     EXPECT_TRUE(same_bits(l_halves.m, l_straight.m));
     EXPECT_TRUE(same_bits(l_halves.v, l_straight.v));
+  }
+}
+
+// A base quantized as it was drawn (model/qlora_stream.h), its targeted
+// float32 never held: the GPU engine takes its NF4 tensors, trains the
+// bits of the engine that quantized the whole model, and reads back the
+// base as it was drawn, which a checkpoint writes.
+TEST(CudaLoraEngine, ABaseQuantizedAsDrawnTrainsAndReadsBackAsTheWholeModel) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto config = small();
+  for (model::LoraBase base : {model::LoraBase::nf4, model::LoraBase::nf4_double}) {
+    SCOPED_TRACE(std::string(model::lora_base_name(base)));
+    auto whole = model::LlamaWeights::random(config, 3, 0.05);
+    const auto drawn = whole;
+    model::StreamedBase streamed = model::random_quantized_base(config, 3, all_projections(), base, 0.05);
+    LoraState l_whole = LoraState::fresh(config, all_projections(), 5), l_streamed = l_whole;
+    AdamW opt_whole = test_adamw(config), opt_streamed = test_adamw(config);
+    EngineOptions o = options(&l_streamed, base, DeviceChoice::cuda);
+    o.lora_quantized = &streamed.quantized;
+    auto s = make_engine(streamed.weights, opt_streamed, o);
+    auto w = make_engine(whole, opt_whole, options(&l_whole, base, DeviceChoice::cuda));
+    for (int step = 0; step < 3; ++step) {
+      const Batch b = batch(step, o);
+      EXPECT_EQ(s->train_step(b.inputs, b.targets, 1, 0.5).loss, w->train_step(b.inputs, b.targets, 1, 0.5).loss)
+          << "step " << step;
+    }
+    s->sync_to_host();
+    w->sync_to_host();
+    EXPECT_TRUE(same_bits(l_streamed.adapters, l_whole.adapters));
+    EXPECT_TRUE(streamed.weights.at("model.layers.0.self_attn.q_proj.weight").data.empty());
+    for (size_t i = 0; i < drawn.tensors().size(); ++i) {
+      std::vector<float> read(drawn.tensors()[i].data.size());
+      s->read_state(StatePart::master, i, read);
+      EXPECT_EQ(read, drawn.tensors()[i].data) << drawn.tensors()[i].name;
+    }
   }
 }
 

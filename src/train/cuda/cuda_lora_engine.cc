@@ -49,10 +49,12 @@ class CudaLoraEngine final : public Engine {
     device_ = make_cuda_device(gpu, o.memory.device_mem ? o.memory.device_mem : MemorySpace::kUnlimited, 64ull << 20);
     gpu_ = cuda_device_name(gpu);
     const model::LoraConfig& lora = o.lora->adapters.lora();
-    // QLoRA: the device keeps the targeted weights' codes and scales; the
-    // host keeps the values they were made from, which checkpoints write
-    // (model/qlora.h: a resumed run quantizes those again, alike).
-    quantized_ = model::quantize_lora_base(weights_, lora, o.lora_base, false);
+    // QLoRA: the device keeps the targeted weights' codes and scales;
+    // checkpoints write the values they were made from (model/qlora.h: a
+    // resumed run quantizes those again, alike), which the host keeps, or
+    // where the base was quantized as it was made, makes or reads again.
+    quantized_ = o.lora_quantized ? take_quantized_base(o, weights_.config())
+                                  : model::quantize_lora_base(weights_, lora, o.lora_base, false);
     make_io();
     // The steps' runners take their workspaces as they are made: the plan
     // is shown what they took, with what the pool holds already.
@@ -188,6 +190,11 @@ class CudaLoraEngine final : public Engine {
     SPW_CHECK(part == StatePart::master, "GPU LoRA engine",
               "the frozen weights have no moments; a LoRA checkpoint writes the adapters'");
     const std::vector<float>& data = weights_.tensors().at(i).data;
+    if (data.empty() && quantized_.original && weights_.tensors()[i].shape.numel() > 0) {
+      SPW_CHECK(static_cast<int64_t>(out.size()) == weights_.tensors()[i].shape.numel(), weights_.tensors()[i].name,
+                "has ", weights_.tensors()[i].shape.numel(), " values, not ", out.size());
+      return quantized_.original(i, out);
+    }
     SPW_CHECK(data.size() == out.size(), weights_.tensors()[i].name, "holds ", data.size(), " values, not ",
               out.size());
     if (out.data() != data.data()) std::copy(data.begin(), data.end(), out.begin());  // the trainer reads in place

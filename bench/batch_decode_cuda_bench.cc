@@ -53,6 +53,7 @@ struct Args {
   int64_t engine_prompt_tokens = 128, engine_tokens = 256;
   bool tensor_cores = true;   // CudaBatchDecoderOptions::tensor_cores
   bool cuda_graphs = true;    // CudaBatchDecoderOptions::cuda_graphs
+  bool fused_sums = false;    // CudaBatchDecoderOptions::fused_slice_sums
 };
 
 std::vector<int64_t> numbers(const std::string& list) {
@@ -81,6 +82,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--engine-tokens") a.engine_tokens = std::stoll(value);
     else if (flag == "--tensor-cores") a.tensor_cores = value == "1";
     else if (flag == "--cuda-graphs") a.cuda_graphs = value == "1";
+    else if (flag == "--fused-sums") a.fused_sums = value == "1";
     else SPW_CHECK(false, "batch_decode_cuda_bench", "unknown flag ", flag);
   }
   return a;
@@ -100,11 +102,16 @@ std::vector<int32_t> tokens(int64_t n, int64_t vocab, uint64_t seed) {
   return t;
 }
 
+// A batch-1 line also carries the tokens/s as `decode_tok_s`, the field the
+// results compare across systems (bench/torch_decode.py writes it too).
 void print(const std::string& name, int64_t batch, double step_s, double bytes, const Args& a, const char* extra) {
-  std::printf("{\"name\": \"%s\", \"batch\": %lld, \"tok_s\": %.1f, \"ms_per_step\": %.3f, \"bandwidth_gb_s\": %.1f, "
-              "\"context\": %lld, \"config\": \"%s\"%s}\n",
-              name.c_str(), static_cast<long long>(batch), static_cast<double>(batch) / step_s, step_s * 1e3,
-              bytes / step_s / 1e9, static_cast<long long>(a.context), a.config.c_str(), extra);
+  const double tok_s = static_cast<double>(batch) / step_s;
+  char decode[48] = "";
+  if (batch == 1) std::snprintf(decode, sizeof(decode), ", \"decode_tok_s\": %.1f", tok_s);
+  std::printf("{\"name\": \"%s\", \"batch\": %lld, \"tok_s\": %.1f%s, \"ms_per_step\": %.3f, \"bandwidth_gb_s\": "
+              "%.1f, \"context\": %lld, \"config\": \"%s\"%s}\n",
+              name.c_str(), static_cast<long long>(batch), tok_s, decode, step_s * 1e3, bytes / step_s / 1e9,
+              static_cast<long long>(a.context), a.config.c_str(), extra);
   std::fflush(stdout);
 }
 
@@ -195,7 +202,8 @@ int run(const Args& a) {
 
   {
     started = std::chrono::steady_clock::now();
-    auto d = make_cuda_batch_decoder(w, cache, {.tensor_cores = a.tensor_cores, .cuda_graphs = a.cuda_graphs});
+    auto d = make_cuda_batch_decoder(
+        w, cache, {.tensor_cores = a.tensor_cores, .cuda_graphs = a.cuda_graphs, .fused_slice_sums = a.fused_sums});
     std::fprintf(stderr, "%s: made in %.1f s\n", d->description().c_str(), seconds_since(started));
     for (int64_t p : a.prompts) {
       const int64_t s = d->open();
@@ -232,7 +240,8 @@ int run(const Args& a) {
       const double history = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps) / 2;
       print("batch_decoder", b, step_s, weight_bytes + static_cast<double>(b) * history * kv_token, a,
             (std::string(", \"tensor_cores\": ") + (a.tensor_cores ? "true" : "false") + ", \"cuda_graphs\": " +
-             (a.cuda_graphs ? "true" : "false")).c_str());
+             (a.cuda_graphs ? "true" : "false") + ", \"fused_sums\": " + (a.fused_sums ? "true" : "false"))
+                .c_str());
       for (int64_t s : seqs) d->close(s);
     }
     measure_engine(std::move(d), a, c.vocab_size, weight_bytes, streams);

@@ -14,6 +14,7 @@
 # $OUT/results.jsonl, logs beside it.
 #   bench/gpu_decode.sh [decode] [tests]          (default: decode)
 #   CONFIG=llama3.2-1b BATCHES=1,8,32,64 STREAMS=1,16,64 CONTEXT=512 STEPS=32 bench/gpu_decode.sh
+# `serve` among the arguments measures `spillway serve` over HTTP (below).
 # `torch` among the arguments runs PyTorch's baseline on the same shape
 # (bench/torch_decode.py: transformers generate, eager and static-cache
 # compiled). CUDA_GRAPHS=0: decode steps launched kernel by kernel.
@@ -63,6 +64,29 @@ phase_decode() {
     echo "${line%\}}, \"commit\": \"$commit\", \"device\": \"$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)\"}"
   done < "$OUT/decode.jsonl" | tee -a "$OUT/results.jsonl"
   return $rc
+}
+
+# `spillway serve --device cuda` over HTTP under bench/serve_load.py: a
+# random model folder of the shape (bench/make_random_model.py, made once
+# into $MODEL_DIR), then output tokens/s, time to first token and
+# inter-token gaps at each level of $STREAMS.
+phase_serve() {
+  local dir=${MODEL_DIR:-/tmp/spillway-random-${CONFIG:-llama3-8b}} py=/opt/torch/.venv/bin/python
+  [ -f "$dir/tokenizer.json" ] || (cd bench && $py make_random_model.py --shape "${CONFIG:-llama3-8b}" --out "$dir" \
+    --device cuda) || { echo "serve: could not make $dir"; return 1; }
+  build/gpu/src/spillway serve -m "$dir" --port 0 --parallel 64 --device cuda > "$OUT/serve.log" 2>&1 &
+  local server=$! port=""
+  for _ in $(seq 600); do
+    port=$(grep -oE 'http://127\.0\.0\.1:[0-9]+' "$OUT/serve.log" | head -1 | cut -d: -f3)
+    [ -n "$port" ] && break
+    kill -0 $server 2>/dev/null || break
+    sleep 0.5
+  done
+  [ -n "$port" ] || { echo "serve: did not start"; tail -5 "$OUT/serve.log"; kill $server 2>/dev/null; return 1; }
+  timeout "${SERVE_TIMEOUT:-300}" $py bench/serve_load.py --url "http://127.0.0.1:$port" --streams "${STREAMS:-1,16,64}" \
+    --prompt-tokens 128 --max-tokens 256 --vocab-floor 1000 --vocab-ceiling 100000 | tee -a "$OUT/results.jsonl"
+  kill -TERM $server; wait $server
+  echo "serve exited $?"
 }
 
 phase_tests() {

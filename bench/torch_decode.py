@@ -88,11 +88,6 @@ def main():
             line(name=name, batch=1, error=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}", **common)
 
     decode("transformers_decode_eager")
-    if not a.no_compile:
-        eager_forward = model.forward
-        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
-        decode("transformers_decode_static_compiled", cache_implementation="static", disable_compile=True)
-        model.forward = eager_forward
     for n in map(int, a.prompts.split(",")):
         prompt = ids(1, n)
         timed_generate(model, prompt, 1, a.device)
@@ -108,6 +103,11 @@ def main():
                  tok_s=round(b * a.batch_tokens / t, 1), **common)
         except torch.cuda.OutOfMemoryError:
             line(name="transformers_batch", batch=b, error="out of memory", **common)
+    # Last: compiling takes minutes, and a caller's time limit then leaves
+    # every eager line written.
+    if not a.no_compile:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        decode("transformers_decode_static_compiled", cache_implementation="static", disable_compile=True)
     return 0
 
 

@@ -143,8 +143,7 @@ LlamaConfig gguf_llama_config(const GgufFile& f) {
   return c;
 }
 
-LlamaWeights load_gguf_llama(const GgufFile& f) {
-  const LlamaConfig c = gguf_llama_config(f);
+void check_gguf_llama_tensors(const GgufFile& f, const LlamaConfig& c) {
   // A block_count below the file's layers would otherwise be reported as
   // one stray tensor, not as the count it is.
   int64_t layers = 0;
@@ -157,32 +156,39 @@ LlamaWeights load_gguf_llama(const GgufFile& f) {
   }
   SPW_CHECK(layers == c.num_hidden_layers, f.path(), "llama.block_count is ", c.num_hidden_layers,
             " but the file's tensors hold ", layers, " layers");
-  LlamaWeights w = LlamaWeights::zeros(c);
-  const int64_t head_dim = c.head_dim();
   std::set<std::string, std::less<>> used;
-  std::vector<float> scratch;
-  for (NamedTensor& t : w.tensors()) {
+  const LlamaWeights expected = LlamaWeights::without_values(c);
+  for (const NamedTensor& t : expected.tensors()) {
     const std::string name = gguf_tensor_name(t.name);
     const GgufTensorInfo* info = f.find_tensor(name);
     SPW_CHECK(info != nullptr, f.path(), "missing tensor '", name, "' (", t.name, ")");
     SPW_CHECK(info->shape() == t.shape, f.path(), "tensor '", name, "' has shape ", info->shape().str(),
               " (row-major) but the config needs ", t.shape.str(), " for ", t.name);
     used.insert(name);
-    const bool is_q = t.name.ends_with("self_attn.q_proj.weight");
-    const bool is_k = t.name.ends_with("self_attn.k_proj.weight");
-    if (!is_q && !is_k) {
-      f.read_f32(*info, t.data);
-      continue;
-    }
-    scratch.resize(t.data.size());
-    f.read_f32(*info, scratch);
-    const int64_t heads = is_q ? c.num_attention_heads : c.num_key_value_heads;
-    unpermute_qk_rows_from_gguf(scratch, t.data, heads, head_dim, c.hidden_size);
   }
   for (const GgufTensorInfo& t : f.tensors()) {
     SPW_CHECK(used.count(t.name) == 1, f.path(), "tensor '", t.name,
               "' is not part of the LLaMA model spillway implements");
   }
+}
+
+void read_gguf_llama_tensor(const GgufFile& f, const LlamaConfig& c, const std::string& hf_name,
+                            std::span<float> out) {
+  const GgufTensorInfo& info = f.tensor(gguf_tensor_name(hf_name));
+  const bool is_q = hf_name.ends_with("self_attn.q_proj.weight");
+  const bool is_k = hf_name.ends_with("self_attn.k_proj.weight");
+  if (!is_q && !is_k) return f.read_f32(info, out);
+  std::vector<float> gguf_order(out.size());
+  f.read_f32(info, gguf_order);
+  unpermute_qk_rows_from_gguf(gguf_order, out, is_q ? c.num_attention_heads : c.num_key_value_heads, c.head_dim(),
+                              c.hidden_size);
+}
+
+LlamaWeights load_gguf_llama(const GgufFile& f) {
+  const LlamaConfig c = gguf_llama_config(f);
+  check_gguf_llama_tensors(f, c);
+  LlamaWeights w = LlamaWeights::zeros(c);
+  for (NamedTensor& t : w.tensors()) read_gguf_llama_tensor(f, c, t.name, t.data);
   return w;
 }
 

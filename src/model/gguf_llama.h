@@ -33,6 +33,13 @@ LlamaConfig gguf_llama_config(const GgufFile& file);
 LlamaWeights load_gguf_llama(const GgufFile& file);
 LlamaWeights load_gguf_llama(const std::string& path);
 
+// load_gguf_llama's checks (the layer count, every parameter present in its
+// shape, no tensor a plain LLaMA lacks), and one parameter read under its
+// HF name into `out` (float32, HF layout): a model read a tensor at a time.
+void check_gguf_llama_tensors(const GgufFile& file, const LlamaConfig& config);
+void read_gguf_llama_tensor(const GgufFile& file, const LlamaConfig& config, const std::string& hf_name,
+                            std::span<float> out);
+
 // Writes `weights` (and, when given, the tokenizer: gguf_tokenizer.h) as a
 // GGUF file llama.cpp reads: general.* and llama.* metadata, tensors under
 // llama.cpp's names with q and k in its row order, matrices as `type` (1-D

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "model/gguf.h"
+#include "model/gguf_llama.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_check.h"
 #include "model/llama_weights_io.h"
@@ -86,29 +87,18 @@ StreamedBase random_quantized_base(const LlamaConfig& config, uint64_t seed, con
   return std::move(a.base);
 }
 
-StreamedBase load_quantized_base(const std::string& dir, const LoraConfig& lora, LoraBase storage,
-                                 const LoraWeights* merged) {
-  std::error_code ec;
-  if (fs::is_regular_file(dir, ec) && is_gguf_file(dir)) {
-    StreamedBase whole{load_llama(dir), {}};
-    if (merged) whole.weights = merge_lora(whole.weights, *merged);
-    whole.quantized = quantize_lora_base(whole.weights, lora, storage, false);
-    return whole;
-  }
-  // As load_llama reads a folder, one tensor at a time.
-  SPW_CHECK(fs::is_directory(dir), dir,
-            "not a model directory (expected config.json and model.safetensors) nor a GGUF file");
-  const std::string config_path = (fs::path(dir) / "config.json").string();
-  const LlamaConfig config = load_config(config_path);
-  auto files = std::make_shared<const WeightDirectory>(dir);
-  check_weight_names(*files, config, config_path);
-  Arrivals a = start(config, lora, storage);
+namespace {
+
+// Each tensor read by `read_one(i, out)`, `merged`'s adapters folded in
+// where given, arriving in turn; the base's `original` reads it again.
+template <typename ReadOne>
+StreamedBase read_quantized(Arrivals a, const LlamaConfig& config, const LoraWeights* merged, ReadOne read_one) {
   std::shared_ptr<const LoraWeights> adapters = merged ? std::make_shared<LoraWeights>(*merged) : nullptr;
-  auto read = [files, adapters, specs = parameter_specs(config)](size_t i, std::span<float> out) {
+  auto read = [read_one, adapters, specs = parameter_specs(config)](size_t i, std::span<float> out) {
+    if (!adapters) return read_one(i, out);
     const ParameterSpec& s = specs.at(i);
-    if (!adapters) return files->read_tensor_as_f32(s.name, s.shape, out);
     NamedTensor t{s.name, s.shape, std::vector<float>(out.size())};
-    files->read_tensor_as_f32(s.name, s.shape, t.data);
+    read_one(i, t.data);
     merge_lora_into(t, *adapters);
     std::copy(t.data.begin(), t.data.end(), out.begin());
   };
@@ -117,9 +107,39 @@ StreamedBase load_quantized_base(const std::string& dir, const LoraConfig& lora,
     read(i, values);
     arrive(a, i, std::move(values));
   }
-  check_tied_head(*files, a.base.weights, config_path);
   a.base.quantized.original = std::move(read);
   return std::move(a.base);
+}
+
+}  // namespace
+
+StreamedBase load_quantized_base(const std::string& dir, const LoraConfig& lora, LoraBase storage,
+                                 const LoraWeights* merged) {
+  std::error_code ec;
+  if (fs::is_regular_file(dir, ec) && is_gguf_file(dir)) {
+    // The file stays mapped while the base lives, as a folder's does.
+    auto file = std::make_shared<const GgufFile>(dir);
+    const LlamaConfig config = gguf_llama_config(*file);
+    check_gguf_llama_tensors(*file, config);
+    return read_quantized(start(config, lora, storage), config, merged,
+                          [file, config, specs = parameter_specs(config)](size_t i, std::span<float> out) {
+                            read_gguf_llama_tensor(*file, config, specs.at(i).name, out);
+                          });
+  }
+  // As load_llama reads a folder, one tensor at a time.
+  SPW_CHECK(fs::is_directory(dir), dir,
+            "not a model directory (expected config.json and model.safetensors) nor a GGUF file");
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const LlamaConfig config = load_config(config_path);
+  auto files = std::make_shared<const WeightDirectory>(dir);
+  check_weight_names(*files, config, config_path);
+  StreamedBase base = read_quantized(start(config, lora, storage), config, merged,
+                                     [files, specs = parameter_specs(config)](size_t i, std::span<float> out) {
+                                       const ParameterSpec& s = specs.at(i);
+                                       files->read_tensor_as_f32(s.name, s.shape, out);
+                                     });
+  check_tied_head(*files, base.weights, config_path);
+  return base;
 }
 
 }  // namespace spillway::model

@@ -33,10 +33,10 @@ StreamedBase random_quantized_base(const LlamaConfig& config, uint64_t seed, con
 
 // load_llama(dir), with `merged`'s adapters folded in where given (a LoRA
 // checkpoint that starts the next run as its tuned model), the targeted
-// projections NF4. The folder stays mapped while the base lives, so a
-// checkpoint reads the tensors again even where the folder was deleted
-// since (a run's old checkpoint). A GGUF file is read whole first: its
-// tensors are not read one at a time here.
+// projections NF4; `dir` a model folder or a GGUF file, either read a
+// tensor at a time. The folder or file stays mapped while the base lives,
+// so a checkpoint reads the tensors again even where it was deleted since
+// (a run's old checkpoint).
 StreamedBase load_quantized_base(const std::string& dir, const LoraConfig& lora, LoraBase storage,
                                  const LoraWeights* merged = nullptr);
 

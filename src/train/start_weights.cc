@@ -7,6 +7,8 @@
 
 #include "base/bytes.h"
 #include "base/host_memory.h"
+#include "model/gguf.h"
+#include "model/gguf_llama.h"
 #include "model/llama_config_json.h"
 #include "model/llama_weights_io.h"
 #include "model/lora_io.h"
@@ -44,10 +46,12 @@ void check_lora_host_memory(const model::LlamaConfig& config, const RunConfig& r
 
 StartWeights load_start_weights(const std::string& dir, const RunConfig& run, bool merge_adapter, int ranks_on_host) {
   std::error_code ec;
-  // A GGUF file's config is in the file, which is read whole
-  // (model/qlora_stream.h): its memory is not checked ahead.
+  // A GGUF file's config is in its header (mapped, not read).
   std::optional<model::LlamaConfig> config;
   if (fs::is_directory(dir, ec)) config = model::load_config((fs::path(dir) / "config.json").string());
+  if (!config && fs::is_regular_file(dir, ec) && is_gguf_file(dir)) {
+    config = model::gguf_llama_config(GgufFile(dir));
+  }
   if (config) check_lora_host_memory(*config, run, 1, ranks_on_host);
   std::optional<model::LoraWeights> adapter;
   if (config && merge_adapter && model::holds_peft_adapter(dir)) adapter = model::load_peft_adapter(dir, *config);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "model/gguf_llama.h"
 #include "model/llama_weights_io.h"
 #include "model/lora.h"
 #include "model/lora_io.h"
@@ -99,6 +100,29 @@ TEST_F(QloraStreamTest, ABaseQuantizedAsReadIsTheOneQuantizedAfter) {
       expect_quantized_as_after(load_quantized_base(dir, lora, storage), load_llama(dir), lora, storage);
     }
   }
+}
+
+// A GGUF file (llama.cpp's q and k row order undone tensor by tensor), in
+// float32 and in a quantized type: what load_llama reads whole.
+TEST_F(QloraStreamTest, AGgufBaseQuantizedAsReadIsTheOneQuantizedAfter) {
+  const LlamaWeights whole = LlamaWeights::random(small(), 17);
+  for (const GgmlType type : {GgmlType::f32, GgmlType::q8_0}) {
+    const std::string path = file(type == GgmlType::f32 ? "f32.gguf" : "q8_0.gguf");
+    save_gguf_llama(path, whole, nullptr, type, "test");
+    for (LoraBase storage : {LoraBase::nf4, LoraBase::nf4_double}) {
+      SCOPED_TRACE(std::string(lora_base_name(storage)) + " from " + path);
+      const LoraConfig lora = on("q,k,v,o,gate,up,down");
+      expect_quantized_as_after(load_quantized_base(path, lora, storage), load_llama(path), lora, storage);
+    }
+  }
+  // An adapter merged as each tensor is read, from the file.
+  LoraWeights adapter = LoraWeights::init(small(), on("k,down"), 9);
+  for (NamedTensor& t : adapter.tensors()) {
+    for (size_t j = 0; j < t.data.size(); ++j) t.data[j] += 0.02f * static_cast<float>(j % 5);
+  }
+  const std::string path = file("f32.gguf");
+  expect_quantized_as_after(load_quantized_base(path, on("all"), LoraBase::nf4, &adapter),
+                            merge_lora(load_llama(path), adapter), on("all"), LoraBase::nf4);
 }
 
 // A LoRA checkpoint that starts the next run is its tuned model: each

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
+#include "base/status.h"
+#include "model/gguf_llama.h"
 #include "model/llama_weights_io.h"
 #include "model/lora_io.h"
 #include "model/qlora.h"
@@ -100,6 +103,30 @@ TEST_F(StartWeightsTest, AQloraStepOverABaseQuantizedAsReadIsTheWholeModelsStep)
   EXPECT_EQ(start.quantized->tensors.size(), 14u);
   expect_same_steps(three_steps(std::move(start.weights), &*start.quantized, run),
                     three_steps(model::load_llama(file("base")), nullptr, run));
+}
+
+// A GGUF base is read a tensor at a time too; and a GPU run's host memory
+// is checked before it is read, its config taken from the file's header
+// (that half where spillway has CUDA: a CPU build refuses --device cuda).
+TEST_F(StartWeightsTest, AGgufBaseIsReadATensorAtATimeAndCheckedBeforeItIsRead) {
+  const model::LlamaWeights whole = model::LlamaWeights::random(small(), 6);
+  save_gguf_llama(file("base.gguf"), whole, nullptr, GgmlType::f32, "test");
+  RunConfig run = qlora_run(model::LoraBase::nf4);
+  StartWeights start = load_start_weights(file("base.gguf"), run, true, 1);
+  ASSERT_TRUE(start.quantized);
+  EXPECT_TRUE(start.weights.at("model.layers.1.self_attn.q_proj.weight").data.empty());
+  expect_same_steps(three_steps(std::move(start.weights), &*start.quantized, run),
+                    three_steps(model::load_llama(file("base.gguf")), nullptr, run));
+#ifdef SPILLWAY_HAS_CUDA
+  run.run.device = DeviceChoice::cuda;
+  run.memory.host_mem = 4096;
+  try {
+    load_start_weights(file("base.gguf"), run, true, 1);
+    ADD_FAILURE() << "a 4 KiB host budget was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--host-mem"), std::string::npos) << e.what();
+  }
+#endif
 }
 
 // Without NF4 the run starts from the whole model, as before.

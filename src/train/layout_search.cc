@@ -174,13 +174,22 @@ LayoutSearch search_layouts(const RunConfig& run, RunPlanOptions a, const Layout
                                             }),
                            std::move(line));
       } catch (const Error& e) {
-        if (!first_error) first_error = e;
+        if (!first_error && (e.thing() == "--host-mem" || e.thing() == "--device-mem")) {
+          // A budget the likeliest layout overruns, said to be that
+          // layout's: the others' needs differ (a pipeline rank starts from
+          // its stages' masters, a data-parallel one from all of them).
+          const std::string why = e.what();
+          first_error = Error(e.thing(), "no layout of the " + std::to_string(a.gpus) + " GPUs fits; the likeliest, " +
+                                             c.layout.text() + ": " + why.substr(e.thing().size() + 2));
+        } else if (!first_error) {
+          first_error = e;
+        }
         out.refused.push_back({.layout = c.layout, .bound_seconds = c.bound, .why = e.what()});
       }
     }
   }
   if (!out.chosen) {
-    if (first_error) throw *first_error;  // the planner's reason the likeliest layout does not fit
+    if (first_error) throw *first_error;
     if (first_refusal) throw *first_refusal;
     throw Error("--gpus", "no layout of the GPUs to plan");
   }

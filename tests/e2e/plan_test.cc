@@ -126,6 +126,12 @@ TEST(PlanE2E, HostsShareTheirMemoryAndTheLinkRateSetsTheWait) {
   const CommandResult zero = run_spillway("plan --gpus 4 --link-rate -1" + common);
   EXPECT_EQ(zero.exit_code, 1);
   EXPECT_NE(zero.out.find("spillway: --link-rate: -1 GB/s is not a rate a link has"), std::string::npos) << zero.out;
+  // A host budget no layout fits: the need named is one layout's, and said so.
+  const CommandResult small_host = run_spillway("plan --config llama3-8b --seq 2048 --gpus 2 --host-mem 6GiB");
+  EXPECT_EQ(small_host.exit_code, 1);
+  EXPECT_NE(small_host.out.find("spillway: --host-mem: no layout of the 2 GPUs fits; the likeliest, dp "),
+            std::string::npos)
+      << small_host.out;
 }
 
 // --largest finds the most layers of a width that the budgets hold: that

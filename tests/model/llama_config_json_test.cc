@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <utility>
+
 #include "base/status.h"
 
 namespace spillway::model {
@@ -134,6 +137,14 @@ TEST(LlamaConfigJson, UnknownPresetListsTheKnownOnes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("unknown preset 'llama5' (known: tiny, llama3.2-1b"), std::string::npos);
   }
+}
+
+// The presets are the published models' shapes: their parameter counts.
+TEST(LlamaConfigJson, PresetsHaveThePublishedModelsParameterCounts) {
+  const std::pair<const char*, int64_t> counts[] = {{"llama3.2-1b", 1235814400},  {"llama3-8b", 8030261248},
+                                                    {"llama2-7b", 6738415616},    {"llama2-13b", 13015864320},
+                                                    {"llama2-70b", 68976648192}, {"llama3-70b", 70553706496}};
+  for (const auto& [name, count] : counts) EXPECT_EQ(parameter_count(preset_config(name)), count) << name;
 }
 
 TEST(LlamaConfigJson, FlopsPerTokenFollowDesign) {

@@ -107,8 +107,7 @@ class CudaBatchDecoder final : public BatchDecoder {
       }
       if (split > 0) work.add(split_sums_, static_cast<int64_t>(split / sizeof(float)), "matmul slice sums");
       if (split > 0 && o.fused_slice_sums) {
-        work.add(split_arrivals_, ops::batch_linear_tc_arrivals(widest_out),
-                 "matmul slice arrivals");
+        work.add(split_arrivals_, ops::batch_linear_tc_arrivals(widest_out), "matmul slice arrivals");
       }
     }
     const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();

@@ -47,7 +47,7 @@ struct Case {
 // the sequences' blocks.
 Case make_case(int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
   Case c{{q_heads, kv_heads, head_dim, 16},
-         450,
+         500,
          {{0, 10, {}}, {300, 1, {}}, {595, 5, {}}, {2100, 1, {}}, {4500, 2, {}}}};
   std::vector<int32_t> blocks(static_cast<size_t>(c.num_blocks));
   std::iota(blocks.begin(), blocks.end(), 0);
@@ -55,7 +55,7 @@ Case make_case(int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
   size_t next = 0;
   for (Sequence& s : c.sequences) {
     const int64_t need = (s.pos0 + s.n + 15) / 16;
-    for (int64_t b = 0; b < need; ++b) s.table.push_back(blocks[next++]);
+    for (int64_t b = 0; b < need; ++b) s.table.push_back(blocks.at(next++));  // 472 of them
   }
   return c;
 }

@@ -86,10 +86,6 @@ int main(int argc, char** argv) {
                                                     static_cast<uint64_t>(ops::kBatchLinearTcSplitRows));
   }
   SPW_CUDA(cudaMalloc(&workspace, std::max<uint64_t>(workspace_bytes, 4)));
-  uint32_t* arrivals = nullptr;  // for the largest matmul's column groups; every call leaves them zero
-  const size_t arrival_bytes = static_cast<size_t>(ops::batch_linear_tc_arrivals(128256)) * sizeof(uint32_t);
-  SPW_CUDA(cudaMalloc(&arrivals, arrival_bytes));
-  SPW_CUDA(cudaMemset(arrivals, 0, arrival_bytes));
   std::printf("%-8s %5s %-10s %10s %8s %8s\n", "matmul", "rows", "kernel", "us", "GB/s", "TFLOP/s");
   for (const Matmul& m : kMatmuls) {
     for (const int64_t rows : rows_list) {
@@ -105,9 +101,6 @@ int main(int argc, char** argv) {
       if (ops::batch_linear_tc_workspace_bytes(rows, m.in, m.out) > 0) {
         line("tc-split",
              median_us([&] { ops::batch_linear_tc_cuda(x, nullptr, w, y, rows, m.in, m.out, workspace, nullptr); }));
-        line("tc-fused", median_us([&] {
-               ops::batch_linear_tc_cuda(x, nullptr, w, y, rows, m.in, m.out, {workspace, arrivals}, nullptr);
-             }));
       }
     }
   }
@@ -115,7 +108,6 @@ int main(int argc, char** argv) {
   SPW_CUDA(cudaFree(w));
   SPW_CUDA(cudaFree(y));
   SPW_CUDA(cudaFree(workspace));
-  SPW_CUDA(cudaFree(arrivals));
   return 0;
 }
 

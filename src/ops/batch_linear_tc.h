@@ -45,10 +45,6 @@ inline uint64_t batch_linear_tc_workspace_bytes(int64_t rows, int64_t in, int64_
   return static_cast<uint64_t>(slices * rows * out) * sizeof(float);
 }
 
-// Counters `arrivals` holds for a matmul of `out` outputs: one per group of
-// 32 columns.
-inline int64_t batch_linear_tc_arrivals(int64_t out) { return (out + 31) / 32; }
-
 }  // namespace spillway::ops
 
 #ifdef SPILLWAY_HAS_CUDA
@@ -56,26 +52,14 @@ inline int64_t batch_linear_tc_arrivals(int64_t out) { return (out + 31) / 32; }
 
 namespace spillway::ops {
 
-// Where a split call's slice sums go (`sums`: batch_linear_tc_workspace_bytes
-// of fp32 memory) and, given `arrivals` (batch_linear_tc_arrivals(out)
-// counters, zero before the first call; every call leaves them zero), how
-// they are added: by the last block of each column group to finish its
-// slice, in slice order, instead of by a second kernel. Same bits, one
-// launch fewer.
-struct BatchLinearTcSplit {
-  BatchLinearTcSplit(float* sums = nullptr, uint32_t* arrivals = nullptr) : sums(sums), arrivals(arrivals) {}
-  float* sums;
-  uint32_t* arrivals;
-};
-
 // Every pointer is device memory; `row_index` as in batch_linear_cuda (y's
 // row r is x's row row_index[r]). `in` must be a multiple of 8, x and w
-// 16-byte aligned; `split.sums` null (always whole) or as above. y is bf16
-// (rounded once from the fp32 sum) or fp32.
+// 16-byte aligned; `workspace` null or batch_linear_tc_workspace_bytes() of
+// fp32 memory. y is bf16 (rounded once from the fp32 sum) or fp32.
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, bf16* y, int64_t rows, int64_t in,
-                          int64_t out, BatchLinearTcSplit split, cudaStream_t stream);
+                          int64_t out, float* workspace, cudaStream_t stream);
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* y, int64_t rows, int64_t in,
-                          int64_t out, BatchLinearTcSplit split, cudaStream_t stream);
+                          int64_t out, float* workspace, cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

@@ -134,89 +134,65 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // Running split: block (x, s) sums slice s for its warps' columns and at
-// most 16 Tiles rows into sums[s][row][column]. The more tiles, the fewer
-// blocks a warp loads ahead (its registers hold every tile's x). Given
-// `arrivals`, the last of column group x's blocks to finish adds the
-// group's slices in order into y (writes made visible by the fences
-// before each block's arrival is counted, read past the L1).
-template <int Tiles, typename Out>
+// most 16 Tiles rows into workspace[s][row][column]. The more tiles, the
+// fewer blocks a warp loads ahead (its registers hold every tile's x).
+template <int Tiles>
 __global__ void __launch_bounds__(kWarps * 32)
-    slice_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, float* sums,
-                 uint32_t* arrivals, Out* y, int64_t rows, int64_t in, int64_t out) {
-  const int64_t c0 = static_cast<int64_t>(blockIdx.x) * kWarps * kColumns, n0 = c0 + threadIdx.x / 32 * kColumns;
-  const int64_t s = blockIdx.y, s0 = s * kBatchLinearTcSlice, slices = gridDim.y;
-  if (n0 < out) {
-    float part[Tiles][4];
-    slice_sums<Tiles, kSplitDepth / Tiles>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
+    slice_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, float* workspace,
+                 int64_t rows, int64_t in, int64_t out) {
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
+  const int64_t s = blockIdx.y, s0 = s * kBatchLinearTcSlice;
+  if (n0 >= out) return;
+  float part[Tiles][4];
+  slice_sums<Tiles, kSplitDepth / Tiles>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
 #pragma unroll
-    for (int t = 0; t < Tiles; ++t) {
+  for (int t = 0; t < Tiles; ++t) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int64_t r = 16 * t + tile_row(i), n = n0 + tile_column(i);
-        if (r < rows && n < out) sums[(s * rows + r) * out + n] = part[t][i];
-      }
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = 16 * t + tile_row(i), n = n0 + tile_column(i);
+      if (r < rows && n < out) workspace[(s * rows + r) * out + n] = part[t][i];
     }
   }
-  if (arrivals == nullptr) return;
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(arrivals + blockIdx.x, 1u) == static_cast<uint32_t>(slices - 1);
-  __syncthreads();
-  if (!last) return;
-  __threadfence();
-  const int64_t width = kWarps * kColumns;
-  for (int64_t e = threadIdx.x; e < rows * width; e += blockDim.x) {
-    const int64_t r = e / width, n = c0 + e % width;
-    if (n >= out) continue;
-    float total = __ldcg(sums + r * out + n);
-    for (int64_t k = 1; k < slices; ++k) total = __fadd_rn(total, __ldcg(sums + (k * rows + r) * out + n));
-    store(y + r * out + n, total);
-  }
-  if (threadIdx.x == 0) arrivals[blockIdx.x] = 0;
 }
 
 // The slices' sums added in order, one thread an output element.
 template <typename Out>
-__global__ void add_slices_kernel(const float* sums, Out* y, int64_t rows, int64_t out, int64_t slices) {
+__global__ void add_slices_kernel(const float* workspace, Out* y, int64_t rows, int64_t out, int64_t slices) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= rows * out) return;
-  float total = sums[e];
-  for (int64_t s = 1; s < slices; ++s) total = __fadd_rn(total, sums[s * rows * out + e]);
+  float total = workspace[e];
+  for (int64_t s = 1; s < slices; ++s) total = __fadd_rn(total, workspace[s * rows * out + e]);
   store(y + e, total);
 }
 
 template <typename Out>
 void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out,
-            BatchLinearTcSplit split, cudaStream_t stream) {
+            float* workspace, cudaStream_t stream) {
   SPW_CHECK(in > 0 && in % 8 == 0, "batch_linear_tc_cuda", "the input width must be a positive multiple of 8, got ",
             in);
   SPW_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
             "batch_linear_tc_cuda", "x and w must be 16-byte aligned");
   const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
-  static_assert(kWarps * kColumns == 32, "batch_linear_tc_arrivals counts groups of 32 columns");
   SPW_CHECK(rows >= 0 && out > 0 && column_blocks < (1ll << 31) && rows / (16 * kWholeTiles) < 65535,
             "batch_linear_tc_cuda", "bad shape: ", rows, " rows, ", out, " outputs");
   if (rows == 0) return;
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
   const int64_t slices = (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice;
-  if (split.sums != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
+  if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
     const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices));
-    float* sums = split.sums;
-    uint32_t* arrivals = split.arrivals;
     if (rows <= 16) {
-      slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, sums, arrivals, y, rows, in, out);
+      slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
     } else if (rows <= 32) {
-      slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, sums, arrivals, y, rows, in, out);
+      slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
     } else {
       static_assert(kBatchLinearTcSplitRows == 64, "split rows beyond four tiles");
-      slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, sums, arrivals, y, rows, in, out);
+      slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
     }
     SPW_CUDA(cudaGetLastError());
-    if (arrivals != nullptr) return;
     const int64_t elements = rows * out;
-    add_slices_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(sums, y, rows, out, slices);
+    add_slices_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(workspace, y, rows, out,
+                                                                                       slices);
   } else {
     const auto row_blocks = static_cast<unsigned>((rows + 16 * kWholeTiles - 1) / (16 * kWholeTiles));
     whole_kernel<<<dim3(static_cast<unsigned>(column_blocks), row_blocks), kWarps * 32, 0, stream>>>(xb, row_index,
@@ -229,13 +205,13 @@ void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int6
 }  // namespace
 
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, bf16* y, int64_t rows, int64_t in,
-                          int64_t out, BatchLinearTcSplit split, cudaStream_t stream) {
-  launch(x, row_index, w, reinterpret_cast<__nv_bfloat16*>(y), rows, in, out, split, stream);
+                          int64_t out, float* workspace, cudaStream_t stream) {
+  launch(x, row_index, w, reinterpret_cast<__nv_bfloat16*>(y), rows, in, out, workspace, stream);
 }
 
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* y, int64_t rows, int64_t in,
-                          int64_t out, BatchLinearTcSplit split, cudaStream_t stream) {
-  launch(x, row_index, w, y, rows, in, out, split, stream);
+                          int64_t out, float* workspace, cudaStream_t stream) {
+  launch(x, row_index, w, y, rows, in, out, workspace, stream);
 }
 
 }  // namespace spillway::ops

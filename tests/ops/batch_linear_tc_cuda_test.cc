@@ -82,8 +82,6 @@ TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
   const std::vector<float> batch = all.download();
   DeviceArray<float> workspace(batch_linear_tc_workspace_bytes(kBatchLinearTcSplitRows, in, out) / sizeof(float));
   ASSERT_GT(batch_linear_tc_workspace_bytes(1, in, out), 0u);
-  DeviceArray<uint32_t> arrivals(std::vector<uint32_t>(static_cast<size_t>(batch_linear_tc_arrivals(out)), 0));
-  const BatchLinearTcSplit fused{workspace.get(), arrivals.get()};
   for (int64_t r = 0; r < rows; r += 7) {
     const std::vector<float> want(batch.begin() + r * out, batch.begin() + (r + 1) * out);
     // Alone, whole and split.
@@ -93,9 +91,6 @@ TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
     one.poison();
     batch_linear_tc_cuda(dx.get() + r * in, nullptr, dw.get(), one.get(), 1, in, out, workspace.get(), nullptr);
     EXPECT_EQ(one.download(), want) << "row " << r << " alone, split";
-    one.poison();
-    batch_linear_tc_cuda(dx.get() + r * in, nullptr, dw.get(), one.get(), 1, in, out, fused, nullptr);
-    EXPECT_EQ(one.download(), want) << "row " << r << " alone, split, the sums added by the last block";
     // Picked last of 10 and 40 rows (split, one tile and three) and of 90
     // (whole, the second warp's rows).
     for (const int64_t picked_rows : {int64_t{10}, int64_t{40}, int64_t{90}}) {
@@ -103,18 +98,12 @@ TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
       index.back() = static_cast<int32_t>(r);
       DeviceArray<int32_t> dindex(index);
       DeviceArray<float> picked(static_cast<size_t>(picked_rows * out));
-      for (const bool last_block_adds : {false, true}) {
-        picked.poison();
-        batch_linear_tc_cuda(dx.get(), dindex.get(), dw.get(), picked.get(), picked_rows, in, out,
-                             last_block_adds ? fused : BatchLinearTcSplit{workspace.get()}, nullptr);
-        const std::vector<float> p = picked.download();
-        EXPECT_EQ(std::vector<float>(p.end() - out, p.end()), want)
-            << "row " << r << " picked of " << picked_rows << (last_block_adds ? ", the last block adding" : "");
-      }
+      batch_linear_tc_cuda(dx.get(), dindex.get(), dw.get(), picked.get(), picked_rows, in, out, workspace.get(),
+                           nullptr);
+      const std::vector<float> p = picked.download();
+      EXPECT_EQ(std::vector<float>(p.end() - out, p.end()), want) << "row " << r << " picked of " << picked_rows;
     }
   }
-  EXPECT_EQ(arrivals.download(), std::vector<uint32_t>(static_cast<size_t>(batch_linear_tc_arrivals(out)), 0))
-      << "every call leaves the arrivals zero";
 }
 
 TEST(BatchLinearTcCuda, RefusesWhatItCannotRead) {

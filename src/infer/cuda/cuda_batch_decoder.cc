@@ -49,7 +49,6 @@ class CudaBatchDecoder final : public BatchDecoder {
     const auto& c = config_;
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
     const int64_t q_row = hq * hd, kv_row = hkv * hd, qkv_row = q_row + 2 * kv_row, ffn = c.intermediate_size;
-    const int64_t widest_out = std::max({qkv_row, d, 2 * ffn, c.vocab_size});  // of the matmuls
     SPW_CHECK(o.max_rows > 0 && o.logits_rows > 0, "cuda batch decoder", "max_rows ", o.max_rows,
               " and logits_rows ", o.logits_rows, " must be positive");
     SPW_CHECK(d % 8 == 0 && q_row % 8 == 0 && ffn % 8 == 0, "--device cuda",
@@ -106,9 +105,6 @@ class CudaBatchDecoder final : public BatchDecoder {
         split = std::max(split, ops::batch_linear_tc_workspace_bytes(ops::kBatchLinearTcSplitRows, in, out));
       }
       if (split > 0) work.add(split_sums_, static_cast<int64_t>(split / sizeof(float)), "matmul slice sums");
-      if (split > 0 && o.fused_slice_sums) {
-        work.add(split_arrivals_, ops::batch_linear_tc_arrivals(widest_out), "matmul slice arrivals");
-      }
     }
     const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();
     const uint64_t logits_host_bytes = static_cast<uint64_t>(logits_rows_ * c.vocab_size) * sizeof(float);
@@ -131,11 +127,6 @@ class CudaBatchDecoder final : public BatchDecoder {
     weights.allocate(mem);
     kv.allocate(mem);
     work.allocate(mem);
-    if (split_arrivals_ != nullptr) {
-      SPW_CUDA(cudaMemsetAsync(split_arrivals_, 0,
-                               static_cast<size_t>(ops::batch_linear_tc_arrivals(widest_out)) * sizeof(uint32_t),
-                               stream_));
-    }
     logits_host_ = static_cast<float*>(device_->host_memory().allocate(logits_host_bytes, "logits (pinned)"));
     meta_host_ = static_cast<int32_t*>(device_->host_memory().allocate(meta_host_bytes, "step rows (pinned)"));
     if (c.tie_word_embeddings) lm_head_ = embed_;
@@ -209,9 +200,7 @@ class CudaBatchDecoder final : public BatchDecoder {
 
   template <typename Out>
   void linear(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out) {
-    if (tensor_cores_) {
-      return ops::batch_linear_tc_cuda(x, row_index, w, y, rows, in, out, {split_sums_, split_arrivals_}, stream_);
-    }
+    if (tensor_cores_) return ops::batch_linear_tc_cuda(x, row_index, w, y, rows, in, out, split_sums_, stream_);
     ops::batch_linear_cuda(x, row_index, w, y, rows, in, out, stream_);
   }
 
@@ -351,7 +340,6 @@ class CudaBatchDecoder final : public BatchDecoder {
   float* inv_freq_ = nullptr;
   float* staging_ = nullptr;
   float* split_sums_ = nullptr;  // with tensor cores, the few-row matmuls' slice sums
-  uint32_t* split_arrivals_ = nullptr;  // and, fused, their column groups' arrivals
 };
 
 }  // namespace

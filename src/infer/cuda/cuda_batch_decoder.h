@@ -43,10 +43,6 @@ struct CudaBatchDecoderOptions {
   // replayed as CUDA graphs, one per row count, instead of some 400 kernel
   // launches a pass; the same kernels, so the same bits.
   bool cuda_graphs = true;
-  // With tensor cores, a decode step's slice sums added by each column
-  // group's last block instead of a second kernel (ops/batch_linear_tc.h):
-  // the same bits, four launches a layer fewer. Off until measured.
-  bool fused_slice_sums = false;
 };
 
 std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,

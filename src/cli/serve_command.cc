@@ -61,12 +61,14 @@ int run_serve(const ServeArgs& a) {
   infer::KvCacheOptions cache;
   cache.block_tokens = a.kv_block;
   if (a.kv_cache_mem == "auto") {
-    // Room for --parallel requests of the model's whole context, within 2 GiB,
-    // in the cache's dtype: float32 on the CPU, bf16 on the GPU.
-    const int64_t value_bytes = infer::device_is_cuda(a.run.device) ? 2 : sizeof(float);
-    const uint64_t whole = infer::kv_bytes_per_token(c, value_bytes) *
+    // Room for --parallel requests of the model's whole context, in the
+    // cache's dtype: on the GPU (bf16) within what the weights and the
+    // activations leave of the device, on the CPU (float32) within 2 GiB.
+    const bool gpu = infer::device_is_cuda(a.run.device);
+    const uint64_t whole = infer::kv_bytes_per_token(c, gpu ? 2 : sizeof(float)) *
                            static_cast<uint64_t>(a.parallel * c.max_position_embeddings);
-    cache.budget_bytes = std::min<uint64_t>(whole, 2ull << 30);
+    cache.budget_bytes = gpu ? whole : std::min<uint64_t>(whole, 2ull << 30);
+    cache.fit_device = gpu;
   } else {
     cache.budget_bytes = parse_bytes(a.kv_cache_mem, "--kv-cache-mem");
   }
@@ -117,7 +119,8 @@ Runner add_serve(CLI::App& app) {
   cmd->add_option("--model-name", a->model_name, "the model's id in the API (default: the folder's or file's name)");
   cmd->add_option("--parallel", a->parallel, "requests decoded together at most (the batch)")->capture_default_str();
   cmd->add_option("--kv-cache-mem", a->kv_cache_mem,
-                  "memory for the KV cache, e.g. 512MiB (auto: --parallel full contexts, within 2GiB)")
+                  "memory for the KV cache, e.g. 512MiB (auto: --parallel full contexts, within what the GPU has left "
+                  "beside the model, or 2GiB on the CPU)")
       ->capture_default_str();
   cmd->add_option("--kv-block", a->kv_block, "tokens per KV cache block")->capture_default_str();
   cmd->add_option("--prefill-chunk", a->prefill_chunk, "prompt tokens one batch step takes at most")

@@ -27,6 +27,13 @@ int64_t kv_blocks_in_budget(const model::LlamaConfig& c, const KvCacheOptions& o
   return blocks;
 }
 
+void BatchDecoder::shrink_cache(int64_t num_blocks) {
+  SPW_CHECK(positions_.empty() && num_blocks > 0 && num_blocks <= blocks_.num_blocks(), "batch decoder",
+            "the cache can shrink only before use, to between 1 and ", blocks_.num_blocks(), " blocks (asked ",
+            num_blocks, ")");
+  blocks_ = PagedKvBlocks(num_blocks, blocks_.block_tokens());
+}
+
 int64_t BatchDecoder::open() {
   const int64_t sequence = blocks_.open();
   positions_[sequence] = 0;

@@ -33,7 +33,17 @@ struct SequenceChunk {
 struct KvCacheOptions {
   uint64_t budget_bytes = 0;
   int64_t block_tokens = 16;
+  // On a GPU, `budget_bytes` is the most the cache takes: it takes less
+  // where the device's free memory, less the weights, the activations and
+  // kCudaCacheReserve, holds less. The CPU's cache ignores it.
+  bool fit_device = false;
 };
+
+// What a GPU cache made with fit_device leaves free on the device (CUDA
+// graphs, libraries, other processes): 5% of the device, at least 1 GiB.
+inline uint64_t cuda_cache_reserve(uint64_t device_total_bytes) {
+  return device_total_bytes / 20 > (1ull << 30) ? device_total_bytes / 20 : (1ull << 30);
+}
 
 // Bytes one token's keys and values take in every layer, at `value_bytes`
 // per number (4 for float32, 2 for bf16).
@@ -72,6 +82,9 @@ class BatchDecoder {
   // The model's pass over the chunks; `positions[i]` is chunk i's first
   // position, and the blocks for every row are already in the tables.
   virtual std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) = 0;
+  // For a decoder that sizes its cache while it is made (the GPU's, from
+  // what its weights leave): fewer blocks, before any sequence opens.
+  void shrink_cache(int64_t num_blocks);
 
  private:
   PagedKvBlocks blocks_;

@@ -10,6 +10,7 @@
 // its prompt whole and in chunks, in one pass and cut into passes.
 #include "infer/cuda/cuda_batch_decoder.h"
 
+#include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -21,6 +22,7 @@
 
 #include "base/dtype.h"
 #include "base/status.h"
+#include "device/cuda/cuda_check.h"
 #include "device/cuda/cuda_device.h"
 #include "infer/llama_batch_decoder.h"
 #include "testing/cuda_arrays.h"
@@ -251,6 +253,37 @@ TEST(CudaBatchDecoder, ACacheLargerThanTheGpuFailsNamingTheSizes) {
     EXPECT_NE(what.find("bf16 weights"), std::string::npos) << what;
     EXPECT_NE(what.find("free"), std::string::npos) << what;
   }
+}
+
+// KvCacheOptions::fit_device: a cache wanted larger than the device is cut
+// to what the weights and activations leave, less the reserve, and decodes
+// as any other; one wanted smaller than that keeps its size.
+TEST(CudaBatchDecoder, AFittedCacheTakesWhatTheGpuHasLeft) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  const auto c = config(false);
+  const auto weights = bf16_weights(c, 5);
+  size_t free_bytes = 0, total_bytes = 0;
+  SPW_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const uint64_t room = free_bytes - cuda_cache_reserve(total_bytes);
+  {
+    KvCacheOptions wanted{total_bytes + (1ull << 30), 16, true};
+    auto d = make_cuda_batch_decoder(weights, wanted);
+    // The tiny model's weights and activations take little beside the cache.
+    EXPECT_LE(d->cache_bytes(), room);
+    EXPECT_GT(d->cache_bytes(), room / 10 * 9) << d->description();
+    size_t left = 0;
+    SPW_CUDA(cudaMemGetInfo(&left, &total_bytes));
+    EXPECT_GE(left + (256ull << 20), cuda_cache_reserve(total_bytes)) << "the reserve stays free";
+    const int64_t s = d->open();
+    const std::vector<int32_t> prompt = testing::random_tokens(40, 1, kVocab);
+    auto fresh = make_cuda_batch_decoder(weights, cache_of(c, 3));
+    const int64_t f = fresh->open();
+    EXPECT_TRUE(d->step(std::vector<SequenceChunk>{{s, prompt}}) ==
+                fresh->step(std::vector<SequenceChunk>{{f, prompt}}));
+  }
+  KvCacheOptions four = cache_of(c, 4);
+  four.fit_device = true;
+  EXPECT_EQ(make_cuda_batch_decoder(weights, four)->blocks().num_blocks(), 4);
 }
 
 TEST(CudaBatchDecoder, MakeBatchDecoderChoosesTheGpu) {

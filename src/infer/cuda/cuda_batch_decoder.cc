@@ -68,7 +68,6 @@ class CudaBatchDecoder final : public BatchDecoder {
     weights.add(final_norm_, d, "final norm (bf16)");
     if (!c.tie_word_embeddings) weights.add(lm_head_, c.vocab_size * d, "lm_head (bf16)");
     layers_.resize(static_cast<size_t>(c.num_hidden_layers));
-    const uint64_t pool = static_cast<uint64_t>(blocks().num_blocks() * blocks().block_tokens() * kv_row);
     for (size_t i = 0; i < layers_.size(); ++i) {
       Layer& L = layers_[i];
       const std::string p = "layer " + std::to_string(i) + " ";
@@ -78,11 +77,7 @@ class CudaBatchDecoder final : public BatchDecoder {
       weights.add(L.post_norm, d, p + "post-attention norm");
       weights.add(L.gate_up, 2 * ffn * d, p + "gate|up projection");
       weights.add(L.down, d * ffn, p + "down projection");
-      kv.add(L.k_pool, static_cast<int64_t>(pool), p + "key cache");
-      kv.add(L.v_pool, static_cast<int64_t>(pool), p + "value cache");
     }
-    meta_count_ = 4 * max_rows_ + blocks().num_blocks();
-    work.add(meta_, meta_count_, "step rows and block tables");
     work.add(x_, max_rows_ * d, "residual stream");
     work.add(xn_, max_rows_ * d, "normed activations");
     work.add(proj_, max_rows_ * d, "projections");
@@ -106,16 +101,26 @@ class CudaBatchDecoder final : public BatchDecoder {
       }
       if (split > 0) work.add(split_sums_, static_cast<int64_t>(split / sizeof(float)), "matmul slice sums");
     }
-    const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();
-    const uint64_t logits_host_bytes = static_cast<uint64_t>(logits_rows_ * c.vocab_size) * sizeof(float);
-    const uint64_t meta_host_bytes = static_cast<uint64_t>(meta_count_) * sizeof(int32_t);
-    const uint64_t host_bytes =
-        MemorySpace::accounted_bytes(logits_host_bytes) + MemorySpace::accounted_bytes(meta_host_bytes);
 
     CudaDeviceGuard guard(ordinal_);
     description_ = "cuda:" + std::to_string(ordinal_) + " " + cuda_device_name(ordinal_);
     size_t free_bytes = 0, total_bytes = 0;
     SPW_CUDA(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (cache.fit_device) fit_cache(weights.bytes() + work.bytes(), free_bytes, total_bytes, kv_row);
+    // The cache's pools and the block tables, now that the blocks are known.
+    const uint64_t pool = static_cast<uint64_t>(blocks().num_blocks() * blocks().block_tokens() * kv_row);
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      const std::string p = "layer " + std::to_string(i) + " ";
+      kv.add(layers_[i].k_pool, static_cast<int64_t>(pool), p + "key cache");
+      kv.add(layers_[i].v_pool, static_cast<int64_t>(pool), p + "value cache");
+    }
+    meta_count_ = 4 * max_rows_ + blocks().num_blocks();
+    work.add(meta_, meta_count_, "step rows and block tables");
+    const uint64_t device_bytes = weights.bytes() + kv.bytes() + work.bytes();
+    const uint64_t logits_host_bytes = static_cast<uint64_t>(logits_rows_ * c.vocab_size) * sizeof(float);
+    const uint64_t meta_host_bytes = static_cast<uint64_t>(meta_count_) * sizeof(int32_t);
+    const uint64_t host_bytes =
+        MemorySpace::accounted_bytes(logits_host_bytes) + MemorySpace::accounted_bytes(meta_host_bytes);
     SPW_CHECK(device_bytes <= free_bytes, "--device cuda", description_, " cannot hold the model's bf16 weights (",
               format_bytes(weights.bytes()), "), the KV cache (", format_bytes(kv.bytes()),
               ", --kv-cache-mem) and the activations of ", max_rows_, " rows (", format_bytes(work.bytes()),
@@ -160,6 +165,23 @@ class CudaBatchDecoder final : public BatchDecoder {
          *down = nullptr;
     bf16 *k_pool = nullptr, *v_pool = nullptr;  // [num_blocks, block_tokens, kv_heads * head_dim]
   };
+
+  // KvCacheOptions::fit_device: as many blocks as the device's free memory
+  // holds beside `others` (weights and activations) and the reserve, if
+  // fewer than the budget's. A block costs its keys and values in every
+  // layer and its entry in the step's uploaded tables.
+  void fit_cache(uint64_t others, uint64_t free_bytes, uint64_t total_bytes, int64_t kv_row) {
+    const uint64_t reserve = cuda_cache_reserve(total_bytes);
+    const uint64_t block = static_cast<uint64_t>(2 * config_.num_hidden_layers * blocks().block_tokens() * kv_row) *
+                               kBf16Bytes +
+                           sizeof(int32_t);
+    const uint64_t left = free_bytes > others + reserve ? free_bytes - others - reserve : 0;
+    const auto fit = static_cast<int64_t>(left / block);
+    SPW_CHECK(fit > 0, "--kv-cache-mem", description_, " has no room for a KV cache block (", format_bytes(block),
+              ") beside the model's bf16 weights and activations (", format_bytes(others), ") and a reserve of ",
+              format_bytes(reserve), ": ", format_bytes(free_bytes), " free of ", format_bytes(total_bytes));
+    if (fit < blocks().num_blocks()) shrink_cache(fit);
+  }
 
   // The weights, fused where one matmul takes two or three (rows stacked in
   // the order the kernels read them: q, k, v; gate, up).

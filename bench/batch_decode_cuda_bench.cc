@@ -53,6 +53,7 @@ struct Args {
   int64_t engine_prompt_tokens = 128, engine_tokens = 256;
   bool tensor_cores = true;   // CudaBatchDecoderOptions::tensor_cores
   bool cuda_graphs = true;    // CudaBatchDecoderOptions::cuda_graphs
+  bool fused_epilogues = false;  // CudaBatchDecoderOptions::fused_epilogues
 };
 
 std::vector<int64_t> numbers(const std::string& list) {
@@ -81,6 +82,7 @@ Args parse(int argc, char** argv) {
     else if (flag == "--engine-tokens") a.engine_tokens = std::stoll(value);
     else if (flag == "--tensor-cores") a.tensor_cores = value == "1";
     else if (flag == "--cuda-graphs") a.cuda_graphs = value == "1";
+    else if (flag == "--fused-epilogues") a.fused_epilogues = value == "1";
     else SPW_CHECK(false, "batch_decode_cuda_bench", "unknown flag ", flag);
   }
   return a;
@@ -200,7 +202,9 @@ int run(const Args& a) {
 
   {
     started = std::chrono::steady_clock::now();
-    auto d = make_cuda_batch_decoder(w, cache, {.tensor_cores = a.tensor_cores, .cuda_graphs = a.cuda_graphs});
+    auto d = make_cuda_batch_decoder(
+        w, cache,
+        {.tensor_cores = a.tensor_cores, .cuda_graphs = a.cuda_graphs, .fused_epilogues = a.fused_epilogues});
     std::fprintf(stderr, "%s: made in %.1f s\n", d->description().c_str(), seconds_since(started));
     for (int64_t p : a.prompts) {
       const int64_t s = d->open();
@@ -237,7 +241,8 @@ int run(const Args& a) {
       const double history = static_cast<double>(a.context + a.warmup) + static_cast<double>(a.steps) / 2;
       print("batch_decoder", b, step_s, weight_bytes + static_cast<double>(b) * history * kv_token, a,
             (std::string(", \"tensor_cores\": ") + (a.tensor_cores ? "true" : "false") + ", \"cuda_graphs\": " +
-             (a.cuda_graphs ? "true" : "false")).c_str());
+             (a.cuda_graphs ? "true" : "false") + ", \"fused_epilogues\": " + (a.fused_epilogues ? "true" : "false"))
+                .c_str());
       for (int64_t s : seqs) d->close(s);
     }
     measure_engine(std::move(d), a, c.vocab_size, weight_bytes, streams);

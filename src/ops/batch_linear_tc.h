@@ -37,12 +37,20 @@ inline constexpr int64_t kBatchLinearTcSlice = 512;
 // the workspace: running whole, so few rows keep too few warps busy.
 inline constexpr int64_t kBatchLinearTcSplitRows = 64;
 
+// Slices of kBatchLinearTcSlice inputs a call of `in` inputs sums apart.
+inline int64_t batch_linear_tc_slices(int64_t in) { return (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice; }
+
+// Bytes of every slice's sums of `rows` rows (0 for more rows than
+// kBatchLinearTcSplitRows): batch_linear_tc_slices_cuda's workspace.
+inline uint64_t batch_linear_tc_slices_bytes(int64_t rows, int64_t in, int64_t out) {
+  if (rows < 1 || rows > kBatchLinearTcSplitRows || out < 1) return 0;
+  return static_cast<uint64_t>(batch_linear_tc_slices(in) * rows * out) * sizeof(float);
+}
+
 // Workspace bytes that let `rows` rows run split (0 where they run whole:
 // more rows than kBatchLinearTcSplitRows, or a single slice).
 inline uint64_t batch_linear_tc_workspace_bytes(int64_t rows, int64_t in, int64_t out) {
-  const int64_t slices = (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice;
-  if (rows < 1 || rows > kBatchLinearTcSplitRows || slices < 2 || out < 1) return 0;
-  return static_cast<uint64_t>(slices * rows * out) * sizeof(float);
+  return batch_linear_tc_slices(in) < 2 ? 0 : batch_linear_tc_slices_bytes(rows, in, out);
 }
 
 }  // namespace spillway::ops
@@ -60,6 +68,15 @@ void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w
                           int64_t out, float* workspace, cudaStream_t stream);
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* y, int64_t rows, int64_t in,
                           int64_t out, float* workspace, cudaStream_t stream);
+
+// The split half of a call alone, for a caller that adds the slices itself
+// with what follows the matmul (infer/cuda/decode_epilogues_cuda.h), in the
+// order ops/batch_linear_tc_slices.cuh adds them: slice s's sums of y's
+// element (r, n) into workspace[(s * rows + r) * out + n] (a single slice
+// too). Returns false, running nothing, for more rows than
+// kBatchLinearTcSplitRows (or none).
+bool batch_linear_tc_slices_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* workspace,
+                                 int64_t rows, int64_t in, int64_t out, cudaStream_t stream);
 
 }  // namespace spillway::ops
 #endif

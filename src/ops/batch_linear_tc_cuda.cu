@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
 #include "ops/batch_linear_tc.h"
+#include "ops/batch_linear_tc_slices.cuh"
 
 namespace spillway::ops {
 
@@ -155,19 +156,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The slices' sums added in order, one thread an output element.
+// The slices' sums added in order, one thread an output element (blocks of
+// 64: a decode step's few thousand elements still reach most SMs).
 template <typename Out>
 __global__ void add_slices_kernel(const float* workspace, Out* y, int64_t rows, int64_t out, int64_t slices) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= rows * out) return;
-  float total = workspace[e];
-  for (int64_t s = 1; s < slices; ++s) total = __fadd_rn(total, workspace[s * rows * out + e]);
-  store(y + e, total);
+  store(y + e, split_sums::sum(workspace, rows * out, slices, e));
 }
 
-template <typename Out>
-void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out,
-            float* workspace, cudaStream_t stream) {
+void check_shape(const bf16* x, const bf16* w, int64_t rows, int64_t in, int64_t out) {
   SPW_CHECK(in > 0 && in % 8 == 0, "batch_linear_tc_cuda", "the input width must be a positive multiple of 8, got ",
             in);
   SPW_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
@@ -175,24 +173,39 @@ void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int6
   const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
   SPW_CHECK(rows >= 0 && out > 0 && column_blocks < (1ll << 31) && rows / (16 * kWholeTiles) < 65535,
             "batch_linear_tc_cuda", "bad shape: ", rows, " rows, ", out, " outputs");
+}
+
+// The split half: every slice's sums into the workspace (rows 1..64).
+void launch_slices(const bf16* x, const int32_t* row_index, const bf16* w, float* workspace, int64_t rows,
+                   int64_t in, int64_t out, cudaStream_t stream) {
+  const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
+  const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
+  const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
+  const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(batch_linear_tc_slices(in)));
+  if (rows <= 16) {
+    slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+  } else if (rows <= 32) {
+    slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+  } else {
+    static_assert(kBatchLinearTcSplitRows == 64, "split rows beyond four tiles");
+    slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+  }
+  SPW_CUDA(cudaGetLastError());
+}
+
+template <typename Out>
+void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int64_t rows, int64_t in, int64_t out,
+            float* workspace, cudaStream_t stream) {
+  check_shape(x, w, rows, in, out);
   if (rows == 0) return;
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
-  const int64_t slices = (in + kBatchLinearTcSlice - 1) / kBatchLinearTcSlice;
+  const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
   if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
-    const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(slices));
-    if (rows <= 16) {
-      slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
-    } else if (rows <= 32) {
-      slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
-    } else {
-      static_assert(kBatchLinearTcSplitRows == 64, "split rows beyond four tiles");
-      slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
-    }
-    SPW_CUDA(cudaGetLastError());
+    launch_slices(x, row_index, w, workspace, rows, in, out, stream);
     const int64_t elements = rows * out;
-    add_slices_kernel<<<static_cast<unsigned>((elements + 255) / 256), 256, 0, stream>>>(workspace, y, rows, out,
-                                                                                       slices);
+    add_slices_kernel<<<static_cast<unsigned>((elements + 63) / 64), 64, 0, stream>>>(
+        workspace, y, rows, out, batch_linear_tc_slices(in));
   } else {
     const auto row_blocks = static_cast<unsigned>((rows + 16 * kWholeTiles - 1) / (16 * kWholeTiles));
     whole_kernel<<<dim3(static_cast<unsigned>(column_blocks), row_blocks), kWarps * 32, 0, stream>>>(xb, row_index,
@@ -212,6 +225,15 @@ void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w
 void batch_linear_tc_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* y, int64_t rows, int64_t in,
                           int64_t out, float* workspace, cudaStream_t stream) {
   launch(x, row_index, w, y, rows, in, out, workspace, stream);
+}
+
+bool batch_linear_tc_slices_cuda(const bf16* x, const int32_t* row_index, const bf16* w, float* workspace,
+                                 int64_t rows, int64_t in, int64_t out, cudaStream_t stream) {
+  check_shape(x, w, rows, in, out);
+  if (batch_linear_tc_slices_bytes(rows, in, out) == 0) return false;
+  SPW_CHECK(workspace != nullptr, "batch_linear_tc_slices_cuda", "no workspace for ", rows, " rows");
+  launch_slices(x, row_index, w, workspace, rows, in, out, stream);
+  return true;
 }
 
 }  // namespace spillway::ops

@@ -66,16 +66,18 @@ std::span<const int32_t> piece(const std::vector<int32_t>& v, size_t from, size_
 }
 
 // The three contracts above hold whichever kernels the matmuls run on (the
-// CUDA cores' and the tensor cores', the default) and with decode steps
-// replayed as CUDA graphs.
-class CudaBatchDecoderKernels : public ::testing::TestWithParam<std::tuple<bool, bool>> {
+// CUDA cores' and the tensor cores', the default, their slices added apart
+// or in the kernels that follow) and with decode steps replayed as CUDA
+// graphs. Parameters: tensor cores, graphs, fused epilogues.
+class CudaBatchDecoderKernels : public ::testing::TestWithParam<std::tuple<bool, bool, bool>> {
  protected:
   CudaBatchDecoderOptions options(int64_t max_rows = 512, int64_t logits_rows = 64) const {
     return {.ordinal = 0,
             .max_rows = max_rows,
             .logits_rows = logits_rows,
             .tensor_cores = std::get<0>(GetParam()),
-            .cuda_graphs = std::get<1>(GetParam())};
+            .cuda_graphs = std::get<1>(GetParam()),
+            .fused_epilogues = std::get<2>(GetParam())};
   }
 };
 
@@ -202,11 +204,44 @@ TEST_P(CudaBatchDecoderKernels, APromptsBitsAreTheSameWholeOrInChunksOrPasses) {
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(in_passes[i] == want[i]) << "step " << i;
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, CudaBatchDecoderKernels, ::testing::Combine(::testing::Bool(), ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, bool>>& p) {
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaBatchDecoderKernels,
+                         ::testing::Values(std::tuple{false, false, false}, std::tuple{false, true, false},
+                                           std::tuple{true, false, false}, std::tuple{true, true, false},
+                                           std::tuple{true, false, true}, std::tuple{true, true, true}),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, bool, bool>>& p) {
                            return std::string(std::get<0>(p.param) ? "TensorCores" : "CudaCores") +
-                                  (std::get<1>(p.param) ? "Graphs" : "Eager");
+                                  (std::get<1>(p.param) ? "Graphs" : "Eager") +
+                                  (std::get<2>(p.param) ? "FusedEpilogues" : "");
                          });
+
+// The fused epilogues (RoPE and the cache write, SwiGLU, the residual adds
+// in the kernels that add the matmuls' slices) give the unfused layer's
+// bits: prompts of 40 tokens (one fused pass) and 100 (past the split rows:
+// unfused in both), then decode steps of both sequences, eager and replayed.
+TEST(CudaBatchDecoder, FusedEpiloguesGiveTheUnfusedBits) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (const bool tied : {false, true}) {
+    const auto c = config(tied);
+    const auto weights = bf16_weights(c, 9);
+    std::vector<std::vector<float>> outputs[2];
+    for (const bool fused : {false, true}) {
+      auto d = make_cuda_batch_decoder(weights, cache_of(c, 32), {.fused_epilogues = fused});
+      const int64_t a = d->open(), b = d->open();
+      const std::vector<int32_t> pa = testing::random_tokens(40, 3, kVocab), pb = testing::random_tokens(100, 4, kVocab);
+      std::vector<std::vector<float>>& out = outputs[fused ? 1 : 0];
+      out.push_back(d->step(std::vector<SequenceChunk>{{a, pa}}));
+      out.push_back(d->step(std::vector<SequenceChunk>{{b, pb}}));
+      for (int32_t t = 0; t < 4; ++t) {
+        const int32_t ta = 5 + t, tb = 11 + t;
+        out.push_back(d->step(std::vector<SequenceChunk>{{a, {&ta, 1}}, {b, {&tb, 1}}}));
+      }
+    }
+    ASSERT_EQ(outputs[0].size(), outputs[1].size());
+    for (size_t i = 0; i < outputs[0].size(); ++i) {
+      EXPECT_TRUE(outputs[0][i] == outputs[1][i]) << (tied ? "tied, " : "") << "step " << i;
+    }
+  }
+}
 
 TEST(CudaBatchDecoder, AFullCacheOrABadTokenFailsAndChangesNoPosition) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";

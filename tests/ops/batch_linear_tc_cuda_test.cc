@@ -106,6 +106,34 @@ TEST(BatchLinearTcCuda, ARowsBitsDoNotDependOnTheBatchNorOnHowItRuns) {
   }
 }
 
+// The split half alone (what the decoder's fused epilogues read): each
+// slice's sums where batch_linear_tc_slices_cuda says, which added in slice
+// order give the whole call's fp32 bits, one slice or several; past
+// kBatchLinearTcSplitRows it runs nothing.
+TEST(BatchLinearTcCuda, TheSlicesAddedInOrderAreTheCall) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
+  for (const Shape& s : {Shape{1, 264, 33}, Shape{3, 2 * kBatchLinearTcSlice + 136, 77}, Shape{40, 4096, 19}}) {
+    SCOPED_TRACE(std::to_string(s.rows) + " x " + std::to_string(s.in) + " x " + std::to_string(s.out));
+    const auto x = testing::random_bf16(s.rows * s.in, 5), w = testing::random_bf16(s.out * s.in, 6);
+    DeviceArray<bf16> dx(x), dw(w);
+    DeviceArray<float> want(static_cast<size_t>(s.rows * s.out));
+    batch_linear_tc_cuda(dx.get(), nullptr, dw.get(), want.get(), s.rows, s.in, s.out, nullptr, nullptr);
+    const int64_t slices = batch_linear_tc_slices(s.in);
+    DeviceArray<float> workspace(batch_linear_tc_slices_bytes(s.rows, s.in, s.out) / sizeof(float));
+    ASSERT_TRUE(batch_linear_tc_slices_cuda(dx.get(), nullptr, dw.get(), workspace.get(), s.rows, s.in, s.out,
+                                            nullptr));
+    const std::vector<float> parts = workspace.download(), whole = want.download();
+    for (int64_t e = 0; e < s.rows * s.out; ++e) {
+      float total = parts[static_cast<size_t>(e)];
+      for (int64_t k = 1; k < slices; ++k) total += parts[static_cast<size_t>(k * s.rows * s.out + e)];
+      ASSERT_EQ(total, whole[static_cast<size_t>(e)]) << "element " << e;
+    }
+  }
+  EXPECT_EQ(batch_linear_tc_slices_bytes(kBatchLinearTcSplitRows + 1, 4096, 8), 0u);
+  DeviceArray<bf16> dx(std::vector<bf16>(65 * 8)), dw(std::vector<bf16>(8 * 8));
+  EXPECT_FALSE(batch_linear_tc_slices_cuda(dx.get(), nullptr, dw.get(), nullptr, 65, 8, 8, nullptr));
+}
+
 TEST(BatchLinearTcCuda, RefusesWhatItCannotRead) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
   DeviceArray<bf16> x(64), w(64);

@@ -18,6 +18,7 @@
 #include "device/cuda/device_guard.h"
 #include "device/cuda/graph_capture.h"
 #include "infer/cuda/bf16_upload.h"
+#include "infer/cuda/decode_epilogues_cuda.h"
 #include "infer/cuda/device_requests.h"
 #include "infer/cuda/paged_cache_cuda.h"
 #include "infer/llama_cpu_layer.h"
@@ -45,6 +46,7 @@ class CudaBatchDecoder final : public BatchDecoder {
         max_rows_(o.max_rows),
         logits_rows_(std::min(o.logits_rows, o.max_rows)),
         tensor_cores_(o.tensor_cores),
+        fused_epilogues_(o.tensor_cores && o.fused_epilogues),
         cuda_graphs_(o.cuda_graphs) {
     const auto& c = config_;
     const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
@@ -97,7 +99,9 @@ class CudaBatchDecoder final : public BatchDecoder {
       uint64_t split = 0;
       const std::pair<int64_t, int64_t> shapes[] = {{d, qkv_row}, {q_row, d}, {d, 2 * ffn}, {ffn, d}, {d, c.vocab_size}};
       for (const auto& [in, out] : shapes) {
-        split = std::max(split, ops::batch_linear_tc_workspace_bytes(ops::kBatchLinearTcSplitRows, in, out));
+        const int64_t rows = ops::kBatchLinearTcSplitRows;
+        split = std::max(split, fused_epilogues_ ? ops::batch_linear_tc_slices_bytes(rows, in, out)
+                                                 : ops::batch_linear_tc_workspace_bytes(rows, in, out));
       }
       if (split > 0) work.add(split_sums_, static_cast<int64_t>(split / sizeof(float)), "matmul slice sums");
     }
@@ -287,7 +291,12 @@ class CudaBatchDecoder final : public BatchDecoder {
     const PagedAttentionShape shape{hq, hkv, hd, blocks().block_tokens()};
 
     ops::embedding_forward_cuda(tokens, embed_, x_, n, c.vocab_size, d, stream_);
+    const bool fused = fused_epilogues_ && n <= ops::kBatchLinearTcSplitRows;
     for (Layer& L : layers_) {
+      if (fused) {
+        enqueue_fused_layer(L, rows, shape, n, most_keys);
+        continue;
+      }
       ops::rmsnorm_forward_cuda(x_, L.input_norm, xn_, rstd_, n, d, eps, stream_);
       linear(xn_, nullptr, L.wqkv, qkv_, n, d, qkv_row);
       // q and k rotated in place at each row's own position, v carried.
@@ -305,6 +314,33 @@ class CudaBatchDecoder final : public BatchDecoder {
       ops::add_cuda(x_, proj_, x_, n * d, stream_);
     }
     ops::rmsnorm_forward_cuda(x_, final_norm_, xn_, rstd_, n, d, eps, stream_);
+  }
+
+  // A layer of a pass of few rows with each matmul's slices added in the
+  // kernel of what follows it: the bits of the unfused layer above.
+  void enqueue_fused_layer(Layer& L, const PagedRowsCuda& rows, const PagedAttentionShape& shape, int64_t n,
+                           int64_t most_keys) {
+    const auto& c = config_;
+    const int64_t d = c.hidden_size, hd = c.head_dim();
+    const int64_t q_row = c.num_attention_heads * hd, qkv_row = q_row + 2 * c.num_key_value_heads * hd;
+    const int64_t ffn = c.intermediate_size;
+    const auto eps = static_cast<float>(c.rms_norm_eps);
+    const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+    const auto slices = [&](const bf16* x, const bf16* w, int64_t in, int64_t out) {
+      SPW_CHECK(ops::batch_linear_tc_slices_cuda(x, nullptr, w, split_sums_, n, in, out, stream_),
+                "cuda batch decoder", "a fused pass of ", n, " rows did not run split");
+      return ops::batch_linear_tc_slices(in);
+    };
+    ops::rmsnorm_forward_cuda(x_, L.input_norm, xn_, rstd_, n, d, eps, stream_);
+    const int64_t qkv_slices = slices(xn_, L.wqkv, d, qkv_row);
+    qkv_rope_kv_write_cuda(split_sums_, qkv_slices, inv_freq_, qkv_, qkv_row, rows, L.k_pool, L.v_pool, shape,
+                           stream_);
+    paged_attention_cuda(qkv_, qkv_row, att_, q_row, L.k_pool, L.v_pool, rows, shape, scale, most_keys,
+                         attention_splits_, stream_);
+    residual_add_cuda(split_sums_, slices(att_, L.wo, q_row, d), x_, n, d, stream_);
+    ops::rmsnorm_forward_cuda(x_, L.post_norm, xn_, rstd_, n, d, eps, stream_);
+    gate_up_swiglu_cuda(split_sums_, slices(xn_, L.gate_up, d, 2 * ffn), act_, n, ffn, stream_);
+    residual_add_cuda(split_sums_, slices(act_, L.down, ffn, d), x_, n, d, stream_);
   }
 
   // The logits of wanted rows [r0, r0 + len) (the lm_head reads only
@@ -340,6 +376,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   const int64_t max_rows_;
   const int64_t logits_rows_;
   const bool tensor_cores_;
+  const bool fused_epilogues_;
   bool cuda_graphs_;
   std::map<std::pair<int64_t, bool>, Replay> replays_;  // by a decode pass's row count and splitting
   int64_t meta_count_ = 0;

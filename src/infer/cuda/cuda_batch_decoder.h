@@ -43,6 +43,11 @@ struct CudaBatchDecoderOptions {
   // replayed as CUDA graphs, one per row count, instead of some 400 kernel
   // launches a pass; the same kernels, so the same bits.
   bool cuda_graphs = true;
+  // With tensor cores, a pass of at most ops::kBatchLinearTcSplitRows rows
+  // adds each matmul's slices in the kernel of what follows it (RoPE and
+  // the cache write, SwiGLU, the residual add: decode_epilogues_cuda.h),
+  // five kernels a layer fewer and the same bits. Off until measured.
+  bool fused_epilogues = false;
 };
 
 std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,

@@ -16,7 +16,8 @@
 // step, at most 64) split the slices over more of the GPU, each slice's
 // sum written to `workspace` and added in order by a second kernel; more
 // rows (prompts) keep every slice of a tile in one warp, adding as they
-// go. A null workspace always takes the second way.
+// go, the block's warps sharing x's and W's blocks of 32 inputs through
+// shared memory. A null workspace always takes the second way.
 //
 // Unlike the CUDA-core kernel there is no bit-exact CPU reference (the
 // instruction's own rounding inside a block is the hardware's); the tests

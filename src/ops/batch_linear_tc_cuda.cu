@@ -13,10 +13,8 @@ namespace {
 
 constexpr int kWarps = 4;         // a block's warps, each its own 8 output columns
 constexpr int kColumns = 8;       // a warp's columns: one mma tile's n
-constexpr int kWholeTiles = 4;    // m16 tiles a warp keeps at once running whole (64 rows)
 constexpr int64_t kBlock = 32;    // inputs a step of the chain takes (two instructions)
 constexpr int kSplitDepth = 8;    // blocks a warp loads ahead running split (4 KB of W)
-constexpr int kWholeDepth = 2;    // and running whole (its 64 rows' x too)
 
 // d += a b over one m16n8k16 tile: bf16 inputs, fp32 sums.
 __device__ inline void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -105,31 +103,117 @@ __device__ inline void store(__nv_bfloat16* y, float v) { *y = __float2bfloat16_
 __device__ inline int64_t tile_row(int i) { return static_cast<int64_t>(threadIdx.x % 32 / 4 + (i >= 2 ? 8 : 0)); }
 __device__ inline int64_t tile_column(int i) { return static_cast<int64_t>(threadIdx.x % 4 * 2 + i % 2); }
 
-// Running whole: a warp's 64 rows x 8 columns, every slice in turn, each
-// slice's sums added to the running ones in order.
+// Running whole, a block's 8 warps share tiles of x and W staged in shared
+// memory: the block computes 128 rows x 64 columns, warp (wm, wn) of them
+// rows 64 wm.. (four m16 tiles) and columns 16 wn.. (two n8 tiles). Each
+// block of 32 inputs is copied in (cp.async, kStages ahead) and every lane
+// then reads the 16 bytes slice_sums would have read from global memory,
+// so the same mma instructions see the same operands in the same order:
+// the same bits as the split path, slice by slice, each slice's sums added
+// to the running ones in order.
+constexpr int kTileRows = 128, kTileColumns = 64, kTileWarps = 8, kStages = 3;
+
+__device__ inline void copy16(__nv_bfloat16* shared, const __nv_bfloat16* global, bool ok) {
+  const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(ok ? 16 : 0));
+}
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void copies_wait_all_but_newest() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2)); }
+
 template <typename Out>
-__global__ void __launch_bounds__(kWarps * 32)
+__global__ void __launch_bounds__(kTileWarps * 32)
     whole_kernel(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w, Out* y, int64_t rows,
                  int64_t in, int64_t out) {
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * 16 * kWholeTiles;
-  if (n0 >= out) return;  // the whole warp leaves together
-  float total[kWholeTiles][4];
-  for (int64_t s0 = 0; s0 < in; s0 += kBatchLinearTcSlice) {
-    float part[kWholeTiles][4];
-    slice_sums<kWholeTiles, kWholeDepth>(x, row_index, w, rows, in, out, r0, n0, s0, slice_end(s0, in), part);
+  __shared__ __align__(16) __nv_bfloat16 xs[kStages][kTileRows * kBlock];
+  __shared__ __align__(16) __nv_bfloat16 ws[kStages][kTileColumns * kBlock];
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int g = lane / 4, q = lane % 4;
+  const int64_t block_r0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  const int64_t block_n0 = static_cast<int64_t>(blockIdx.x) * kTileColumns;
+  const int wr0 = (warp / 4) * 64, wn0 = (warp % 4) * 16;
+
+  // Thread i copies 16 bytes of x's tile rows i / 4 and i / 4 + 64 and of
+  // W's tile row i / 4 (inputs 8 (i % 4)..): zeros past the rows, columns
+  // or inputs.
+  const int copy_row = static_cast<int>(threadIdx.x / 4), copy_k = static_cast<int>(threadIdx.x % 4) * 8;
+  const __nv_bfloat16* x_from[2];
 #pragma unroll
-    for (int t = 0; t < kWholeTiles; ++t) {
+  for (int h = 0; h < 2; ++h) x_from[h] = x_row(x, row_index, block_r0 + copy_row + 64 * h, rows, in);
+  const bool w_ok = block_n0 + copy_row < out;
+  const __nv_bfloat16* w_from = w + (w_ok ? block_n0 + copy_row : 0) * in;
+  const int64_t k_blocks = (in + kBlock - 1) / kBlock;
+  auto stage_in = [&](int64_t kb) {
+    const int st = static_cast<int>(kb % kStages);
+    const int64_t k = kb * kBlock + copy_k;
+    const bool k_ok = k < in;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) total[t][i] = s0 == 0 ? part[t][i] : __fadd_rn(total[t][i], part[t][i]);
+    for (int h = 0; h < 2; ++h) {
+      const bool ok = x_from[h] != nullptr && k_ok;
+      copy16(&xs[st][(copy_row + 64 * h) * kBlock + copy_k], ok ? x_from[h] + k : x, ok);
+    }
+    copy16(&ws[st][copy_row * kBlock + copy_k], w_ok && k_ok ? w_from + k : w, w_ok && k_ok);
+  };
+
+  float part[4][2][4], total[4][2][4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[t][j][i] = total[t][j][i] = 0.0f;
     }
   }
 #pragma unroll
-  for (int t = 0; t < kWholeTiles; ++t) {
+  for (int kb = 0; kb < kStages - 1; ++kb) {
+    if (kb < k_blocks) stage_in(kb);
+    copies_commit();
+  }
+  constexpr int64_t kBlocksPerSlice = kBatchLinearTcSlice / kBlock;
+  for (int64_t kb = 0; kb < k_blocks; ++kb) {
+    copies_wait_all_but_newest();
+    __syncthreads();  // block kb is in, and every warp is done with the stage refilled next
+    if (kb + kStages - 1 < k_blocks) stage_in(kb + kStages - 1);
+    copies_commit();
+    const int st = static_cast<int>(kb % kStages);
+    uint4 b[2];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r = r0 + 16 * t + tile_row(i), n = n0 + tile_column(i);
-      if (r < rows && n < out) store(y + r * out + n, total[t][i]);
+    for (int j = 0; j < 2; ++j) {
+      b[j] = *reinterpret_cast<const uint4*>(&ws[st][(wn0 + 8 * j + g) * kBlock + 8 * q]);
+    }
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint4 a = *reinterpret_cast<const uint4*>(&xs[st][(wr0 + 16 * t + g) * kBlock + 8 * q]);
+      const uint4 c = *reinterpret_cast<const uint4*>(&xs[st][(wr0 + 16 * t + g + 8) * kBlock + 8 * q]);
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        mma_bf16(part[t][j], a.x, c.x, a.y, c.y, b[j].x, b[j].y);
+        mma_bf16(part[t][j], a.z, c.z, a.w, c.w, b[j].z, b[j].w);
+      }
+    }
+    if ((kb + 1) % kBlocksPerSlice == 0 || kb + 1 == k_blocks) {  // a slice's end
+      const bool first = kb < kBlocksPerSlice;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            total[t][j][i] = first ? part[t][j][i] : __fadd_rn(total[t][j][i], part[t][j][i]);
+            part[t][j][i] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < 4; ++t) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t r = block_r0 + wr0 + 16 * t + tile_row(i), n = block_n0 + wn0 + 8 * j + tile_column(i);
+        if (r < rows && n < out) store(y + r * out + n, total[t][j][i]);
+      }
     }
   }
 }
@@ -171,7 +255,7 @@ void check_shape(const bf16* x, const bf16* w, int64_t rows, int64_t in, int64_t
   SPW_CHECK(reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0,
             "batch_linear_tc_cuda", "x and w must be 16-byte aligned");
   const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
-  SPW_CHECK(rows >= 0 && out > 0 && column_blocks < (1ll << 31) && rows / (16 * kWholeTiles) < 65535,
+  SPW_CHECK(rows >= 0 && out > 0 && column_blocks < (1ll << 31) && rows / kTileRows < 65535,
             "batch_linear_tc_cuda", "bad shape: ", rows, " rows, ", out, " outputs");
 }
 
@@ -200,17 +284,16 @@ void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int6
   if (rows == 0) return;
   const auto* xb = reinterpret_cast<const __nv_bfloat16*>(x);
   const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
-  const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
   if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
     launch_slices(x, row_index, w, workspace, rows, in, out, stream);
     const int64_t elements = rows * out;
     add_slices_kernel<<<static_cast<unsigned>((elements + 63) / 64), 64, 0, stream>>>(
         workspace, y, rows, out, batch_linear_tc_slices(in));
   } else {
-    const auto row_blocks = static_cast<unsigned>((rows + 16 * kWholeTiles - 1) / (16 * kWholeTiles));
-    whole_kernel<<<dim3(static_cast<unsigned>(column_blocks), row_blocks), kWarps * 32, 0, stream>>>(xb, row_index,
-                                                                                                   wb, y, rows, in,
-                                                                                                   out);
+    const auto row_blocks = static_cast<unsigned>((rows + kTileRows - 1) / kTileRows);
+    const auto tile_columns = static_cast<unsigned>((out + kTileColumns - 1) / kTileColumns);
+    whole_kernel<<<dim3(tile_columns, row_blocks), kTileWarps * 32, 0, stream>>>(xb, row_index, wb, y, rows, in,
+                                                                                out);
   }
   SPW_CUDA(cudaGetLastError());
 }

@@ -172,7 +172,9 @@ TEST(PlanE2E, LargestOverGpusSaysTheModelEachShardingLevelFits) {
   int levels = 0;
   for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), level); it != std::sregex_iterator(); ++it) {
     ++levels;
-    if (it->str().find("(chosen)") != std::string::npos) EXPECT_EQ((*it)[1].str(), headline) << it->str();
+    if (it->str().find("(chosen)") != std::string::npos) {
+      EXPECT_EQ((*it)[1].str(), headline) << it->str();
+    }
   }
   EXPECT_EQ(levels, 4) << r.out;
 }

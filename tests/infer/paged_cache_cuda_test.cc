@@ -43,19 +43,21 @@ struct Case {
 
 // A prompt's first chunk, a token decoded at 300 and a chunk at 595 (past
 // 256 keys: every warp takes several pieces), tokens at 2,100 (their keys
-// in 5 splits) and at 4,500 (in the most splits), on tables that interleave
-// the sequences' blocks.
+// in 5 splits) and at 4,500 (in the most splits), and a chunk of 70 at
+// 1,000 (89 rows in all: past kPagedAttentionCudaGroupFrom, so heads in
+// groups of 4 or 8 share a block), on tables that interleave the
+// sequences' blocks.
 Case make_case(int64_t q_heads, int64_t kv_heads, int64_t head_dim) {
   Case c{{q_heads, kv_heads, head_dim, 16},
-         500,
-         {{0, 10, {}}, {300, 1, {}}, {595, 5, {}}, {2100, 1, {}}, {4500, 2, {}}}};
+         600,
+         {{0, 10, {}}, {300, 1, {}}, {595, 5, {}}, {2100, 1, {}}, {4500, 2, {}}, {1000, 70, {}}}};
   std::vector<int32_t> blocks(static_cast<size_t>(c.num_blocks));
   std::iota(blocks.begin(), blocks.end(), 0);
   for (size_t i = 0; i < blocks.size(); ++i) std::swap(blocks[i], blocks[(i * 37 + 11) % blocks.size()]);
   size_t next = 0;
   for (Sequence& s : c.sequences) {
     const int64_t need = (s.pos0 + s.n + 15) / 16;
-    for (int64_t b = 0; b < need; ++b) s.table.push_back(blocks.at(next++));  // 472 of them
+    for (int64_t b = 0; b < need; ++b) s.table.push_back(blocks.at(next++));  // 539 of them
   }
   return c;
 }
@@ -141,8 +143,8 @@ void check_case(const Case& c) {
     EXPECT_LT(testing::rel_error(g, testing::as_double(w)), kTolerance) << "row " << r;
   }
 
-  // Each row alone (the splits' kernels run only for the rows that split):
-  // the same bits as in the batch.
+  // Each row alone (the splits' kernels run only for the rows that split,
+  // and a head has a block of its own): the same bits as in the batch.
   const std::vector<uint16_t> batch = testing::bits_of(out.download());
   for (int64_t r = 0; r < s.rows; ++r) {
     DeviceArray<bf16> alone(static_cast<size_t>(s.q_row));
@@ -157,9 +159,14 @@ void check_case(const Case& c) {
 
 TEST(PagedCacheCuda, WritesAndAttendsAsTheCpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no GPU";
-  // head_dim 36: rows not 16-byte multiples, read a number at a time.
-  for (const auto& [hq, hkv, hd] :
-       {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64}, {2, 1, 128}, {3, 3, 40}, {2, 2, 36}}) {
+  // head_dim 36: rows not 16-byte multiples, keys read a number at a time;
+  // 8 query heads on 2 and on 1 key/value heads: grouped for the batch.
+  for (const auto& [hq, hkv, hd] : {std::tuple<int64_t, int64_t, int64_t>{4, 2, 64},
+                                    {2, 1, 128},
+                                    {3, 3, 40},
+                                    {2, 2, 36},
+                                    {8, 2, 64},
+                                    {8, 1, 128}}) {
     SCOPED_TRACE(std::to_string(hq) + " heads, " + std::to_string(hkv) + " kv heads, head_dim " + std::to_string(hd));
     check_case(make_case(hq, hkv, hd));
   }

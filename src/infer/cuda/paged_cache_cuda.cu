@@ -14,6 +14,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kKeyPiece = 32;
 constexpr int kDimsPerLane = static_cast<int>(kPagedAttentionCudaMaxHeadDim / 32);
+static_assert(kDimsPerLane == 4, "a lane's values are read as four bf16");
 
 __device__ inline int64_t slot_of(const int32_t* table, int64_t t, int64_t block_tokens) {
   return static_cast<int64_t>(table[t / block_tokens]) * block_tokens + t % block_tokens;
@@ -70,77 +71,121 @@ __device__ inline float key_dot(const float* q, const __nv_bfloat16* k, int64_t 
   return __fadd_rn(__fadd_rn(s[0], s[1]), __fadd_rn(s[2], s[3]));
 }
 
-// The online softmax of query head h of row r over keys [k_begin, k_end),
-// by the block's 8 warps as paged_cache_cuda.h says; `emit(d, best,
+// The online softmax of query heads h0 .. h0 + Heads - 1 of row r (heads
+// of one key/value head) over keys [k_begin, k_end), by the block's 8 warps
+// as paged_cache_cuda.h says, each head's numbers made as if it ran alone:
+// the heads only share the keys' and values' loads. `emit(head, d, best,
 // denominator, numerator)` then takes each dimension's merged sums.
-template <typename Emit>
+template <int Heads, typename Emit>
 __device__ inline void attend(const __nv_bfloat16* q, int64_t q_stride, const __nv_bfloat16* k_pool,
                               const __nv_bfloat16* v_pool, const PagedRowsCuda& rows, const PagedAttentionShape& s,
-                              float scale, int64_t r, int64_t h, int64_t k_begin, int64_t k_end, Emit emit) {
+                              float scale, int64_t r, int64_t h0, int64_t k_begin, int64_t k_end, Emit emit) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int64_t hd = s.head_dim, kv_row = s.kv_heads * hd, g = h / (s.q_heads / s.kv_heads);
+  const int64_t hd = s.head_dim, kv_row = s.kv_heads * hd, g = h0 / (s.q_heads / s.kv_heads);
   const int32_t* table = rows.tables + rows.table_start[r];
 
-  __shared__ float q_shared[kPagedAttentionCudaMaxHeadDim];
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) q_shared[d] = __bfloat162float(q[r * q_stride + h * hd + d]);
+  __shared__ float q_shared[Heads][kPagedAttentionCudaMaxHeadDim];
+  for (int64_t e = threadIdx.x; e < Heads * hd; e += blockDim.x) {
+    q_shared[e / hd][e % hd] = __bfloat162float(q[r * q_stride + h0 * hd + e]);
+  }
   __syncthreads();
 
-  float acc[kDimsPerLane];
+  float acc[Heads][kDimsPerLane], top[Heads], total[Heads];
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) acc[i] = 0.0f;
-  float top = -INFINITY, total = 0.0f;
+  for (int x = 0; x < Heads; ++x) {
+    top[x] = -INFINITY;
+    total[x] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) acc[x][i] = 0.0f;
+  }
   // A piece's 32 keys are scored at once, lane j taking key p0 + j (the
   // keys' loads all in flight together); the values are then summed key by
-  // key in position order, each lane holding its own dimensions.
+  // key in position order, each lane holding its own kDimsPerLane
+  // consecutive dimensions (read in one 8-byte load where head_dim allows).
+  const int64_t d0 = static_cast<int64_t>(lane) * kDimsPerLane;
+  const bool vector_values = hd % kDimsPerLane == 0;
   for (int64_t p0 = k_begin + static_cast<int64_t>(warp) * kKeyPiece; p0 < k_end; p0 += kWarps * kKeyPiece) {
     const int64_t t = p0 + lane;
     const bool key_ok = t < k_end;
     const int64_t base = key_ok ? slot_of(table, t, s.block_tokens) * kv_row + g * hd : 0;
-    const float score = key_ok ? key_dot(q_shared, k_pool + base, hd) * scale : -INFINITY;
-    const float new_top = fmaxf(top, warp_max(score));  // finite: the piece holds a key
-    const float rescale = expf(top - new_top);           // 0 before the first piece (top = -inf)
-    const float weight = key_ok ? expf(score - new_top) : 0.0f;
-    total = __fadd_rn(total * rescale, warp_sum(weight));
+    float weight[Heads];
 #pragma unroll
-    for (int i = 0; i < kDimsPerLane; ++i) acc[i] *= rescale;
+    for (int x = 0; x < Heads; ++x) {
+      const float score = key_ok ? key_dot(q_shared[x], k_pool + base, hd) * scale : -INFINITY;
+      const float new_top = fmaxf(top[x], warp_max(score));  // finite: the piece holds a key
+      const float rescale = expf(top[x] - new_top);           // 0 before the first piece (top = -inf)
+      weight[x] = key_ok ? expf(score - new_top) : 0.0f;
+      total[x] = __fadd_rn(total[x] * rescale, warp_sum(weight[x]));
+#pragma unroll
+      for (int i = 0; i < kDimsPerLane; ++i) acc[x][i] *= rescale;
+      top[x] = new_top;
+    }
     const int n = static_cast<int>(k_end - p0 < kKeyPiece ? k_end - p0 : kKeyPiece);
+    if (vector_values) {
 #pragma unroll 8
-    for (int j = 0; j < n; ++j) {
-      const float w = __shfl_sync(0xffffffffu, weight, j);
-      const int64_t at = __shfl_sync(0xffffffffu, base, j);
+      for (int j = 0; j < n; ++j) {
+        const int64_t at = __shfl_sync(0xffffffffu, base, j);
+        float v[kDimsPerLane] = {};
+        if (d0 < hd) {
+          const uint2 raw = __ldg(reinterpret_cast<const uint2*>(v_pool + at + d0));
+          const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+          const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+          v[0] = lo.x;
+          v[1] = lo.y;
+          v[2] = hi.x;
+          v[3] = hi.y;
+        }
 #pragma unroll
-      for (int i = 0; i < kDimsPerLane; ++i) {
-        const int64_t d = lane + 32 * i;
-        if (d < hd) acc[i] = __fmaf_rn(w, __bfloat162float(v_pool[at + d]), acc[i]);
+        for (int x = 0; x < Heads; ++x) {
+          const float w = __shfl_sync(0xffffffffu, weight[x], j);
+#pragma unroll
+          for (int i = 0; i < kDimsPerLane; ++i) acc[x][i] = __fmaf_rn(w, v[i], acc[x][i]);
+        }
+      }
+    } else {
+#pragma unroll 8
+      for (int j = 0; j < n; ++j) {
+        const int64_t at = __shfl_sync(0xffffffffu, base, j);
+#pragma unroll
+        for (int x = 0; x < Heads; ++x) {
+          const float w = __shfl_sync(0xffffffffu, weight[x], j);
+#pragma unroll
+          for (int i = 0; i < kDimsPerLane; ++i) {
+            if (d0 + i < hd) acc[x][i] = __fmaf_rn(w, __bfloat162float(v_pool[at + d0 + i]), acc[x][i]);
+          }
+        }
       }
     }
-    top = new_top;
   }
 
-  __shared__ float tops[kWarps], totals[kWarps];
-  __shared__ float sums[kWarps][kPagedAttentionCudaMaxHeadDim];
-  if (lane == 0) {
-    tops[warp] = top;
-    totals[warp] = total;
-  }
+  __shared__ float tops[kWarps][Heads], totals[kWarps][Heads];
+  __shared__ float sums[kWarps][Heads][kPagedAttentionCudaMaxHeadDim];
 #pragma unroll
-  for (int i = 0; i < kDimsPerLane; ++i) {
-    const int64_t d = lane + 32 * i;
-    if (d < hd) sums[warp][d] = acc[i];
+  for (int x = 0; x < Heads; ++x) {
+    if (lane == 0) {
+      tops[warp][x] = top[x];
+      totals[warp][x] = total[x];
+    }
+#pragma unroll
+    for (int i = 0; i < kDimsPerLane; ++i) {
+      if (d0 + i < hd) sums[warp][x][d0 + i] = acc[x][i];
+    }
   }
   __syncthreads();
   // Warp 0 holds the range's first key, so the largest top is finite; a
   // warp that got no keys (top = -inf) weighs nothing.
-  float best = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) best = fmaxf(best, tops[w]);
-  for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+  for (int64_t e = threadIdx.x; e < Heads * hd; e += blockDim.x) {
+    const int x = static_cast<int>(e / hd);
+    const int64_t d = e % hd;
+    float best = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) best = fmaxf(best, tops[w][x]);
     float denominator = 0.0f, numerator = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
-      const float f = tops[w] == -INFINITY ? 0.0f : expf(tops[w] - best);
-      denominator += totals[w] * f;
-      numerator += sums[w][d] * f;
+      const float f = tops[w][x] == -INFINITY ? 0.0f : expf(tops[w][x] - best);
+      denominator = __fmaf_rn(totals[w][x], f, denominator);
+      numerator = __fmaf_rn(sums[w][x][d], f, numerator);
     }
-    emit(d, best, denominator, numerator);
+    emit(x, d, best, denominator, numerator);
   }
 }
 
@@ -148,18 +193,23 @@ __device__ inline int64_t row_keys(const PagedRowsCuda& rows, int64_t r) {
   return static_cast<int64_t>(rows.position[r]) + 1;
 }
 
-// Rows of one split: one block per (row, query head), the result written.
+// Rows of one split: one block per (row, group of Heads query heads), the
+// result written. Heads 1 for few rows (more blocks), the whole group of a
+// key/value head for many (a prompt's rows: its keys and values read once
+// for the group instead of once a head).
+template <int Heads>
 __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const __nv_bfloat16* q, int64_t q_stride, __nv_bfloat16* out, int64_t out_stride,
                            const __nv_bfloat16* k_pool, const __nv_bfloat16* v_pool, PagedRowsCuda rows,
                            PagedAttentionShape s, float scale) {
-  const int64_t r = blockIdx.x, h = blockIdx.y, keys = row_keys(rows, r);
+  const int64_t r = blockIdx.x, h0 = blockIdx.y * static_cast<int64_t>(Heads), keys = row_keys(rows, r);
   if (paged_attention_splits(keys) > 1) return;
-  __nv_bfloat16* o = out + r * out_stride + h * s.head_dim;
-  attend(q, q_stride, k_pool, v_pool, rows, s, scale, r, h, 0, keys,
-         [o](int64_t d, float, float denominator, float numerator) {
-           o[d] = __float2bfloat16_rn(numerator / denominator);
-         });
+  __nv_bfloat16* o = out + r * out_stride + h0 * s.head_dim;
+  const int64_t hd = s.head_dim;
+  attend<Heads>(q, q_stride, k_pool, v_pool, rows, s, scale, r, h0, 0, keys,
+                [o, hd](int x, int64_t d, float, float denominator, float numerator) {
+                  o[x * hd + d] = __float2bfloat16_rn(numerator / denominator);
+                });
 }
 
 // Rows of several splits: one block per (row, query head, split), its
@@ -175,8 +225,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int64_t per = ((keys + splits - 1) / splits + kKeyPiece - 1) / kKeyPiece * kKeyPiece;
   const int64_t k_begin = z * per, k_end = k_begin + per < keys ? k_begin + per : keys;
   float* partial = partials + ((r * s.q_heads + h) * kPagedAttentionCudaMaxSplits + z) * (s.head_dim + 2);
-  attend(q, q_stride, k_pool, v_pool, rows, s, scale, r, h, k_begin, k_end,
-         [partial](int64_t d, float best, float denominator, float numerator) {
+  attend<1>(q, q_stride, k_pool, v_pool, rows, s, scale, r, h, k_begin, k_end,
+            [partial](int, int64_t d, float best, float denominator, float numerator) {
            if (d == 0) {
              partial[0] = best;
              partial[1] = denominator;
@@ -240,7 +290,18 @@ void paged_attention_cuda(const bf16* q, int64_t q_stride, bf16* out, int64_t ou
   const auto* kb = reinterpret_cast<const __nv_bfloat16*>(k_pool);
   const auto* vb = reinterpret_cast<const __nv_bfloat16*>(v_pool);
   const dim3 grid(static_cast<unsigned>(rows.rows), static_cast<unsigned>(shape.q_heads));
-  paged_attention_kernel<<<grid, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape, scale);
+  const int64_t group = shape.q_heads / shape.kv_heads;
+  const dim3 grouped(grid.x, static_cast<unsigned>(shape.kv_heads));
+  if (rows.rows > kPagedAttentionCudaGroupFrom && group == 4) {
+    paged_attention_kernel<4><<<grouped, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
+                                                                  scale);
+  } else if (rows.rows > kPagedAttentionCudaGroupFrom && group == 8) {
+    paged_attention_kernel<8><<<grouped, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
+                                                                  scale);
+  } else {
+    paged_attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
+                                                               scale);
+  }
   SPW_CUDA(cudaGetLastError());
   if (!split) return;
   paged_attention_split_kernel<<<dim3(grid.x, grid.y, static_cast<unsigned>(kPagedAttentionCudaMaxSplits)),

@@ -48,6 +48,11 @@ __host__ __device__ inline int64_t paged_attention_splits(int64_t keys) {
   return splits < kPagedAttentionCudaMaxSplits ? splits : kPagedAttentionCudaMaxSplits;
 }
 
+// Steps of more rows than this (prompts) attend with one block for all the
+// query heads of a key/value head where they are 4 or 8 (LLaMA-3's), each
+// head's numbers as its own block would make them.
+inline constexpr int64_t kPagedAttentionCudaGroupFrom = 64;
+
 // Floats of workspace paged_attention_cuda needs for `rows` rows.
 inline int64_t paged_attention_workspace_floats(int64_t rows, const PagedAttentionShape& shape) {
   return rows * shape.q_heads * kPagedAttentionCudaMaxSplits * (shape.head_dim + 2);
@@ -58,7 +63,9 @@ inline int64_t paged_attention_workspace_floats(int64_t rows, const PagedAttenti
 // included, so the keys must be written first); q rows are q_stride apart.
 // Scores, the softmax and the weighted sum in fp32, out rounded to bf16.
 //
-// One block per (row, query head, split); its 8 warps take the split's keys
+// One block per (row, query head, split) (or per row and group of heads
+// sharing a key/value head: kPagedAttentionCudaGroupFrom, the same
+// numbers); its 8 warps take the split's keys
 // in pieces of 32 (from the split's first), piece p going to warp p % 8, each warp keeping an online
 // softmax over its pieces in position order (a piece's 32 scores at once,
 // one key a lane, its values then added key by key); the 8 partial results

@@ -154,15 +154,7 @@ __global__ void __launch_bounds__(kTileWarps * 32)
     copy16(&ws[st][copy_row * kBlock + copy_k], w_ok && k_ok ? w_from + k : w, w_ok && k_ok);
   };
 
-  float part[4][2][4], total[4][2][4];
-#pragma unroll
-  for (int t = 0; t < 4; ++t) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) part[t][j][i] = total[t][j][i] = 0.0f;
-    }
-  }
+  float part[4][2][4] = {}, total[4][2][4] = {};
 #pragma unroll
   for (int kb = 0; kb < kStages - 1; ++kb) {
     if (kb < k_blocks) stage_in(kb);
@@ -192,16 +184,12 @@ __global__ void __launch_bounds__(kTileWarps * 32)
     }
     if ((kb + 1) % kBlocksPerSlice == 0 || kb + 1 == k_blocks) {  // a slice's end
       const bool first = kb < kBlocksPerSlice;
+      float* p = &part[0][0][0];
+      float* sum = &total[0][0][0];
 #pragma unroll
-      for (int t = 0; t < 4; ++t) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-#pragma unroll
-          for (int i = 0; i < 4; ++i) {
-            total[t][j][i] = first ? part[t][j][i] : __fadd_rn(total[t][j][i], part[t][j][i]);
-            part[t][j][i] = 0.0f;
-          }
-        }
+      for (int e = 0; e < 32; ++e) {
+        sum[e] = first ? p[e] : __fadd_rn(sum[e], p[e]);
+        p[e] = 0.0f;
       }
     }
   }

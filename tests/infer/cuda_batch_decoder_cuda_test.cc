@@ -38,8 +38,10 @@ constexpr int64_t kVocab = 300;
 
 model::LlamaConfig config(bool tied) {
   // head_dim 64 with two query heads per kv head, an MLP of 1024 (the
-  // tensor cores' down projection sums two slices); head_dim 128, tied.
-  auto c = tied ? testing::llama_config(kVocab, 256, 384, 2, 2, 1, true)
+  // tensor cores' down projection sums two slices); head_dim 128, four
+  // query heads on one kv head (a prompt's rows past 64 attend in a group),
+  // tied.
+  auto c = tied ? testing::llama_config(kVocab, 512, 384, 2, 4, 1, true)
                 : testing::llama_config(kVocab, 256, 1024, 2, 4, 2);
   c.max_position_embeddings = 1024;
   c.rope_scaling.llama3 = true;

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "base/status.h"
@@ -43,6 +46,69 @@ TEST(TokenSampler, TopKExcludesTheRest) {
   for (int i = 0; i < 200; ++i) {
     int32_t t = s.next(logits);
     EXPECT_TRUE(t == 2 || t == 3) << t;
+  }
+}
+
+// Top-p keeps the fewest best ids holding the mass and draws among them in
+// proportion: 0.5 + 0.3 reach 0.7, so 2 and 3 never come, and 0 and 1 come
+// 5 : 3; with top-k too, the nucleus is cut from the k best.
+TEST(TokenSampler, TopPDrawsFromTheNucleusInProportion) {
+  std::vector<float> logits{std::log(0.3f), std::log(0.15f), std::log(0.5f), std::log(0.05f)};
+  for (const int64_t top_k : {int64_t{0}, int64_t{3}}) {
+    TokenSampler s(SamplingOptions{1.0, top_k, 0.7, 11});
+    std::vector<int> counts(4);
+    const int n = 20000;
+    for (int i = 0; i < n; ++i) counts[static_cast<size_t>(s.next(logits))]++;
+    EXPECT_EQ(counts[1] + counts[3], 0) << "top_k " << top_k;
+    EXPECT_NEAR(counts[2] / double(n), 0.625, 0.02) << "top_k " << top_k;
+  }
+}
+
+// A vocabulary of LLaMA-3's size with every logit equal: the order breaks
+// the ties by id, so top-p 0.001 keeps exactly the 129 lowest ids (the
+// mass crosses inside one bucket of equal weights) and draws among them
+// all; without top-p every id may come.
+TEST(TokenSampler, ANucleusOfTiesIsTheLowestIds) {
+  const std::vector<float> logits(128256, 0.25f);
+  TokenSampler nucleus(SamplingOptions{0.7, 0, 0.001, 3});
+  std::vector<int> counts(129);
+  for (int i = 0; i < 1290; ++i) {
+    const int32_t t = nucleus.next(logits);
+    ASSERT_LT(t, 129);
+    counts[static_cast<size_t>(t)]++;
+  }
+  // About 10 draws an id: fewer than 120 ids drawn is near impossible.
+  EXPECT_GT(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }), 120);
+  TokenSampler all(SamplingOptions{0.7, 0, 1.0, 3});
+  int32_t highest = 0;
+  for (int i = 0; i < 200; ++i) highest = std::max(highest, all.next(logits));
+  EXPECT_GT(highest, 64000);
+}
+
+// The same seed gives the same tokens; another seed other tokens.
+TEST(TokenSampler, TheSeedFixesTheDraws) {
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i)) * 3;
+  const auto draws = [&](uint64_t seed, double top_p) {
+    TokenSampler s(SamplingOptions{0.9, 0, top_p, seed});
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) out.push_back(s.next(logits));
+    return out;
+  };
+  for (const double top_p : {1.0, 0.9}) {
+    EXPECT_EQ(draws(5, top_p), draws(5, top_p));
+    EXPECT_NE(draws(5, top_p), draws(6, top_p));
+  }
+}
+
+// Logits a broken model gave: an error, not a crash inside a sort.
+TEST(TokenSampler, ANaNOrNoFiniteLogitIsAnError) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (const int64_t top_k : {int64_t{0}, int64_t{2}}) {
+    TokenSampler s(SamplingOptions{0.8, top_k, 0.9, 1});
+    EXPECT_THROW(s.next(std::vector<float>{0.5f, std::nanf(""), 1.0f}), Error);
+    EXPECT_THROW(s.next(std::vector<float>{-inf, -inf, -inf}), Error);
+    EXPECT_EQ(s.next(std::vector<float>{-inf, 2.0f, -inf}), 1);
   }
 }
 

@@ -1,7 +1,10 @@
 #include "infer/batch_engine.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "base/status.h"
 
@@ -162,17 +165,37 @@ bool BatchEngine::step() {
     return true;
   }
   const int64_t vocab = decoder_->vocab();
-  int64_t drawn = 0;
+  // Every row that ends a prompt or decodes draws its token, each request
+  // with its own sampler: in parallel, the same tokens as one by one.
+  std::vector<int32_t> tokens(owners.size(), -1);
+  std::vector<std::string> failures(owners.size());
   for (size_t i = 0; i < owners.size(); ++i) {
     Active& a = *owners[i];
     const auto prompt = static_cast<int64_t>(a.request.prompt.size());
-    if (a.fed < prompt) {
-      a.fed += static_cast<int64_t>(chunks[i].tokens.size());
-      if (a.fed < prompt) continue;  // the prompt's last piece gives the first token
-    }
+    if (a.fed < prompt) a.fed += static_cast<int64_t>(chunks[i].tokens.size());
+  }
+  const auto rows = static_cast<int64_t>(owners.size());
+#pragma omp parallel for schedule(dynamic) if (rows > 1)
+  for (int64_t i = 0; i < rows; ++i) {
+    Active& a = *owners[static_cast<size_t>(i)];
+    if (a.fed < static_cast<int64_t>(a.request.prompt.size())) continue;  // the prompt's last piece draws
     const int64_t drawable = a.request.vocab_limit > 0 ? std::min(vocab, a.request.vocab_limit) : vocab;
-    const int32_t token = a.sampler.next(std::span<const float>(logits).subspan(static_cast<size_t>(i * vocab),
-                                                                                static_cast<size_t>(drawable)));
+    try {
+      tokens[static_cast<size_t>(i)] = a.sampler.next(
+          std::span<const float>(logits).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(drawable)));
+    } catch (const std::exception& e) {
+      failures[static_cast<size_t>(i)] = e.what();
+    }
+  }
+  int64_t drawn = 0;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Active& a = *owners[i];
+    if (!failures[i].empty()) {
+      retire(a, FinishReason::error, failures[i]);
+      continue;
+    }
+    const int32_t token = tokens[i];
+    if (token < 0) continue;
     if (std::find(a.request.stop_tokens.begin(), a.request.stop_tokens.end(), token) != a.request.stop_tokens.end()) {
       retire(a, FinishReason::stop);
       continue;

@@ -6,8 +6,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -91,6 +94,42 @@ TEST(BatchEngine, TokensAreTheSameAloneInABusyBatchAndFromGenerate) {
   EXPECT_EQ(s.finished_length, 8);
   EXPECT_EQ(s.blocks_used, 0);
   EXPECT_EQ(s.generated_tokens, 8 * 12);
+}
+
+// A decoder whose logits for sequences fed token 13 are NaN, and flat for
+// the rest: what a broken model gives one request.
+class NanForThirteen final : public BatchDecoder {
+ public:
+  NanForThirteen() : BatchDecoder(64, 8) {}
+  int64_t vocab() const override { return kVocab; }
+  uint64_t cache_bytes() const override { return 0; }
+  std::string description() const override { return "test decoder"; }
+
+ protected:
+  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t>) override {
+    std::vector<float> logits(chunks.size() * static_cast<size_t>(kVocab), 0.0f);
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      if (chunks[i].tokens.front() != 13) continue;
+      std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(i * kVocab), kVocab, std::nanf(""));
+    }
+    return logits;
+  }
+};
+
+// A token that cannot be drawn ends its own request with the error, in the
+// same step as others draw theirs (in parallel); the engine goes on.
+TEST(BatchEngine, ASamplingFailureEndsItsRequestOnly) {
+  BatchEngine engine(std::make_unique<NanForThirteen>(), {});
+  EngineRequest broken = request(1, 4, 5, 1.0, 1), fine = request(2, 4, 5, 1.0, 2);
+  broken.prompt = {13};
+  fine.prompt = {1, 2};
+  auto broken_stream = engine.submit(broken);
+  auto fine_stream = engine.submit(fine);
+  const Outcome b = drain(*broken_stream), f = drain(*fine_stream);
+  EXPECT_EQ(b.finish, FinishReason::error);
+  EXPECT_TRUE(b.tokens.empty());
+  EXPECT_EQ(f.finish, FinishReason::length);
+  EXPECT_EQ(f.tokens.size(), 5u);
 }
 
 TEST(BatchEngine, AStopTokenEndsTheRequestAndIsNotPassedOn) {

@@ -70,7 +70,7 @@ phase_decode() {
 # `spillway serve --device cuda` over HTTP under bench/serve_load.py: a
 # random model folder of the shape (bench/make_random_model.py, made once
 # into $MODEL_DIR), then output tokens/s, time to first token and
-# inter-token gaps at each level of $STREAMS.
+# inter-token gaps at each level of $STREAMS, greedy or at $TEMPERATURE.
 phase_serve() {
   local dir=${MODEL_DIR:-/tmp/spillway-random-${CONFIG:-llama3-8b}} py=/opt/torch/.venv/bin/python
   [ -f "$dir/tokenizer.json" ] || (cd bench && $py make_random_model.py --shape "${CONFIG:-llama3-8b}" --out "$dir" \
@@ -85,7 +85,8 @@ phase_serve() {
   done
   [ -n "$port" ] || { echo "serve: did not start"; tail -5 "$OUT/serve.log"; kill $server 2>/dev/null; return 1; }
   timeout "${SERVE_TIMEOUT:-300}" $py bench/serve_load.py --url "http://127.0.0.1:$port" --streams "${STREAMS:-1,16,64}" \
-    --prompt-tokens 128 --max-tokens 256 --vocab-floor 1000 --vocab-ceiling 100000 | tee -a "$OUT/results.jsonl"
+    --prompt-tokens 128 --max-tokens 256 --vocab-floor 1000 --vocab-ceiling 100000 --temperature "${TEMPERATURE:-0}" |
+    tee -a "$OUT/results.jsonl"
   kill -TERM $server; wait $server
   echo "serve exited $?"
 }

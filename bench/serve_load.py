@@ -32,10 +32,10 @@ def percentile(values, p):
     return s[k]
 
 
-def one_request(url, key, model, prompt, max_tokens):
+def one_request(url, key, model, prompt, max_tokens, temperature):
     """Streams one completion; returns (ttft_s, [gaps_s], completion_tokens)."""
     conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": temperature,
                        "stream": True, "stream_options": {"include_usage": True}, "ignore_eos": True})
     headers = {"Content-Type": "application/json"}
     if key:
@@ -79,7 +79,7 @@ def run_level(args, url, model, streams):
         for j in range(args.requests_per_stream):
             try:
                 t, g, n = one_request(url, args.api_key, model, prompts[i * args.requests_per_stream + j],
-                                      args.max_tokens)
+                                      args.max_tokens, args.temperature)
             except Exception as e:  # reported in the result line, not fatal
                 with lock:
                     errors.append(repr(e))
@@ -99,7 +99,7 @@ def run_level(args, url, model, streams):
     wall = time.perf_counter() - start
     ms = lambda v: None if v is None else round(v * 1000, 2)
     return {"streams": streams, "requests": streams * args.requests_per_stream, "prompt_tokens": args.prompt_tokens,
-            "max_tokens": args.max_tokens, "output_tokens": tokens[0], "wall_s": round(wall, 3),
+            "max_tokens": args.max_tokens, "temperature": args.temperature, "output_tokens": tokens[0], "wall_s": round(wall, 3),
             "output_tok_s": round(tokens[0] / wall, 1) if wall > 0 else None,
             "ttft_p50_ms": ms(percentile(ttfts, 50)), "ttft_p99_ms": ms(percentile(ttfts, 99)),
             "itl_p50_ms": ms(percentile(gaps, 50)), "itl_p99_ms": ms(percentile(gaps, 99)),
@@ -114,6 +114,7 @@ def main():
     p.add_argument("--streams", default="1,16,64", help="concurrency levels, comma-separated")
     p.add_argument("--prompt-tokens", type=int, default=128)
     p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above, the server samples")
     p.add_argument("--requests-per-stream", type=int, default=2)
     p.add_argument("--vocab-floor", type=int, default=1000)
     p.add_argument("--vocab-ceiling", type=int, default=20000)

@@ -115,10 +115,13 @@ constexpr int kTileRows = 128, kTileColumns = 64, kTileWarps = 8, kStages = 3;
 
 __device__ inline void copy16(__nv_bfloat16* shared, const __nv_bfloat16* global, bool ok) {
   const auto to = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(ok ? 16 : 0));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(ok ? 16 : 0)
+               : "memory");
 }
-__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void copies_wait_all_but_newest() { asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2)); }
+__device__ inline void copies_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ inline void copies_wait_all_but_newest() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kStages - 2) : "memory");
+}
 
 template <typename Out>
 __global__ void __launch_bounds__(kTileWarps * 32)

@@ -72,12 +72,13 @@ TEST(TokenSampler, ANucleusOfTiesIsTheLowestIds) {
   const std::vector<float> logits(128256, 0.25f);
   TokenSampler nucleus(SamplingOptions{0.7, 0, 0.001, 3});
   std::vector<int> counts(129);
-  for (int i = 0; i < 1290; ++i) {
+  for (int i = 0; i < 645; ++i) {
     const int32_t t = nucleus.next(logits);
     ASSERT_LT(t, 129);
     counts[static_cast<size_t>(t)]++;
   }
-  // About 10 draws an id: fewer than 120 ids drawn is near impossible.
+  // About 5 draws an id: 0.9 of the 129 ids go undrawn on average, more
+  // than 9 about once in 10^8 runs.
   EXPECT_GT(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }), 120);
   TokenSampler all(SamplingOptions{0.7, 0, 1.0, 3});
   int32_t highest = 0;

@@ -78,7 +78,7 @@ TEST(TokenSampler, ANucleusOfTiesIsTheLowestIds) {
     counts[static_cast<size_t>(t)]++;
   }
   // About 5 draws an id: 0.9 of the 129 ids go undrawn on average, more
-  // than 9 about once in 10^8 runs.
+  // than 9 a few times in 10^8 runs.
   EXPECT_GT(std::count_if(counts.begin(), counts.end(), [](int c) { return c > 0; }), 120);
   TokenSampler all(SamplingOptions{0.7, 0, 1.0, 3});
   int32_t highest = 0;

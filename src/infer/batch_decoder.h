@@ -35,7 +35,7 @@ struct KvCacheOptions {
   int64_t block_tokens = 16;
   // On a GPU, `budget_bytes` is the most the cache takes: it takes less
   // where the device's free memory, less the weights, the activations and
-  // kCudaCacheReserve, holds less. The CPU's cache ignores it.
+  // cuda_cache_reserve(), holds less. The CPU's cache ignores it.
   bool fit_device = false;
 };
 

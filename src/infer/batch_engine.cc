@@ -171,8 +171,7 @@ bool BatchEngine::step() {
   std::vector<std::string> failures(owners.size());
   for (size_t i = 0; i < owners.size(); ++i) {
     Active& a = *owners[i];
-    const auto prompt = static_cast<int64_t>(a.request.prompt.size());
-    if (a.fed < prompt) a.fed += static_cast<int64_t>(chunks[i].tokens.size());
+    if (a.fed < static_cast<int64_t>(a.request.prompt.size())) a.fed += static_cast<int64_t>(chunks[i].tokens.size());
   }
   const auto rows = static_cast<int64_t>(owners.size());
 #pragma omp parallel for schedule(dynamic) if (rows > 1)

@@ -53,7 +53,7 @@ struct Args {
   int64_t engine_prompt_tokens = 128, engine_tokens = 256;
   bool tensor_cores = true;   // CudaBatchDecoderOptions::tensor_cores
   bool cuda_graphs = true;    // CudaBatchDecoderOptions::cuda_graphs
-  bool fused_epilogues = false;  // CudaBatchDecoderOptions::fused_epilogues
+  bool fused_epilogues = true;  // CudaBatchDecoderOptions::fused_epilogues
 };
 
 std::vector<int64_t> numbers(const std::string& list) {

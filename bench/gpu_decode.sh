@@ -18,8 +18,10 @@
 # `torch` among the arguments runs PyTorch's baseline on the same shape
 # (bench/torch_decode.py: transformers generate, eager and static-cache
 # compiled). CUDA_GRAPHS=0: decode steps launched kernel by kernel.
-# FUSED_EPILOGUES=1: RoPE, SwiGLU and the residual adds fused into the
-# adding of the matmuls' slices.
+# FUSED_EPILOGUES=0: RoPE, SwiGLU and the residual adds in kernels of their
+# own, not fused into the adding of the matmuls' slices.
+# SPILLWAY_DEPENDENT_LAUNCH=0: every kernel waits for the one before it to
+# finish before it starts (device/cuda/dependent_launch.cuh).
 # TENSOR_CORES=0: the batched decoder's matmuls on CUDA cores
 # (ops/batch_linear.h), not tensor cores; `linear` among the arguments runs
 # batch_linear_cuda_bench (both kernels alone, every shape and row count).
@@ -54,7 +56,7 @@ phase_decode() {
   timeout "${BENCH_TIMEOUT:-540}" $bench --config "${CONFIG:-llama3-8b}" --batches "${BATCHES:-1,8,32}" --context "${CONTEXT:-512}" \
     --steps "${STEPS:-32}" --warmup 4 --prompts "${PROMPTS:-128,2048}" --streams "${STREAMS:-1,16,64}" \
     --tensor-cores "${TENSOR_CORES:-1}" --cuda-graphs "${CUDA_GRAPHS:-1}" \
-    --fused-epilogues "${FUSED_EPILOGUES:-0}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
+    --fused-epilogues "${FUSED_EPILOGUES:-1}" > "$OUT/decode.jsonl" 2> "$OUT/decode.log"
   local rc=$?
   # What was measured is kept even when a later measurement failed.
   cat "$OUT/decode.log"

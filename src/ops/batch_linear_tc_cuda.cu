@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/dependent_launch.cuh"
 #include "ops/batch_linear_tc.h"
 #include "ops/batch_linear_tc_slices.cuh"
 
@@ -55,6 +56,9 @@ __device__ inline const __nv_bfloat16* x_row(const __nv_bfloat16* x, const int32
 // itself the compiler waits for each block's loads before issuing the
 // next block's, one 16-byte load in flight a lane, and a decode step then
 // reads its weights at half the card's bandwidth.
+//
+// Launched dependent (device/cuda/dependent_launch.cuh): W's first `Depth`
+// blocks are in flight before the wait for the kernels that make x.
 template <int Tiles, int Depth>
 __device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_index, const __nv_bfloat16* w,
                                   int64_t rows, int64_t in, int64_t out, int64_t r0, int64_t n0, int64_t k_begin,
@@ -62,6 +66,16 @@ __device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_ind
   const int lane = static_cast<int>(threadIdx.x % 32), g = lane / 4, q = lane % 4;
   const bool column_ok = n0 + g < out;
   const __nv_bfloat16* w_row = w + (column_ok ? n0 + g : 0) * in;
+  uint4 b[Depth];
+  auto load_w = [&](int64_t k0) {
+#pragma unroll
+    for (int u = 0; u < Depth; ++u) {
+      const int64_t k = k0 + u * kBlock + 8 * q;
+      b[u] = load16(w_row + k, column_ok && k < k_end);
+    }
+  };
+  load_w(k_begin);
+  prior_grids_wait();
   const __nv_bfloat16* lo[Tiles];
   const __nv_bfloat16* hi[Tiles];
 #pragma unroll
@@ -72,12 +86,12 @@ __device__ inline void slice_sums(const __nv_bfloat16* x, const int32_t* row_ind
     for (int i = 0; i < 4; ++i) sums[t][i] = 0.0f;
   }
   for (int64_t k0 = k_begin; k0 < k_end; k0 += Depth * kBlock) {
-    uint4 b[Depth], a[Depth][Tiles], c[Depth][Tiles];
+    if (k0 != k_begin) load_w(k0);
+    uint4 a[Depth][Tiles], c[Depth][Tiles];
 #pragma unroll
     for (int u = 0; u < Depth; ++u) {
       const int64_t k = k0 + u * kBlock + 8 * q;
       const bool k_ok = k < k_end;
-      b[u] = load16(w_row + k, column_ok && k_ok);
 #pragma unroll
       for (int t = 0; t < Tiles; ++t) {
         a[u][t] = load16(lo[t] + k, lo[t] != nullptr && k_ok);
@@ -218,7 +232,8 @@ __global__ void __launch_bounds__(kWarps * 32)
                  int64_t rows, int64_t in, int64_t out) {
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32) * kColumns;
   const int64_t s = blockIdx.y, s0 = s * kBatchLinearTcSlice;
-  if (n0 >= out) return;
+  dependents_may_start();
+  // A warp past the columns (n0 >= out) still waits inside, loading zeros.
   float part[Tiles][4];
   slice_sums<Tiles, kSplitDepth / Tiles>(x, row_index, w, rows, in, out, 0, n0, s0, slice_end(s0, in), part);
 #pragma unroll
@@ -235,6 +250,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // 64: a decode step's few thousand elements still reach most SMs).
 template <typename Out>
 __global__ void add_slices_kernel(const float* workspace, Out* y, int64_t rows, int64_t out, int64_t slices) {
+  dependents_may_start();
+  prior_grids_wait();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= rows * out) return;
   store(y + e, split_sums::sum(workspace, rows * out, slices, e));
@@ -258,12 +275,15 @@ void launch_slices(const bf16* x, const int32_t* row_index, const bf16* w, float
   const int64_t column_blocks = (out + kWarps * kColumns - 1) / (kWarps * kColumns);
   const dim3 grid(static_cast<unsigned>(column_blocks), static_cast<unsigned>(batch_linear_tc_slices(in)));
   if (rows <= 16) {
-    slice_kernel<1><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    launch_dependent(slice_kernel<1>, grid, dim3(kWarps * 32), 0, stream, xb, row_index, wb, workspace, rows,
+                     in, out);
   } else if (rows <= 32) {
-    slice_kernel<2><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    launch_dependent(slice_kernel<2>, grid, dim3(kWarps * 32), 0, stream, xb, row_index, wb, workspace, rows,
+                     in, out);
   } else {
     static_assert(kBatchLinearTcSplitRows == 64, "split rows beyond four tiles");
-    slice_kernel<4><<<grid, kWarps * 32, 0, stream>>>(xb, row_index, wb, workspace, rows, in, out);
+    launch_dependent(slice_kernel<4>, grid, dim3(kWarps * 32), 0, stream, xb, row_index, wb, workspace, rows,
+                     in, out);
   }
   SPW_CUDA(cudaGetLastError());
 }
@@ -278,8 +298,8 @@ void launch(const bf16* x, const int32_t* row_index, const bf16* w, Out* y, int6
   if (workspace != nullptr && batch_linear_tc_workspace_bytes(rows, in, out) > 0) {
     launch_slices(x, row_index, w, workspace, rows, in, out, stream);
     const int64_t elements = rows * out;
-    add_slices_kernel<<<static_cast<unsigned>((elements + 63) / 64), 64, 0, stream>>>(
-        workspace, y, rows, out, batch_linear_tc_slices(in));
+    launch_dependent(add_slices_kernel<Out>, dim3(static_cast<unsigned>((elements + 63) / 64)), dim3(64), 0, stream,
+                     static_cast<const float*>(workspace), y, rows, out, batch_linear_tc_slices(in));
   } else {
     const auto row_blocks = static_cast<unsigned>((rows + kTileRows - 1) / kTileRows);
     const auto tile_columns = static_cast<unsigned>((out + kTileColumns - 1) / kTileColumns);

@@ -5,6 +5,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/dependent_launch.cuh"
 #include "ops/bf16x8.cuh"
 #include "ops/rmsnorm.h"
 
@@ -109,6 +110,8 @@ __global__ void __launch_bounds__(kMaxThreads, kForwardBlocksPerSm)
                            const __nv_bfloat16* __restrict__ weight, __nv_bfloat16* __restrict__ y,
                            float* __restrict__ rstd, int64_t dim, float eps) {
   __shared__ float scratch[1][32];
+  dependents_may_start();  // launched dependent (device/cuda/dependent_launch.cuh)
+  prior_grids_wait();
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* xr = x + row * dim;
   __nv_bfloat16* yr = y + row * dim;
@@ -394,11 +397,11 @@ void rmsnorm_forward_cuda(const bf16* x, const bf16* weight, bf16* y, float* rst
   auto* yb = reinterpret_cast<__nv_bfloat16*>(y);
   const auto blocks = static_cast<unsigned>(rows);
   if (dim % 8 == 0 && aligned16(x) && aligned16(weight) && aligned16(y)) {
-    rmsnorm_forward_kernel<8>
-        <<<blocks, forward_threads(dim / 8), 0, stream>>>(xb, wb, yb, rstd, dim, eps);
+    launch_dependent(rmsnorm_forward_kernel<8>, dim3(blocks), dim3(forward_threads(dim / 8)), 0, stream, xb, wb, yb, rstd, dim,
+                     eps);
   } else {
-    rmsnorm_forward_kernel<1>
-        <<<blocks, forward_threads(dim), 0, stream>>>(xb, wb, yb, rstd, dim, eps);
+    launch_dependent(rmsnorm_forward_kernel<1>, dim3(blocks), dim3(forward_threads(dim)), 0, stream, xb, wb, yb, rstd, dim,
+                     eps);
   }
   SPW_CUDA(cudaGetLastError());
 }

@@ -46,8 +46,9 @@ struct CudaBatchDecoderOptions {
   // With tensor cores, a pass of at most ops::kBatchLinearTcSplitRows rows
   // adds each matmul's slices in the kernel of what follows it (RoPE and
   // the cache write, SwiGLU, the residual add: decode_epilogues_cuda.h),
-  // five kernels a layer fewer and the same bits. Off until measured.
-  bool fused_epilogues = false;
+  // five kernels a layer fewer and the same bits (one sequence: 167.7 ->
+  // 174.2 tok/s on an H200, bench/results/gpu.jsonl).
+  bool fused_epilogues = true;
 };
 
 std::unique_ptr<BatchDecoder> make_cuda_batch_decoder(const model::LlamaWeights& weights, const KvCacheOptions& cache,

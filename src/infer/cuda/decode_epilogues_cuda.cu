@@ -4,6 +4,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/dependent_launch.cuh"
 #include "ops/batch_linear_tc_slices.cuh"
 #include "ops/rope_math.cuh"
 #include "ops/swiglu_math.cuh"
@@ -13,6 +14,8 @@ namespace spillway::infer {
 namespace {
 
 using ops::split_sums::sum;
+
+// Every kernel here is launched dependent (device/cuda/dependent_launch.cuh).
 
 // The value the matmul alone would have stored: its slices' sum in bf16.
 __device__ inline float as_stored(const float* workspace, int64_t stride, int64_t slices, int64_t e) {
@@ -24,6 +27,8 @@ __device__ inline float as_stored(const float* workspace, int64_t stride, int64_
 __global__ void qkv_rope_kv_write_kernel(const float* workspace, int64_t slices, const float* inv_freq,
                                          __nv_bfloat16* q, int64_t q_stride, PagedRowsCuda rows,
                                          __nv_bfloat16* k_pool, __nv_bfloat16* v_pool, PagedAttentionShape s) {
+  dependents_may_start();
+  prior_grids_wait();
   const int64_t r = blockIdx.x, h = blockIdx.y, hd = s.head_dim, half = hd / 2, i = threadIdx.x;
   const int64_t out = (s.q_heads + 2 * s.kv_heads) * hd, stride = rows.rows * out;
   const int64_t at = r * out + h * hd + i;
@@ -54,6 +59,8 @@ __global__ void qkv_rope_kv_write_kernel(const float* workspace, int64_t slices,
 
 __global__ void gate_up_swiglu_kernel(const float* workspace, int64_t slices, __nv_bfloat16* act, int64_t rows,
                                       int64_t ffn) {
+  dependents_may_start();
+  prior_grids_wait();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= rows * ffn) return;
   const int64_t r = e / ffn, j = e - r * ffn, stride = rows * 2 * ffn;
@@ -63,6 +70,8 @@ __global__ void gate_up_swiglu_kernel(const float* workspace, int64_t slices, __
 }
 
 __global__ void residual_add_kernel(const float* workspace, int64_t slices, __nv_bfloat16* x, int64_t elements) {
+  dependents_may_start();
+  prior_grids_wait();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= elements) return;
   x[e] = __float2bfloat16_rn(__bfloat162float(x[e]) + as_stored(workspace, elements, slices, e));
@@ -81,24 +90,24 @@ void qkv_rope_kv_write_cuda(const float* workspace, int64_t slices, const float*
             "head_dim ", shape.head_dim, " must be even and at most 2048, slices ", slices, " positive");
   if (rows.rows == 0) return;
   const dim3 grid(static_cast<unsigned>(rows.rows), static_cast<unsigned>(shape.q_heads + 2 * shape.kv_heads));
-  qkv_rope_kv_write_kernel<<<grid, static_cast<unsigned>(shape.head_dim / 2), 0, stream>>>(
-      workspace, slices, inv_freq, reinterpret_cast<__nv_bfloat16*>(q), q_stride, rows,
-      reinterpret_cast<__nv_bfloat16*>(k_pool), reinterpret_cast<__nv_bfloat16*>(v_pool), shape);
+  launch_dependent(qkv_rope_kv_write_kernel, grid, dim3(static_cast<unsigned>(shape.head_dim / 2)), 0, stream,
+                   workspace, slices, inv_freq, reinterpret_cast<__nv_bfloat16*>(q), q_stride, rows,
+                   reinterpret_cast<__nv_bfloat16*>(k_pool), reinterpret_cast<__nv_bfloat16*>(v_pool), shape);
   SPW_CUDA(cudaGetLastError());
 }
 
 void gate_up_swiglu_cuda(const float* workspace, int64_t slices, bf16* act, int64_t rows, int64_t ffn,
                          cudaStream_t stream) {
   if (rows * ffn == 0) return;
-  gate_up_swiglu_kernel<<<blocks_for(rows * ffn), kThreads, 0, stream>>>(
-      workspace, slices, reinterpret_cast<__nv_bfloat16*>(act), rows, ffn);
+  launch_dependent(gate_up_swiglu_kernel, dim3(blocks_for(rows * ffn)), dim3(kThreads), 0, stream, workspace, slices,
+                   reinterpret_cast<__nv_bfloat16*>(act), rows, ffn);
   SPW_CUDA(cudaGetLastError());
 }
 
 void residual_add_cuda(const float* workspace, int64_t slices, bf16* x, int64_t rows, int64_t d, cudaStream_t stream) {
   if (rows * d == 0) return;
-  residual_add_kernel<<<blocks_for(rows * d), kThreads, 0, stream>>>(workspace, slices,
-                                                                     reinterpret_cast<__nv_bfloat16*>(x), rows * d);
+  launch_dependent(residual_add_kernel, dim3(blocks_for(rows * d)), dim3(kThreads), 0, stream, workspace, slices,
+                   reinterpret_cast<__nv_bfloat16*>(x), rows * d);
   SPW_CUDA(cudaGetLastError());
 }
 

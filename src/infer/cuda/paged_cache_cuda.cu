@@ -6,6 +6,7 @@
 
 #include "base/status.h"
 #include "device/cuda/cuda_check.h"
+#include "device/cuda/dependent_launch.cuh"
 
 namespace spillway::infer {
 
@@ -23,6 +24,8 @@ __device__ inline int64_t slot_of(const int32_t* table, int64_t t, int64_t block
 __global__ void paged_kv_write_kernel(const __nv_bfloat16* k, const __nv_bfloat16* v, int64_t row_stride,
                                       PagedRowsCuda rows, __nv_bfloat16* k_pool, __nv_bfloat16* v_pool,
                                       int64_t kv_row, int64_t block_tokens) {
+  dependents_may_start();  // launched dependent (device/cuda/dependent_launch.cuh)
+  prior_grids_wait();
   const int64_t r = blockIdx.x;
   const int64_t slot = slot_of(rows.tables + rows.table_start[r], rows.position[r], block_tokens);
   for (int64_t i = threadIdx.x; i < kv_row; i += blockDim.x) {
@@ -202,6 +205,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_kernel(const __nv_bfloat16* q, int64_t q_stride, __nv_bfloat16* out, int64_t out_stride,
                            const __nv_bfloat16* k_pool, const __nv_bfloat16* v_pool, PagedRowsCuda rows,
                            PagedAttentionShape s, float scale) {
+  dependents_may_start();  // launched dependent (device/cuda/dependent_launch.cuh)
+  prior_grids_wait();
   const int64_t r = blockIdx.x, h0 = blockIdx.y * static_cast<int64_t>(Heads), keys = row_keys(rows, r);
   if (paged_attention_splits(keys) > 1) return;
   __nv_bfloat16* o = out + r * out_stride + h0 * s.head_dim;
@@ -219,6 +224,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     paged_attention_split_kernel(const __nv_bfloat16* q, int64_t q_stride, const __nv_bfloat16* k_pool,
                                  const __nv_bfloat16* v_pool, PagedRowsCuda rows, PagedAttentionShape s, float scale,
                                  float* partials) {
+  dependents_may_start();  // launched dependent (device/cuda/dependent_launch.cuh)
+  prior_grids_wait();
   const int64_t r = blockIdx.x, h = blockIdx.y, z = blockIdx.z, keys = row_keys(rows, r);
   const int64_t splits = paged_attention_splits(keys);
   if (splits == 1 || z >= splits) return;
@@ -238,6 +245,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 // A split row's sums merged in split order.
 __global__ void merge_splits_kernel(__nv_bfloat16* out, int64_t out_stride, PagedRowsCuda rows, PagedAttentionShape s,
                                     const float* partials) {
+  dependents_may_start();  // launched dependent (device/cuda/dependent_launch.cuh)
+  prior_grids_wait();
   const int64_t r = blockIdx.x, h = blockIdx.y, hd = s.head_dim;
   const int64_t splits = paged_attention_splits(row_keys(rows, r));
   if (splits == 1) return;
@@ -270,10 +279,10 @@ void paged_kv_write_cuda(const bf16* k, const bf16* v, int64_t row_stride, const
                          bf16* k_pool, bf16* v_pool, const PagedAttentionShape& shape, cudaStream_t stream) {
   check_shape(shape);
   if (rows.rows == 0) return;
-  paged_kv_write_kernel<<<static_cast<unsigned>(rows.rows), 128, 0, stream>>>(
-      reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v), row_stride, rows,
-      reinterpret_cast<__nv_bfloat16*>(k_pool), reinterpret_cast<__nv_bfloat16*>(v_pool),
-      shape.kv_heads * shape.head_dim, shape.block_tokens);
+  launch_dependent(paged_kv_write_kernel, dim3(static_cast<unsigned>(rows.rows)), dim3(128), 0, stream,
+                   reinterpret_cast<const __nv_bfloat16*>(k), reinterpret_cast<const __nv_bfloat16*>(v), row_stride,
+                   rows, reinterpret_cast<__nv_bfloat16*>(k_pool), reinterpret_cast<__nv_bfloat16*>(v_pool),
+                   shape.kv_heads * shape.head_dim, shape.block_tokens);
   SPW_CUDA(cudaGetLastError());
 }
 
@@ -293,21 +302,22 @@ void paged_attention_cuda(const bf16* q, int64_t q_stride, bf16* out, int64_t ou
   const int64_t group = shape.q_heads / shape.kv_heads;
   const dim3 grouped(grid.x, static_cast<unsigned>(shape.kv_heads));
   if (rows.rows > kPagedAttentionCudaGroupFrom && group == 4) {
-    paged_attention_kernel<4><<<grouped, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
-                                                                  scale);
+    launch_dependent(paged_attention_kernel<4>, grouped, dim3(kWarps * 32), 0, stream, qb, q_stride, o, out_stride, kb,
+                     vb, rows, shape, scale);
   } else if (rows.rows > kPagedAttentionCudaGroupFrom && group == 8) {
-    paged_attention_kernel<8><<<grouped, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
-                                                                  scale);
+    launch_dependent(paged_attention_kernel<8>, grouped, dim3(kWarps * 32), 0, stream, qb, q_stride, o, out_stride, kb,
+                     vb, rows, shape, scale);
   } else {
-    paged_attention_kernel<1><<<grid, kWarps * 32, 0, stream>>>(qb, q_stride, o, out_stride, kb, vb, rows, shape,
-                                                               scale);
+    launch_dependent(paged_attention_kernel<1>, grid, dim3(kWarps * 32), 0, stream, qb, q_stride, o, out_stride, kb, vb,
+                     rows, shape, scale);
   }
   SPW_CUDA(cudaGetLastError());
   if (!split) return;
-  paged_attention_split_kernel<<<dim3(grid.x, grid.y, static_cast<unsigned>(kPagedAttentionCudaMaxSplits)),
-                                 kWarps * 32, 0, stream>>>(qb, q_stride, kb, vb, rows, shape, scale, workspace);
+  launch_dependent(paged_attention_split_kernel, dim3(grid.x, grid.y, static_cast<unsigned>(kPagedAttentionCudaMaxSplits)),
+                   dim3(kWarps * 32), 0, stream, qb, q_stride, kb, vb, rows, shape, scale, workspace);
   SPW_CUDA(cudaGetLastError());
-  merge_splits_kernel<<<grid, 128, 0, stream>>>(o, out_stride, rows, shape, workspace);
+  launch_dependent(merge_splits_kernel, grid, dim3(128), 0, stream, o, out_stride, rows, shape,
+                   static_cast<const float*>(workspace));
   SPW_CUDA(cudaGetLastError());
 }
 

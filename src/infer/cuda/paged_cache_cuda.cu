@@ -48,19 +48,35 @@ __device__ inline float warp_max(float x) {
   return x;
 }
 
+// A key's row where head_dim is a multiple of 8: every 16-byte piece of it
+// loaded before any is used (one after the other, a lane waited on each in
+// turn: 16 memory latencies a key at head_dim 128, most of a decode step's
+// attention), and loaded once for all the heads of a group.
+constexpr int kKeyRowPieces = static_cast<int>(kPagedAttentionCudaMaxHeadDim / 8);
+
+__device__ inline void load_key(const __nv_bfloat16* k, int64_t hd, bool ok, uint4 (&key)[kKeyRowPieces]) {
+#pragma unroll
+  for (int p = 0; p < kKeyRowPieces; ++p) {
+    key[p] = ok && 8 * p < hd ? __ldg(reinterpret_cast<const uint4*>(k + 8 * p)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // q . k over head_dim numbers, in an order fixed by head_dim: four running
-// sums (dimension d into sum d % 4), added pairwise at the end.
-__device__ inline float key_dot(const float* q, const __nv_bfloat16* k, int64_t hd) {
+// sums (dimension d into sum d % 4), added pairwise at the end. The key
+// comes loaded (load_key) where head_dim is a multiple of 8, else from k.
+__device__ inline float key_dot(const float* q, const uint4 (&key)[kKeyRowPieces], const __nv_bfloat16* k,
+                                int64_t hd) {
   float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  if (hd % 8 == 0) {  // 16-byte rows: every key's row starts 16-byte aligned
-    for (int64_t d0 = 0; d0 < hd; d0 += 8) {
-      const uint4 raw = __ldg(reinterpret_cast<const uint4*>(k + d0));
-      const auto* pair = reinterpret_cast<const __nv_bfloat162*>(&raw);
+  if (hd % 8 == 0) {
+#pragma unroll
+    for (int p = 0; p < kKeyRowPieces; ++p) {
+      if (8 * p >= hd) break;
+      const auto* pair = reinterpret_cast<const __nv_bfloat162*>(&key[p]);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const float2 f = __bfloat1622float2(pair[i]);
-        s[(2 * i) % 4] = __fmaf_rn(q[d0 + 2 * i], f.x, s[(2 * i) % 4]);
-        s[(2 * i + 1) % 4] = __fmaf_rn(q[d0 + 2 * i + 1], f.y, s[(2 * i + 1) % 4]);
+        s[(2 * i) % 4] = __fmaf_rn(q[8 * p + 2 * i], f.x, s[(2 * i) % 4]);
+        s[(2 * i + 1) % 4] = __fmaf_rn(q[8 * p + 2 * i + 1], f.y, s[(2 * i + 1) % 4]);
       }
     }
   } else {
@@ -111,10 +127,12 @@ __device__ inline void attend(const __nv_bfloat16* q, int64_t q_stride, const __
     const int64_t t = p0 + lane;
     const bool key_ok = t < k_end;
     const int64_t base = key_ok ? slot_of(table, t, s.block_tokens) * kv_row + g * hd : 0;
+    uint4 key[kKeyRowPieces];
+    load_key(k_pool + base, hd, key_ok && hd % 8 == 0, key);
     float weight[Heads];
 #pragma unroll
     for (int x = 0; x < Heads; ++x) {
-      const float score = key_ok ? key_dot(q_shared[x], k_pool + base, hd) * scale : -INFINITY;
+      const float score = key_ok ? key_dot(q_shared[x], key, k_pool + base, hd) * scale : -INFINITY;
       const float new_top = fmaxf(top[x], warp_max(score));  // finite: the piece holds a key
       const float rescale = expf(top[x] - new_top);           // 0 before the first piece (top = -inf)
       weight[x] = key_ok ? expf(score - new_top) : 0.0f;

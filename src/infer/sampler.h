@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <random>
 #include <span>
+#include <vector>
 
 namespace spillway::infer {
 
@@ -24,6 +25,12 @@ class TokenSampler {
  private:
   SamplingOptions options_;
   std::mt19937_64 rng_;
+  // Kept from draw to draw: a vocabulary's weights are half a megabyte, and
+  // memory of that size freshly allocated is freshly mapped each time.
+  std::vector<float> weights_;
+  std::vector<double> block_mass_;  // the weights' sums, a block of ids each
+  std::vector<uint16_t> bucket_;    // top-p: each id's bucket
+
 };
 
 }  // namespace spillway::infer

@@ -86,6 +86,30 @@ TEST(TokenSampler, ANucleusOfTiesIsTheLowestIds) {
   EXPECT_GT(highest, 64000);
 }
 
+// Ids spread over a vocabulary of 20 blocks of the draw's, the rest
+// masked (-inf): the draw walks the blocks' sums to the right block and
+// never lands on a masked id, and the four come in proportion to their
+// softmax weights, with top-p too where it keeps them all.
+TEST(TokenSampler, DrawsAcrossBlocksInProportionAndNeverAMaskedId) {
+  std::vector<float> logits(20000, -std::numeric_limits<float>::infinity());
+  const std::vector<size_t> ids{5, 3000, 9000, 19999};
+  for (size_t i = 0; i < ids.size(); ++i) logits[ids[i]] = std::log(static_cast<float>(i + 1));
+  for (const double top_p : {1.0, 0.999}) {
+    TokenSampler s(SamplingOptions{1.0, 0, top_p, 17});
+    std::vector<int> counts(ids.size());
+    const int n = 1000;
+    for (int i = 0; i < n; ++i) {
+      const auto t = static_cast<size_t>(s.next(logits));
+      const auto at = std::find(ids.begin(), ids.end(), t);
+      ASSERT_NE(at, ids.end()) << "drew masked id " << t << " at top_p " << top_p;
+      counts[static_cast<size_t>(at - ids.begin())]++;
+    }
+    for (size_t i = 0; i < ids.size(); ++i) {
+      EXPECT_NEAR(counts[i] / double(n), (i + 1) / 10.0, 0.05) << "id " << ids[i] << " top_p " << top_p;
+    }
+  }
+}
+
 // The same seed gives the same tokens; another seed other tokens.
 TEST(TokenSampler, TheSeedFixesTheDraws) {
   std::vector<float> logits(1000);

@@ -1,7 +1,6 @@
 #include "infer/sampler.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "ops/simd_cpu.h"
 
 namespace spillway::infer {
 
@@ -37,33 +37,6 @@ int32_t draw(size_t n, Weight weight, In in, double total, std::mt19937_64& rng)
     if (r < 0) return last;
   }
   return last;
-}
-
-// e^y for y <= 0 (-inf included), within about an ulp of std::exp, in a
-// form the compiler vectorizes (std::exp is a call per number, most of a
-// draw's time): y = k ln 2 + r with |r| <= ln 2 / 2, e^r by its Taylor
-// polynomial of degree 6 (error below 1.3e-7 relative), 2^k by its bits.
-// Below -87 (where 2^k leaves float's normal range) it gives 0. The file is
-// built with -fno-trapping-math: without it GCC keeps the selects as
-// branches and vectorizes nothing (720 against 76 us for 128k numbers).
-inline float exp_nonpositive(float y) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;  // ln 2 in two parts
-  const bool under = !(y >= -87.0f);
-  const float c = under ? -87.0f : y;
-  const auto k = static_cast<int32_t>(c * kLog2e - 0.5f);  // round(c log2 e), halves down: c <= 0
-  const auto kf = static_cast<float>(k);
-  const float r = (c - kf * kLn2Hi) - kf * kLn2Lo;
-  float p = 1.0f / 720;
-  p = p * r + 1.0f / 120;
-  p = p * r + 1.0f / 24;
-  p = p * r + 1.0f / 6;
-  p = p * r + 0.5f;
-  p = p * r + 1.0f;
-  p = p * r + 1.0f;
-  const float two_k = std::bit_cast<float>((k + 127) << 23);
-  const uint32_t keep = under ? 0u : 0xffffffffu;  // a mask, not a branch: the loop stays vectorized
-  return std::bit_cast<float>(std::bit_cast<uint32_t>(p * two_k) & keep);
 }
 
 // The largest logit and its lowest id (0 where every logit is NaN), and
@@ -101,8 +74,12 @@ Scan scan(std::span<const float> x) {
 // out[i] = e^((x[i] - top) / temperature) for a block of ids, and their sum
 // in double, added in a fixed order (8 running sums, then pairwise).
 double weigh(const float* x, float* out, size_t n, float top, float inv_temperature) {
-#pragma omp simd
-  for (size_t i = 0; i < n; ++i) out[i] = exp_nonpositive((x[i] - top) * inv_temperature);
+  using V = ops::Simd<float>;
+  const size_t vectors = n - n % V::kLanes;
+  for (size_t i = 0; i < vectors; i += V::kLanes) {
+    V::store(out + i, ops::exp_float((V::load(x + i) - top) * inv_temperature));
+  }
+  for (size_t i = vectors; i < n; ++i) out[i] = ops::exp_float((x[i] - top) * inv_temperature);
   double sums[8] = {};
   const size_t whole = n / 8 * 8;
   for (size_t i = 0; i < whole; i += 8) {
@@ -158,7 +135,7 @@ TokenSampler::TokenSampler(const SamplingOptions& options) : options_(options), 
 
 // A vocabulary of 128k ids is never sorted whole (that took 18.7 ms a token
 // on the development machine, longer than a GPU decode step): the weights
-// are made by a vectorized exp and summed in blocks of ids, only the top-k
+// are made by a vectorized exp (ops/simd_cpu.h) and summed in blocks of ids, only the top-k
 // (or the ids where the nucleus ends) are ordered, and the draw walks the
 // blocks' sums, then its block's kept ids in id order (any fixed order
 // draws from the same distribution).

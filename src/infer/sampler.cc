@@ -71,6 +71,31 @@ Scan scan(std::span<const float> x) {
   return Scan{top, best, nan != 0};
 }
 
+// Ids holding the k best (k < x.size(), top the largest logit): those
+// within a margin of the top, the margin doubled from 1 until at least k
+// are in it (each try a vectorized count), so that only those few are
+// ordered, not the vocabulary. A NaN is never in; the -inf ones come last.
+std::vector<int32_t> candidates(std::span<const float> x, float top, size_t k) {
+  const float* p = x.data();
+  const auto n = static_cast<uint32_t>(x.size());
+  float floor = -std::numeric_limits<float>::infinity();
+  for (float margin = 1.0f; margin < 1e30f; margin *= 2) {
+    const float at_least = top - margin;
+    uint32_t count = 0;
+#pragma omp simd reduction(+ : count)
+    for (uint32_t i = 0; i < n; ++i) count += p[i] >= at_least ? 1u : 0u;
+    if (count >= k) {
+      floor = at_least;
+      break;
+    }
+  }
+  std::vector<int32_t> ids;
+  for (uint32_t i = 0; i < n; ++i) {
+    if (p[i] >= floor) ids.push_back(static_cast<int32_t>(i));
+  }
+  return ids;
+}
+
 // out[i] = e^((x[i] - top) / temperature) for a block of ids, and their sum
 // in double, added in a fixed order (8 running sums, then pairwise).
 double weigh(const float* x, float* out, size_t n, float top, float inv_temperature) {
@@ -156,8 +181,7 @@ int32_t TokenSampler::next(std::span<const float> logits) {
   const auto scaled = [&](size_t id) { return (logits[id] - top) * inv_temperature; };  // <= 0
 
   if (cut_k) {  // the k best in order, then top-p among them
-    std::vector<int32_t> ids(vocab);
-    std::iota(ids.begin(), ids.end(), 0);
+    std::vector<int32_t> ids = candidates(logits, top, top_k);
     std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(top_k), ids.end(), by_logit);
     ids.resize(top_k);
     std::vector<double> weights(top_k);

@@ -49,6 +49,30 @@ TEST(TokenSampler, TopKExcludesTheRest) {
   }
 }
 
+// Top-k over a larger vocabulary: exactly the k largest of 10,000 logits a
+// thousandth apart come (the candidates' margin doubles past several of
+// them), and where fewer than k logits are finite only those.
+TEST(TokenSampler, TopKTakesTheKLargestOfAVocabulary) {
+  std::vector<float> rising(10000);
+  for (size_t i = 0; i < rising.size(); ++i) rising[i] = static_cast<float>(i) * 0.001f;
+  TokenSampler ten(SamplingOptions{5.0, 10, 1.0, 3});
+  std::vector<int> seen(10);
+  for (int i = 0; i < 500; ++i) {
+    const int32_t t = ten.next(rising);
+    ASSERT_GE(t, 9990);
+    seen[static_cast<size_t>(t - 9990)]++;
+  }
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 0), 0);
+  std::vector<float> masked(5000, -std::numeric_limits<float>::infinity());
+  masked[7] = 1.0f;
+  masked[4000] = 2.0f;
+  TokenSampler fifty(SamplingOptions{1.0, 50, 1.0, 3});
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = fifty.next(masked);
+    ASSERT_TRUE(t == 7 || t == 4000) << t;
+  }
+}
+
 // Top-p keeps the fewest best ids holding the mass and draws among them in
 // proportion: 0.5 + 0.3 reach 0.7, so 2 and 3 never come, and 0 and 1 come
 // 5 : 3; with top-k too, the nucleus is cut from the k best.

@@ -52,6 +52,11 @@ int64_t BatchDecoder::position(int64_t sequence) const {
 }
 
 std::vector<float> BatchDecoder::step(std::span<const SequenceChunk> chunks) {
+  const std::span<const float> logits = step_view(chunks);
+  return {logits.begin(), logits.end()};
+}
+
+std::span<const float> BatchDecoder::step_view(std::span<const SequenceChunk> chunks) {
   SPW_CHECK(!chunks.empty(), "batch decoder", "a step needs at least one chunk");
   std::set<int64_t> seen;
   std::vector<int64_t> positions;
@@ -67,7 +72,7 @@ std::vector<float> BatchDecoder::step(std::span<const SequenceChunk> chunks) {
   for (size_t i = 0; i < chunks.size(); ++i) {
     blocks_.reserve(chunks[i].sequence, positions[i] + static_cast<int64_t>(chunks[i].tokens.size()));
   }
-  std::vector<float> logits = run(chunks, positions);
+  const std::span<const float> logits = run(chunks, positions);
   for (size_t i = 0; i < chunks.size(); ++i)
     positions_[chunks[i].sequence] += static_cast<int64_t>(chunks[i].tokens.size());
   return logits;

@@ -68,6 +68,12 @@ class BatchDecoder {
   // Error, with the positions unchanged, when the cache has too few free
   // blocks or a token is outside the vocabulary.
   std::vector<float> step(std::span<const SequenceChunk> chunks);
+  // step()'s logits without a copy of their own: a view of memory the
+  // decoder keeps, valid until its next step (the GPU decoder's: the pinned
+  // buffer they arrive in, where one pass held every chunk). At 64 rows the
+  // logits are 33 MB, and a fresh vector for them each step cost as much
+  // again in page faults and zeroing as the copy.
+  std::span<const float> step_view(std::span<const SequenceChunk> chunks);
 
   // Reserves blocks for `tokens` rows of the sequence ahead of use, so that
   // later steps cannot run out (what admission control does).
@@ -80,8 +86,9 @@ class BatchDecoder {
 
  protected:
   // The model's pass over the chunks; `positions[i]` is chunk i's first
-  // position, and the blocks for every row are already in the tables.
-  virtual std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) = 0;
+  // position, and the blocks for every row are already in the tables. The
+  // logits [chunks, vocab] in memory the decoder keeps until its next run.
+  virtual std::span<const float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) = 0;
   // For a decoder that sizes its cache while it is made (the GPU's, from
   // what its weights leave): fewer blocks, before any sequence opens.
   void shrink_cache(int64_t num_blocks);

@@ -156,9 +156,9 @@ bool BatchEngine::step() {
     prompt_rows += take;
   }
 
-  std::vector<float> logits;
+  std::span<const float> logits;
   try {
-    logits = decoder_->step(chunks);
+    logits = decoder_->step_view(chunks);
   } catch (const std::exception& e) {
     for (Active* a : owners) retire(*a, FinishReason::error, e.what());
     std::erase_if(running_, [](const std::unique_ptr<Active>& a) { return a->sequence < 0; });
@@ -181,7 +181,7 @@ bool BatchEngine::step() {
     const int64_t drawable = a.request.vocab_limit > 0 ? std::min(vocab, a.request.vocab_limit) : vocab;
     try {
       tokens[static_cast<size_t>(i)] = a.sampler.next(
-          std::span<const float>(logits).subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(drawable)));
+          logits.subspan(static_cast<size_t>(i * vocab), static_cast<size_t>(drawable)));
     } catch (const std::exception& e) {
       failures[static_cast<size_t>(i)] = e.what();
     }

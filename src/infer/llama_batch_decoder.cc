@@ -38,7 +38,8 @@ std::string LlamaBatchDecoder::description() const {
          " tokens (" + format_bytes(cache_bytes()) + ")";
 }
 
-std::vector<float> LlamaBatchDecoder::run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) {
+std::span<const float> LlamaBatchDecoder::run(std::span<const SequenceChunk> chunks,
+                                              std::span<const int64_t> positions) {
   const auto& c = config_;
   const int64_t d = c.hidden_size, hd = c.head_dim(), hq = c.num_attention_heads, hkv = c.num_key_value_heads;
   const int64_t q_row = hq * hd, kv_row = hkv * hd, bt = blocks().block_tokens();
@@ -88,9 +89,9 @@ std::vector<float> LlamaBatchDecoder::run(std::span<const SequenceChunk> chunks,
     std::copy_n(r.x.data() + row * d, d, tail.data() + i * d);
   }
   ops::rmsnorm_forward(tail.data(), final_norm_, r.xn.data(), tail_rstd.data(), last, d, c.rms_norm_eps);
-  std::vector<float> logits = buf(last * c.vocab_size);
-  linear_rows(r.xn.data(), lm_head_, logits.data(), last, d, c.vocab_size);
-  return logits;
+  logits_ = buf(last * c.vocab_size);
+  linear_rows(r.xn.data(), lm_head_, logits_.data(), last, d, c.vocab_size);
+  return logits_;
 }
 
 }  // namespace spillway::infer

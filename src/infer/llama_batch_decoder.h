@@ -29,7 +29,7 @@ class LlamaBatchDecoder final : public BatchDecoder {
     std::vector<float> k, v;  // [num_blocks, block_tokens, kv_heads * head_dim]
   };
 
-  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override;
+  std::span<const float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override;
 
   const model::LlamaConfig config_;
   std::vector<float> inv_freq_;
@@ -38,6 +38,7 @@ class LlamaBatchDecoder final : public BatchDecoder {
   const float* lm_head_;
   std::vector<LlamaLayerWeights> layers_;
   std::vector<KvPool> pools_;  // by layer
+  std::vector<float> logits_;  // the last run's, which step_view() shows
 };
 
 }  // namespace spillway::infer

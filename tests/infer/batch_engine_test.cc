@@ -106,14 +106,17 @@ class NanForThirteen final : public BatchDecoder {
   std::string description() const override { return "test decoder"; }
 
  protected:
-  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t>) override {
-    std::vector<float> logits(chunks.size() * static_cast<size_t>(kVocab), 0.0f);
+  std::span<const float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t>) override {
+    logits_.assign(chunks.size() * static_cast<size_t>(kVocab), 0.0f);
     for (size_t i = 0; i < chunks.size(); ++i) {
       if (chunks[i].tokens.front() != 13) continue;
-      std::fill_n(logits.begin() + static_cast<std::ptrdiff_t>(i * kVocab), kVocab, std::nanf(""));
+      std::fill_n(logits_.begin() + static_cast<std::ptrdiff_t>(i * kVocab), kVocab, std::nanf(""));
     }
-    return logits;
+    return logits_;
   }
+
+ private:
+  std::vector<float> logits_;
 };
 
 // A token that cannot be drawn ends its own request with the error, in the

@@ -106,6 +106,21 @@ TEST(LlamaBatchDecoder, ASequencesLogitsDoNotDependOnItsCompanyOrItsChunks) {
   for (size_t i = 1; i < want.size(); ++i) EXPECT_EQ(got[2 + i], want[i]) << "token " << i;
 }
 
+// step_view() shows the logits step() copies out, and moves the positions
+// alike: two decoders fed the same chunks, one through each.
+TEST(LlamaBatchDecoder, AStepsViewIsTheLogitsStepGives) {
+  const auto weights = model::LlamaWeights::random(config(), 6);
+  LlamaBatchDecoder viewed(weights, cache_of(16)), copied(weights, cache_of(16));
+  const std::vector<int32_t> prompt = testing::random_tokens(7, 3, kVocab), other = testing::random_tokens(3, 4, kVocab);
+  const int64_t a = viewed.open(), b = viewed.open(), x = copied.open(), y = copied.open();
+  for (int round = 0; round < 2; ++round) {
+    const std::span<const float> view = viewed.step_view(std::vector<SequenceChunk>{{a, prompt}, {b, other}});
+    const std::vector<float> want = copied.step(std::vector<SequenceChunk>{{x, prompt}, {y, other}});
+    EXPECT_EQ(std::vector<float>(view.begin(), view.end()), want) << "round " << round;
+    EXPECT_EQ(viewed.position(a), copied.position(x));
+  }
+}
+
 TEST(LlamaBatchDecoder, AFullCacheOrABadTokenFailsAndChangesNoPosition) {
   const auto weights = model::LlamaWeights::random(config(), 5);
   LlamaBatchDecoder d(weights, cache_of(3));

@@ -217,11 +217,19 @@ class CudaBatchDecoder final : public BatchDecoder {
     SPW_CUDA(cudaStreamSynchronize(stream_));
   }
 
-  std::vector<float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override {
+  std::span<const float> run(std::span<const SequenceChunk> chunks, std::span<const int64_t> positions) override {
     CudaDeviceGuard guard(ordinal_);
-    std::vector<float> logits(chunks.size() * static_cast<size_t>(config_.vocab_size));
-    for (const StepPass& pass : step_passes(chunks, positions, blocks(), max_rows_)) run_pass(pass, logits);
-    return logits;
+    const size_t size = chunks.size() * static_cast<size_t>(config_.vocab_size);
+    const std::vector<StepPass> passes = step_passes(chunks, positions, blocks(), max_rows_);
+    // One pass holding every chunk, its logits in one copy (a decode
+    // step's): they stay in the pinned buffer they arrive in, in chunk order.
+    if (passes.size() == 1 && static_cast<int64_t>(chunks.size()) <= logits_rows_) {
+      run_pass(passes[0], nullptr);
+      return {logits_host_, size};
+    }
+    if (step_logits_.size() < size) step_logits_.resize(size);
+    for (const StepPass& pass : passes) run_pass(pass, step_logits_.data());
+    return {step_logits_.data(), size};
   }
 
   template <typename Out>
@@ -230,7 +238,9 @@ class CudaBatchDecoder final : public BatchDecoder {
     ops::batch_linear_cuda(x, row_index, w, y, rows, in, out, stream_);
   }
 
-  void run_pass(const StepPass& pass, std::vector<float>& logits) {
+  // The pass's logits into `logits` by chunk; null leaves them in
+  // logits_host_ (the caller's one pass of at most logits_rows_ chunks).
+  void run_pass(const StepPass& pass, float* logits) {
     const auto n = static_cast<int64_t>(pass.tokens.size());
     const auto wanted = static_cast<int64_t>(pass.last_rows.size());
     // meta_: tokens, positions, table starts, last rows (max_rows_ each),
@@ -246,9 +256,10 @@ class CudaBatchDecoder final : public BatchDecoder {
     put(pass.tables, 4 * max_rows_);
     const auto vocab = static_cast<size_t>(config_.vocab_size);
     auto take_logits = [&](int64_t r0, int64_t len) {
+      if (logits == nullptr) return;
       for (int64_t i = 0; i < len; ++i) {
         const size_t chunk = pass.last_chunk[static_cast<size_t>(r0 + i)];
-        std::memcpy(logits.data() + chunk * vocab, logits_host_ + i * config_.vocab_size, vocab * sizeof(float));
+        std::memcpy(logits + chunk * vocab, logits_host_ + i * config_.vocab_size, vocab * sizeof(float));
       }
     };
     const int64_t most_keys =
@@ -396,6 +407,7 @@ class CudaBatchDecoder final : public BatchDecoder {
   float* attention_splits_ = nullptr;
   float* logits_ = nullptr;
   float* logits_host_ = nullptr;
+  std::vector<float> step_logits_;  // a step of several passes' logits, by chunk
   float* inv_freq_ = nullptr;
   float* staging_ = nullptr;
   float* split_sums_ = nullptr;  // with tensor cores, the few-row matmuls' slice sums

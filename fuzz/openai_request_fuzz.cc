@@ -33,12 +33,14 @@ class NoModel final : public infer::BatchDecoder {
   std::string description() const override { return "fuzz"; }
 
  protected:
-  std::vector<float> run(std::span<const infer::SequenceChunk> chunks, std::span<const int64_t>) override {
-    return std::vector<float>(chunks.size() * static_cast<size_t>(vocab_), 0.0f);
+  std::span<const float> run(std::span<const infer::SequenceChunk> chunks, std::span<const int64_t>) override {
+    logits_.assign(chunks.size() * static_cast<size_t>(vocab_), 0.0f);
+    return logits_;
   }
 
  private:
   int32_t vocab_;
+  std::vector<float> logits_;
 };
 
 // The chat formats spillway renders, and a template it cannot (an error for

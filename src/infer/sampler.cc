@@ -24,19 +24,15 @@ struct ByLogit {
   }
 };
 
-// A uniform draw in [0, total) walked down `weights` (of ids 0, 1, ...
-// or of `ids`), skipping those `in` refuses.
-template <typename Weight, typename In>
-int32_t draw(size_t n, Weight weight, In in, double total, std::mt19937_64& rng) {
+// A uniform draw in [0, total) walked down `weights` (top-k's, best first);
+// a sliver left by rounding takes the last.
+int32_t draw(std::span<const double> weights, double total, std::mt19937_64& rng) {
   double r = std::uniform_real_distribution<double>(0.0, total)(rng);
-  int32_t last = -1;
-  for (size_t i = 0; i < n; ++i) {
-    if (!in(i)) continue;
-    last = static_cast<int32_t>(i);
-    r -= weight(i);
-    if (r < 0) return last;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    r -= weights[i];
+    if (r < 0) return static_cast<int32_t>(i);
   }
-  return last;
+  return static_cast<int32_t>(weights.size()) - 1;
 }
 
 // The largest logit and its lowest id (0 where every logit is NaN), and
@@ -160,10 +156,10 @@ TokenSampler::TokenSampler(const SamplingOptions& options) : options_(options), 
 
 // A vocabulary of 128k ids is never sorted whole (that took 18.7 ms a token
 // on the development machine, longer than a GPU decode step): the weights
-// are made by a vectorized exp (ops/simd_cpu.h) and summed in blocks of ids, only the top-k
-// (or the ids where the nucleus ends) are ordered, and the draw walks the
-// blocks' sums, then its block's kept ids in id order (any fixed order
-// draws from the same distribution).
+// are made by a vectorized exp (ops/simd_cpu.h) and summed in blocks of
+// ids, only the top-k (or the ids where the nucleus ends) are ordered, and
+// the draw walks the blocks' sums, then its block's kept ids in id order
+// (any fixed order draws from the same distribution).
 int32_t TokenSampler::next(std::span<const float> logits) {
   SPW_CHECK(!logits.empty(), "sampler", "no logits to sample from");
   const ByLogit by_logit{logits};
@@ -193,7 +189,7 @@ int32_t TokenSampler::next(std::span<const float> logits) {
       total = 0;
       for (n = 0; n < top_k && total < wanted; ++n) total += weights[n];
     }
-    const int32_t at = draw(n, [&](size_t i) { return weights[i]; }, [](size_t) { return true; }, total, rng_);
+    const int32_t at = draw(std::span<const double>(weights).first(n), total, rng_);
     return ids[static_cast<size_t>(at)];
   }
 
